@@ -1,0 +1,430 @@
+"""The batched, action-chunk-aware environment contract.
+
+An :class:`Env` holds ``num_envs`` sub-environments. The base class owns everything that is the
+same for every simulator: episode bookkeeping, ``auto_reset`` / ``ignore_terminations``, GRPO
+groups sharing one initial state, the eval grid that visits every reset state exactly once, and
+frame capture for videos. A simulator plugin implements five small methods:
+
+``_build()``
+    create the simulator(s); called lazily on the first :meth:`reset`, so that ``--print_config``
+    and ``rlinf plugins`` never start a simulator.
+``_reset_envs(env_ids, reset_state_ids)``
+    put sub-envs ``env_ids`` (``int64 [n]``) into initial states ``reset_state_ids`` (``int64 [n]``).
+``_step(actions, live)``
+    advance every sub-env by one step with ``actions`` (``float32 [B, D]``, env scale); ``live``
+    (``bool [B]``) marks sub-envs whose result is used (others may be skipped). Returns
+    ``(rewards float [B], terminated bool [B], success bool [B])``.
+``_observe(env_ids)``
+    render an :class:`Observation` for those sub-envs. Called only at chunk boundaries (and every
+    sub-step while a video is being recorded), never on every physics step.
+``num_reset_states`` / ``task_ids(reset_state_ids)``
+    the flat (task_id, trial_id) index of initial states.
+
+A reset state id is a flat index ``task_id * trials_per_task + trial_id`` (envs may define their
+own mapping through :meth:`task_ids`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf.envs.observation import Observation
+
+
+@dataclass
+class VideoConfig:
+    """Video recording of rollouts (the seeds' ``video_cfg``).
+
+    Args:
+        save_video: record videos of this env's episodes.
+        video_base_dir: where mp4 files go; default ``<log_dir>/video/{train,eval}``.
+        info_on_video: draw step, reward and success on every tile.
+        fps: frames per second of the written video.
+        every_n_epochs: record one rollout every this many training epochs (eval: every eval).
+        max_envs: at most this many sub-envs are tiled into the video.
+    """
+
+    save_video: bool = False
+    video_base_dir: str | None = None
+    info_on_video: bool = True
+    fps: int = 10
+    every_n_epochs: int = 1
+    max_envs: int = 16
+
+
+@dataclass
+class ChunkStepResult:
+    """What :meth:`Env.chunk_step` returns for actions ``[B, C, D]``.
+
+    Attributes:
+        obs: observation after the chunk (after the auto-reset of finished sub-envs).
+        rewards: ``float32 [B, C]`` per sub-step rewards (0 where not ``valid``).
+        terminations: ``bool [B, C]`` the episode ended in a terminal state at this sub-step.
+        truncations: ``bool [B, C]`` the episode hit ``max_episode_steps`` at this sub-step.
+        success: ``bool [B, C]`` the env reported success at this sub-step.
+        valid: ``bool [B, C]`` the sub-step belonged to a live episode (False after a done until
+            the next reset, and for idle eval slots).
+        final_obs: observation at the end of truncated episodes, rows ``final_obs_env_ids``;
+            used to bootstrap ``V(s_T)``. ``None`` when nothing was truncated.
+        final_obs_env_ids: ``int64 [n]`` the sub-envs ``final_obs`` belongs to.
+        reset_state_ids: ``int64 [B]`` initial state of the episode each sub-step belonged to.
+    """
+
+    obs: Observation
+    rewards: torch.Tensor
+    terminations: torch.Tensor
+    truncations: torch.Tensor
+    success: torch.Tensor
+    valid: torch.Tensor
+    final_obs: Observation | None = None
+    final_obs_env_ids: torch.Tensor | None = None
+    reset_state_ids: torch.Tensor | None = None
+
+    @property
+    def dones(self) -> torch.Tensor:
+        return self.terminations | self.truncations
+
+
+@dataclass
+class _Episode:
+    reset_state_id: int = -1
+    ret: float = 0.0
+    length: int = 0
+    success_once: bool = False
+    success_now: bool = False
+    live: bool = False
+    extras: dict = field(default_factory=dict)
+
+
+class Env:
+    """Base class of batched, action-chunk environments.
+
+    Args:
+        num_envs: sub-environments in this env (per rank; per pipeline stage it is divided).
+        group_size: consecutive sub-envs that start from the same initial state (GRPO groups).
+        auto_reset: reset a finished sub-env at the end of the chunk it finished in; otherwise it
+            stays finished (``valid`` False) until the next :meth:`reset`.
+        ignore_terminations: success never ends an episode; episodes run to ``max_episode_steps``
+            and ``success_at_end`` is recorded.
+        max_episode_steps: truncation limit, in env steps.
+        seed: seed of the initial-state draws and of the simulator.
+        is_eval: eval mode: visit every reset state of the (sharded) pool exactly once, in order;
+            slots with nothing left to visit stay idle.
+        task_id_filter: restrict initial states to these task ids.
+        num_workers: run the sub-envs in this many worker processes (0: in this process).
+        video_cfg: video recording of this env's rollouts.
+    """
+
+    action_dim: int = 7
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        obj = super().__new__(cls)
+        obj._init_args = (args, dict(kwargs))
+        return obj
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        group_size: int = 1,
+        auto_reset: bool = False,
+        ignore_terminations: bool = False,
+        max_episode_steps: int = 100,
+        seed: int = 0,
+        is_eval: bool = False,
+        task_id_filter: list[int] | None = None,
+        num_workers: int = 0,
+        video_cfg: VideoConfig | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if group_size < 1 or num_envs % group_size:
+            raise ValueError(
+                f"num_envs ({num_envs}) must be a multiple of group_size ({group_size}): "
+                "each GRPO group is group_size consecutive sub-envs"
+            )
+        if group_size > 1 and auto_reset:
+            raise ValueError(
+                "group_size > 1 needs auto_reset: false: a group's members must start together from "
+                "one initial state, which per-env auto-resets would break"
+            )
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.auto_reset = auto_reset
+        self.ignore_terminations = ignore_terminations
+        self.max_episode_steps = max_episode_steps
+        self.seed = seed
+        self.is_eval = is_eval
+        self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
+        self.num_workers = num_workers
+        self.video_cfg = video_cfg or VideoConfig()
+        self.capture_frames = False
+        self._frames: list[dict[str, Any]] = []
+        self._built = False
+        self._shard = (0, 1)
+        self._pool: np.ndarray | None = None
+        self._cursor = 0
+        self._rng = np.random.default_rng(seed)
+        self._episodes = [_Episode() for _ in range(num_envs)]
+        self._finished: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ to be implemented
+    def _build(self) -> None:
+        """Create the simulator(s). Called once, on the first reset."""
+
+    def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _observe(self, env_ids: np.ndarray) -> Observation:
+        raise NotImplementedError
+
+    @property
+    def num_reset_states(self) -> int:
+        """Size of the flat (task, trial) index of initial states."""
+        raise NotImplementedError
+
+    def task_ids(self, reset_state_ids: np.ndarray) -> np.ndarray:
+        """Task id of each reset state id (default: one task)."""
+        return np.zeros_like(np.asarray(reset_state_ids))
+
+    @property
+    def task_names(self) -> list[str]:
+        """Human-readable name per task id (for per-task tables)."""
+        return [f"task_{i}" for i in range(int(self.task_ids(np.arange(self.num_reset_states)).max()) + 1)]
+
+    def _chunk(
+        self, actions: np.ndarray, live: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Run a whole chunk ``[B, C, D]``; returns rewards/terminated/success ``[B, C]`` and frames.
+
+        The default loops :meth:`_step`, stepping a sub-env only while it is live (not yet done in
+        this chunk and under ``max_episode_steps``). Chunk-native simulators (world models)
+        override it.
+        """
+        B, C, _ = actions.shape
+        rewards = np.zeros((B, C), np.float32)
+        terminated = np.zeros((B, C), bool)
+        success = np.zeros((B, C), bool)
+        frames = []
+        live = live.copy()
+        steps = np.array([e.length for e in self._episodes])
+        for c in range(C):
+            live &= steps + c < self.max_episode_steps
+            r, t, s = self._step(actions[:, c], live.copy())
+            rewards[:, c], terminated[:, c], success[:, c] = r, t, s
+            if not self.ignore_terminations:
+                live &= ~np.asarray(t, bool)
+            if self.capture_frames:
+                frames.append(self._observe(np.arange(B)).main_images.numpy())
+        return rewards, terminated, success, frames
+
+    # ------------------------------------------------------------------ public API
+    def shard(self, index: int, count: int) -> None:
+        """Use only every ``count``-th initial state starting at ``index`` (ranks, workers)."""
+        self._shard = (index, count)
+        self._pool = None
+
+    def close(self) -> None:
+        """Release simulator resources."""
+
+    @property
+    def pool(self) -> np.ndarray:
+        """Reset state ids this env draws from (after ``task_id_filter`` and sharding)."""
+        if self._pool is None:
+            ids = np.arange(self.num_reset_states)
+            if self.task_id_filter is not None:
+                ids = ids[np.isin(self.task_ids(ids), self.task_id_filter)]
+            index, count = self._shard
+            ids = ids[index::count]
+            if not self.is_eval:
+                ids = np.random.default_rng(self.seed).permutation(ids)
+            if len(ids) == 0:
+                raise ValueError(
+                    f"{type(self).__name__}: no initial state left after task_id_filter="
+                    f"{self.task_id_filter} and sharding {self._shard}"
+                )
+            self._pool = ids
+            self._cursor = 0
+        return self._pool
+
+    @property
+    def eval_finished(self) -> bool:
+        """Eval mode: every reset state of the pool was visited and no episode is running."""
+        return self._cursor >= len(self.pool) and not any(e.live for e in self._episodes)
+
+    def _draw(self, n_groups: int) -> np.ndarray:
+        """``n_groups`` reset state ids (-1 = nothing left in eval mode)."""
+        pool = self.pool
+        out = np.full(n_groups, -1, dtype=np.int64)
+        for i in range(n_groups):
+            if self._cursor >= len(pool):
+                if self.is_eval:
+                    break
+                self._cursor = 0
+                self._pool = self._rng.permutation(pool)
+                pool = self._pool
+            out[i] = pool[self._cursor]
+            self._cursor += 1
+        return out
+
+    def ensure_built(self) -> None:
+        if not self._built:
+            self._build()
+            self._built = True
+
+    def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
+        """Start new episodes in every sub-env and return the first observation.
+
+        Args:
+            reset_state_ids: ``int64 [B]`` explicit initial states; default: drawn from the pool,
+                one per group, repeated ``group_size`` times on consecutive sub-envs.
+        """
+        self.ensure_built()
+        if reset_state_ids is None:
+            ids = np.repeat(self._draw(self.num_envs // self.group_size), self.group_size)
+        else:
+            ids = np.asarray(reset_state_ids, dtype=np.int64)
+            if ids.shape != (self.num_envs,):
+                raise ValueError(f"reset_state_ids must have shape [{self.num_envs}], got {ids.shape}")
+        self._start(np.arange(self.num_envs), ids)
+        self._frames = []
+        obs = self._observe(np.arange(self.num_envs))
+        self._check_obs(obs, self.num_envs)
+        if self.capture_frames:
+            self._record_frame(obs.main_images.numpy(), np.zeros(self.num_envs), np.zeros(self.num_envs, bool))
+        return obs
+
+    def _start(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
+        active = ids >= 0
+        if active.any():
+            self._reset_envs(env_ids[active], ids[active])
+        for e, rid in zip(env_ids, ids):
+            self._episodes[e] = _Episode(reset_state_id=int(rid), live=bool(rid >= 0))
+
+    @property
+    def reset_state_ids(self) -> np.ndarray:
+        """``int64 [B]`` initial state of the current episode of each sub-env (-1: idle)."""
+        return np.array([e.reset_state_id for e in self._episodes], dtype=np.int64)
+
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        """Execute an action chunk ``[B, C, D]`` (env scale) in every sub-env."""
+        acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
+        if acts.ndim != 3 or acts.shape[0] != self.num_envs or acts.shape[2] != self.action_dim:
+            raise ValueError(
+                f"{type(self).__name__}.chunk_step expects actions [B={self.num_envs}, C, D={self.action_dim}], "
+                f"got {list(acts.shape)}"
+            )
+        B, C, _ = acts.shape
+        live0 = np.array([e.live for e in self._episodes])
+        reset_ids = self.reset_state_ids
+        raw_r, raw_t, raw_s, frames = self._chunk(acts, live0)
+
+        rewards = np.zeros((B, C), np.float32)
+        term = np.zeros((B, C), bool)
+        trunc = np.zeros((B, C), bool)
+        success = np.zeros((B, C), bool)
+        valid = np.zeros((B, C), bool)
+        for b, ep in enumerate(self._episodes):
+            for c in range(C):
+                if not ep.live:
+                    break
+                valid[b, c] = True
+                rewards[b, c] = raw_r[b, c]
+                success[b, c] = raw_s[b, c]
+                ep.ret += float(raw_r[b, c])
+                ep.length += 1
+                ep.success_now = bool(raw_s[b, c])
+                ep.success_once |= ep.success_now
+                if raw_t[b, c] and not self.ignore_terminations:
+                    term[b, c] = True
+                elif ep.length >= self.max_episode_steps:
+                    trunc[b, c] = True
+                if term[b, c] or trunc[b, c]:
+                    self._finish(b, ep, truncated=bool(trunc[b, c]))
+        if frames:
+            for c, frame in enumerate(frames):
+                self._record_frame(frame, rewards[:, c], success[:, c])
+
+        final_obs = final_ids = None
+        truncated_envs = np.nonzero(trunc.any(1))[0]
+        if len(truncated_envs):
+            final_obs = self._observe(truncated_envs)
+            final_ids = torch.as_tensor(truncated_envs, dtype=torch.long)
+        if self.auto_reset:
+            done_envs = np.nonzero((term | trunc).any(1))[0]
+            if len(done_envs):
+                self._start(done_envs, self._draw(len(done_envs)))
+        obs = self._observe(np.arange(B))
+        self._check_obs(obs, B)
+        return ChunkStepResult(
+            obs=obs,
+            rewards=torch.from_numpy(rewards),
+            terminations=torch.from_numpy(term),
+            truncations=torch.from_numpy(trunc),
+            success=torch.from_numpy(success),
+            valid=torch.from_numpy(valid),
+            final_obs=final_obs,
+            final_obs_env_ids=final_ids,
+            reset_state_ids=torch.from_numpy(reset_ids),
+        )
+
+    def _finish(self, b: int, ep: _Episode, truncated: bool) -> None:
+        ep.live = False
+        self._finished.append(self._episode_record(ep, truncated))
+
+    def _episode_record(self, ep: _Episode, truncated: bool) -> dict[str, Any]:
+        return {
+            "reset_state_id": ep.reset_state_id,
+            "task_id": int(self.task_ids(np.array([ep.reset_state_id]))[0]),
+            "success_once": float(ep.success_once),
+            "success_at_end": float(ep.success_now),
+            "return": ep.ret,
+            "episode_len": ep.length,
+            "reward": ep.ret / max(ep.length, 1),
+            "truncated": truncated,
+            **ep.extras,
+        }
+
+    def flush_episodes(self) -> None:
+        """Close still-running episodes (end of a rollout epoch without auto-reset)."""
+        for b, ep in enumerate(self._episodes):
+            if ep.live and ep.length > 0:
+                self._finish(b, ep, truncated=True)
+
+    def pop_episodes(self) -> list[dict[str, Any]]:
+        """Records of the episodes finished since the last call (``success_once``, ``return``, …)."""
+        out, self._finished = self._finished, []
+        return out
+
+    # ------------------------------------------------------------------ frames
+    def _record_frame(self, images: np.ndarray, rewards: np.ndarray, success: np.ndarray) -> None:
+        self._frames.append({"images": images, "rewards": np.asarray(rewards), "success": np.asarray(success)})
+
+    def pop_frames(self) -> list[dict[str, Any]]:
+        """Frames captured since the last call while ``capture_frames`` was on.
+
+        Each item: ``images uint8 [B, H, W, 3]``, ``rewards [B]``, ``success [B]``.
+        """
+        out, self._frames = self._frames, []
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _check_obs(self, obs: Observation, n: int) -> None:
+        if not isinstance(obs, Observation) or len(obs) != n:
+            raise TypeError(f"{type(self).__name__}._observe must return an Observation with {n} rows")
+
+    def clone(self, **overrides: Any) -> Env:
+        """A new, unbuilt env of the same class and arguments, with ``overrides`` applied."""
+        args, kwargs = self._init_args
+        return type(self)(*args, **{**kwargs, **overrides})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, group_size={self.group_size}, is_eval={self.is_eval})"

@@ -1,0 +1,103 @@
+"""The policy contract: act on observations, re-evaluate what was done.
+
+Shapes: B = batch, C = ``num_action_chunks`` (sub-steps per chunk), D = ``action_dim``.
+
+Log-probs and entropies are returned at the finest granularity the policy has, ``[B, C, D]``
+(one per action token / action dimension); the RL loop reduces them to action level (sum over D)
+or chunk level (sum over C and D) as the algorithm's ``logprob_type`` asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rlinf.envs.observation import Observation
+
+
+@dataclass
+class ActOutput:
+    """Result of :meth:`Policy.act`.
+
+    Attributes:
+        actions: ``float32 [B, C, D]`` env-scale action chunks.
+        logprobs: ``float32 [B, C, D]`` log-probs of the sampled action tokens under the
+            distribution they were drawn from (temperature-scaled, masked).
+        values: ``float32 [B, 1]`` (chunk-level) or ``[B, C]`` (per sub-step) critic values,
+            or ``None`` without a value head.
+        record: the minimal tensors (each ``[B, ...]``) that :meth:`Policy.evaluate` needs besides
+            the observation to recompute ``logprobs`` (e.g. action token ids, denoising chains).
+    """
+
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor | None = None
+    record: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class EvaluateOutput:
+    """Result of :meth:`Policy.evaluate`: ``logprobs`` and ``entropy`` ``[B, C, D]``, ``values``."""
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+
+class Policy(nn.Module):
+    """Base class of VLA policies.
+
+    Subclasses set ``action_dim`` and ``num_action_chunks`` and implement :meth:`act` and
+    :meth:`evaluate`; models with a critic set ``has_value_head = True`` and name the critic's
+    parameters with ``value_head`` (they get ``optim.value_lr``).
+    """
+
+    action_dim: int
+    num_action_chunks: int
+    has_value_head: bool = False
+
+    def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
+        """Choose action chunks for a batch of observations (called under ``torch.no_grad``).
+
+        Args:
+            obs: B observations (uint8 images; the policy does its own preprocessing).
+            do_sample: sample (True) or act greedily (False).
+            temperature: sampling temperature.
+        """
+        raise NotImplementedError
+
+    def evaluate(
+        self,
+        obs: Observation,
+        record: dict[str, torch.Tensor],
+        *,
+        temperature: float = 1.0,
+        compute_entropy: bool = False,
+        compute_values: bool = False,
+    ) -> EvaluateOutput:
+        """Recompute log-probs (with grad) of the actions in ``record`` taken at ``obs``.
+
+        Must equal :attr:`ActOutput.logprobs` of the rollout for unchanged weights.
+        """
+        raise NotImplementedError
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the critic (trained at ``value_lr``)."""
+        return [p for n, p in self.named_parameters() if "value_head" in n and p.requires_grad]
+
+    def sft_loss(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour-cloning loss for expert ``actions [B, C, D]`` (env scale). Optional."""
+        raise NotImplementedError(f"{type(self).__name__} does not support supervised fine-tuning")
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write the policy in Hugging Face layout (``config.json`` + safetensors)."""
+        raise NotImplementedError
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")

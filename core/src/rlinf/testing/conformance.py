@@ -1,0 +1,227 @@
+"""Standard conformance tests for env and policy plugins.
+
+Subclass in your plugin's tests and fill in the factory methods; every plugin, first- or
+third-party, is then checked the same way::
+
+    from rlinf.testing.conformance import EnvPluginTests
+
+    class TestMyEnv(EnvPluginTests):
+        env_class = MyEnv
+        env_kwargs = {"image_size": 64}
+
+Do not override the ``test_*`` methods; tune the class attributes instead.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from typing import Any
+
+import torch
+
+from rlinf.envs.base import ChunkStepResult, Env
+from rlinf.envs.observation import Observation
+from rlinf.plugins.manager import Registry
+from rlinf.policies.base import ActOutput, Policy
+
+
+class EnvPluginTests:
+    """Checks the :class:`rlinf.Env` contract on a real instance of the plugin's env."""
+
+    env_class: type[Env]
+    #: extra constructor arguments for every env the tests build.
+    env_kwargs: dict[str, Any] = {}
+    #: sub-steps per chunk used by the tests.
+    chunk: int = 2
+    #: initial states visited by the eval-grid test (keep small for slow simulators).
+    eval_grid_states: int = 4
+
+    def make_env(self, **overrides: Any) -> Env:
+        return self.env_class(**{**self.env_kwargs, **overrides})
+
+    def random_actions(self, env: Env, chunk: int | None = None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(0)
+        return torch.rand(env.num_envs, chunk or self.chunk, env.action_dim, generator=gen) * 2 - 1
+
+    def test_registered_through_hooks(self):
+        registry = Registry().load()
+        names = registry.names("env")
+        assert self.env_class.__name__ in names, (
+            f"{self.env_class.__name__} is not registered through an rlinf entry point; registered: {names}"
+        )
+
+    def test_reset_returns_observation(self):
+        env = self.make_env(num_envs=2)
+        try:
+            obs = env.reset()
+            assert isinstance(obs, Observation) and len(obs) == 2
+            assert obs.main_images.dtype == torch.uint8 and obs.main_images.shape[-1] == 3
+            assert all(isinstance(t, str) and t for t in obs.task_descriptions)
+            assert obs.main_images.float().std() > 0, "main camera image is blank"
+        finally:
+            env.close()
+
+    def test_chunk_step_shapes(self):
+        env = self.make_env(num_envs=2)
+        try:
+            env.reset()
+            out = env.chunk_step(self.random_actions(env))
+            assert isinstance(out, ChunkStepResult)
+            for name in ("rewards", "terminations", "truncations", "success", "valid"):
+                assert tuple(getattr(out, name).shape) == (2, self.chunk), name
+            assert out.rewards.dtype == torch.float32
+            assert out.terminations.dtype == torch.bool and out.truncations.dtype == torch.bool
+            assert not (out.terminations & out.truncations).any()
+            assert len(out.obs) == 2
+        finally:
+            env.close()
+
+    def test_wrong_action_shape_is_explained(self):
+        env = self.make_env(num_envs=2)
+        try:
+            env.reset()
+            bad = torch.zeros(2, self.chunk, env.action_dim + 1)
+            try:
+                env.chunk_step(bad)
+            except ValueError as exc:
+                assert str(env.action_dim) in str(exc)
+            else:
+                raise AssertionError("chunk_step accepted actions with the wrong action dimension")
+        finally:
+            env.close()
+
+    def test_groups_share_initial_state(self):
+        env = self.make_env(num_envs=4, group_size=2)
+        try:
+            env.reset()
+            ids = env.reset_state_ids
+            assert ids[0] == ids[1] and ids[2] == ids[3]
+        finally:
+            env.close()
+
+    def test_truncation_at_max_episode_steps(self):
+        env = self.make_env(num_envs=2, max_episode_steps=self.chunk, ignore_terminations=True)
+        try:
+            env.reset()
+            out = env.chunk_step(self.random_actions(env))
+            assert out.truncations[:, -1].all() and not out.terminations.any()
+            assert out.final_obs is not None and len(out.final_obs) == 2
+            episodes = env.pop_episodes()
+            assert len(episodes) == 2 and all(e["episode_len"] == self.chunk for e in episodes)
+        finally:
+            env.close()
+
+    def test_auto_reset_starts_new_episodes(self):
+        env = self.make_env(num_envs=2, max_episode_steps=self.chunk, auto_reset=True)
+        try:
+            env.reset()
+            first = env.chunk_step(self.random_actions(env))
+            assert first.dones.any(1).all()
+            second = env.chunk_step(self.random_actions(env))
+            assert second.valid[:, 0].all(), "auto-reset envs must be live in the next chunk"
+        finally:
+            env.close()
+
+    def test_eval_grid_visits_each_state_once(self):
+        env = self.make_env(num_envs=2, is_eval=True, auto_reset=True, max_episode_steps=self.chunk)
+        try:
+            n = env.num_reset_states
+            env.shard(0, max(1, math.ceil(n / self.eval_grid_states)))
+            pool = set(env.pool.tolist())
+            env.reset()
+            for _ in range(len(pool) + 2):
+                if env.eval_finished:
+                    break
+                env.chunk_step(self.random_actions(env))
+            assert env.eval_finished
+            visited = [e["reset_state_id"] for e in env.pop_episodes()]
+            assert sorted(visited) == sorted(pool), "every (task, trial) exactly once"
+        finally:
+            env.close()
+
+
+class PolicyPluginTests:
+    """Checks the :class:`rlinf.Policy` contract."""
+
+    #: observation layout used by :meth:`make_observation`.
+    image_size: int = 32
+    state_dim: int | None = None
+    temperature: float = 1.3
+    batch_size: int = 3
+
+    def make_policy(self) -> Policy:
+        raise NotImplementedError
+
+    def load_policy(self, path: str) -> Policy:
+        """Load what :meth:`Policy.save_pretrained` wrote (default: ``cls(model_path=path)``)."""
+        return type(self.make_policy())(model_path=path)
+
+    def make_observation(self, batch_size: int) -> Observation:
+        gen = torch.Generator().manual_seed(1)
+        imgs = torch.randint(0, 256, (batch_size, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
+        states = torch.randn(batch_size, self.state_dim, generator=gen) if self.state_dim else None
+        tasks = [f"pick up the block number {i}" for i in range(batch_size)]
+        return Observation(main_images=imgs, task_descriptions=tasks, states=states)
+
+    def _act(self, policy: Policy, obs: Observation, **kw) -> ActOutput:
+        policy.eval()
+        with torch.no_grad():
+            return policy.act(obs, **kw)
+
+    def test_registered_through_hooks(self):
+        cls = type(self.make_policy())
+        assert cls.__name__ in Registry().load().names("policy")
+
+    def test_act_shapes(self):
+        policy = self.make_policy()
+        B = self.batch_size
+        out = self._act(policy, self.make_observation(B), do_sample=True, temperature=self.temperature)
+        C, D = policy.num_action_chunks, policy.action_dim
+        assert tuple(out.actions.shape) == (B, C, D)
+        assert tuple(out.logprobs.shape) == (B, C, D)
+        assert torch.isfinite(out.logprobs).all() and (out.logprobs <= 1e-6).all()
+        if policy.has_value_head:
+            assert out.values is not None and out.values.shape[0] == B and out.values.shape[1] in (1, C)
+        for key, value in out.record.items():
+            assert value.shape[0] == B, f"record[{key!r}] must be batch-first"
+
+    def test_recompute_equals_rollout_logprobs(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature, compute_entropy=True, compute_values=True)
+        torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=1e-4, atol=1e-4)
+        assert ev.logprobs.requires_grad
+        assert ev.entropy is not None and tuple(ev.entropy.shape) == tuple(out.logprobs.shape)
+
+    def test_greedy_is_deterministic(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        a = self._act(policy, obs, do_sample=False).actions
+        b = self._act(policy, obs, do_sample=False).actions
+        torch.testing.assert_close(a, b)
+
+    def test_save_load_round_trip(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        before = self._act(policy, obs, do_sample=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            policy.save_pretrained(tmp)
+            loaded = self.load_policy(tmp)
+        after = self._act(loaded, obs, do_sample=False)
+        torch.testing.assert_close(after.actions, before.actions)
+        torch.testing.assert_close(after.logprobs, before.logprobs, rtol=1e-4, atol=1e-5)
+
+    def test_gradients_reach_parameters(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        policy.train()
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature)
+        ev.logprobs.sum().backward()
+        grads = [p.grad for p in policy.parameters() if p.requires_grad]
+        assert any(g is not None and torch.count_nonzero(g) > 0 for g in grads)
+
+
+__all__ = ["EnvPluginTests", "PolicyPluginTests"]
