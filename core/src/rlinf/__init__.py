@@ -18,3 +18,16 @@ __all__ = [
     "WorldModel",
     "hookimpl",
 ]
+
+
+def __getattr__(name: str):
+    # heavy (Lightning) parts are imported on first use, so `rlinf plugins` stays fast
+    if name == "RLModule":
+        from rlinf.module import RLModule
+
+        return RLModule
+    if name in ("PPO", "GRPO"):
+        import rlinf.algorithms as algorithms
+
+        return getattr(algorithms, name)
+    raise AttributeError(f"module 'rlinf' has no attribute {name!r}")

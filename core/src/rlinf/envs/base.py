@@ -26,6 +26,7 @@ own mapping through :meth:`task_ids`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,10 +122,21 @@ class Env:
 
     action_dim: int = 7
 
-    def __new__(cls, *args: Any, **kwargs: Any):
-        obj = super().__new__(cls)
-        obj._init_args = (args, dict(kwargs))
-        return obj
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Record the constructor arguments of the outermost class, for clone(): stage and
+        # worker copies of an env are built from the same config with a few overrides.
+        super().__init_subclass__(**kwargs)
+        original = cls.__dict__.get("__init__")
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            if "_init_args" not in self.__dict__:
+                self._init_args = (args, dict(kw))
+            original(self, *args, **kw)
+
+        cls.__init__ = __init__
 
     def __init__(
         self,
@@ -223,7 +235,7 @@ class Env:
             if not self.ignore_terminations:
                 live &= ~np.asarray(t, bool)
             if self.capture_frames:
-                frames.append(self._observe(np.arange(B)).main_images.numpy())
+                frames.append(self._observe(self._video_env_ids()).main_images.numpy())
         return rewards, terminated, success, frames
 
     # ------------------------------------------------------------------ public API
@@ -260,6 +272,24 @@ class Env:
         """Eval mode: every reset state of the pool was visited and no episode is running."""
         return self._cursor >= len(self.pool) and not any(e.live for e in self._episodes)
 
+    @property
+    def any_live(self) -> bool:
+        """Some sub-env is in a running episode."""
+        return any(e.live for e in self._episodes)
+
+    def restart_pool(self) -> None:
+        """Eval mode: visit the whole pool again (another eval pass)."""
+        self._cursor = 0
+
+    def sampler_state(self) -> dict[str, Any]:
+        """State of the initial-state sampler (saved in checkpoints so a resume continues it)."""
+        return {"pool": self.pool.copy(), "cursor": self._cursor, "rng": self._rng.bit_generator.state}
+
+    def load_sampler_state(self, state: dict[str, Any]) -> None:
+        self._pool = np.asarray(state["pool"], dtype=np.int64)
+        self._cursor = int(state["cursor"])
+        self._rng.bit_generator.state = state["rng"]
+
     def _draw(self, n_groups: int) -> np.ndarray:
         """``n_groups`` reset state ids (-1 = nothing left in eval mode)."""
         pool = self.pool
@@ -295,11 +325,11 @@ class Env:
             if ids.shape != (self.num_envs,):
                 raise ValueError(f"reset_state_ids must have shape [{self.num_envs}], got {ids.shape}")
         self._start(np.arange(self.num_envs), ids)
-        self._frames = []
         obs = self._observe(np.arange(self.num_envs))
         self._check_obs(obs, self.num_envs)
         if self.capture_frames:
-            self._record_frame(obs.main_images.numpy(), np.zeros(self.num_envs), np.zeros(self.num_envs, bool))
+            ids = self._video_env_ids()
+            self._record_frame(obs.main_images[ids].numpy(), np.zeros(len(ids)), np.zeros(len(ids), bool))
         return obs
 
     def _start(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
@@ -405,13 +435,18 @@ class Env:
         return out
 
     # ------------------------------------------------------------------ frames
+    def _video_env_ids(self) -> np.ndarray:
+        return np.arange(min(self.num_envs, self.video_cfg.max_envs))
+
     def _record_frame(self, images: np.ndarray, rewards: np.ndarray, success: np.ndarray) -> None:
-        self._frames.append({"images": images, "rewards": np.asarray(rewards), "success": np.asarray(success)})
+        n = len(images)
+        self._frames.append({"images": images, "rewards": np.asarray(rewards)[:n], "success": np.asarray(success)[:n]})
 
     def pop_frames(self) -> list[dict[str, Any]]:
         """Frames captured since the last call while ``capture_frames`` was on.
 
-        Each item: ``images uint8 [B, H, W, 3]``, ``rewards [B]``, ``success [B]``.
+        Each item: ``images uint8 [V, H, W, 3]``, ``rewards [V]``, ``success [V]`` for the first
+        ``V = min(num_envs, video_cfg.max_envs)`` sub-envs.
         """
         out, self._frames = self._frames, []
         return out
@@ -423,7 +458,7 @@ class Env:
 
     def clone(self, **overrides: Any) -> Env:
         """A new, unbuilt env of the same class and arguments, with ``overrides`` applied."""
-        args, kwargs = self._init_args
+        args, kwargs = self.__dict__.get("_init_args", ((), {}))
         return type(self)(*args, **{**kwargs, **overrides})
 
     def __repr__(self) -> str:

@@ -1,1 +1,1 @@
-
+"""Rollout collection and storage."""

@@ -1,0 +1,197 @@
+"""Policy-gradient algorithms: advantage computation and the per-micro-batch loss.
+
+Granularity keys (as in RLinf):
+
+- ``reward_type``: ``action_level`` (one reward/advantage per sub-step) or ``chunk_level``
+  (rewards summed over the chunk, one advantage per chunk);
+- ``logprob_type`` / ``entropy_type``: ``token_level`` (``[.., C, D]``, one ratio per action token),
+  ``action_level`` (sum over D) or ``chunk_level`` (sum over C and D; needs chunk-level rewards).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from rlinf.algorithms.losses import masked_mean, ppo_actor_loss
+from rlinf.policies.base import EvaluateOutput
+from rlinf.rollout.trajectory import Samples, Trajectory, flatten_steps
+
+Level = Literal["token_level", "action_level", "chunk_level"]
+RewardLevel = Literal["action_level", "chunk_level"]
+
+
+class Reducer:
+    """Cross-rank reductions; the identity in a single process (the RL module passes a
+    distributed one, so statistics are global, not per rank)."""
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def max(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def reduce_level(x: torch.Tensor, level: str) -> torch.Tensor:
+    """``[S, C, D]`` → token ``[S, C, D]``, action ``[S, C]`` or chunk ``[S]``."""
+    if level == "token_level":
+        return x
+    if level == "action_level":
+        return x.sum(-1)
+    if level == "chunk_level":
+        return x.sum((-1, -2))
+    raise ValueError(f"granularity must be token_level, action_level or chunk_level, got {level!r}")
+
+
+def expand_to(x: torch.Tensor, level: str) -> torch.Tensor:
+    """Broadcast per-sample advantages/masks (``[S, C]`` or ``[S]``) to a log-prob level."""
+    if level == "token_level":
+        return x.unsqueeze(-1) if x.dim() == 2 else x.view(-1, 1, 1)
+    if level == "action_level":
+        return x if x.dim() == 2 else x.view(-1, 1)
+    return x if x.dim() == 1 else x[:, 0]
+
+
+class Algorithm:
+    """Shared settings of PPO-style policy updates.
+
+    Args:
+        clip_ratio_low: lower clip range ε_low of the ratio (1 − ε_low).
+        clip_ratio_high: upper clip range ε_high of the ratio (1 + ε_high).
+        clip_ratio_c: dual-clip constant (> 1), ``None`` to disable.
+        entropy_bonus: coefficient of the entropy bonus.
+        update_epoch: passes over the rollout per RL step.
+        reward_type: ``action_level`` or ``chunk_level``.
+        logprob_type: ``token_level``, ``action_level`` or ``chunk_level``.
+        entropy_type: granularity of the entropy term.
+    """
+
+    uses_critic = False
+
+    def __init__(
+        self,
+        clip_ratio_low: float = 0.2,
+        clip_ratio_high: float = 0.2,
+        clip_ratio_c: float | None = 3.0,
+        entropy_bonus: float = 0.0,
+        update_epoch: int = 1,
+        reward_type: RewardLevel = "action_level",
+        logprob_type: Level = "token_level",
+        entropy_type: Level = "token_level",
+    ) -> None:
+        if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (or null to disable), got {clip_ratio_c}")
+        if update_epoch < 1:
+            raise ValueError(f"update_epoch must be >= 1, got {update_epoch}")
+        for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
+            if level == "chunk_level" and reward_type != "chunk_level":
+                raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
+        self.clip_ratio_low = clip_ratio_low
+        self.clip_ratio_high = clip_ratio_high
+        self.clip_ratio_c = clip_ratio_c
+        self.entropy_bonus = entropy_bonus
+        self.update_epoch = update_epoch
+        self.reward_type = reward_type
+        self.logprob_type = logprob_type
+        self.entropy_type = entropy_type
+
+    # ---------------------------------------------------------------- advantages
+    def compute(self, trajs: list[Trajectory], group_size: int, reduce: Reducer) -> tuple[Samples, dict[str, float]]:
+        """Advantages of every rollout epoch, as flat samples, plus ``rollout/*`` metrics."""
+        advs, masks, targets = [], [], []
+        for traj in trajs:
+            adv, mask, target = self._advantages(traj, group_size)
+            advs.append(adv)
+            masks.append(mask)
+            targets.append(target)
+        adv = torch.cat([flatten_steps(a) for a in advs])
+        mask = torch.cat([flatten_steps(m) for m in masks])
+        adv = self._postprocess(adv, mask, reduce)
+        samples = self._samples(trajs, adv, mask, targets)
+        valid = mask.bool()
+        rewards = torch.cat([flatten_steps(t.rewards) for t in trajs])
+        reward_valid = torch.cat([flatten_steps(t.valid) for t in trajs])
+        metrics = {
+            "rollout/rewards": _global_mean(rewards, reward_valid, reduce),
+            "rollout/advantages_mean": _global_mean(adv, valid, reduce),
+            "rollout/advantages_max": _global_extreme(adv, valid, reduce, largest=True),
+            "rollout/advantages_min": _global_extreme(adv, valid, reduce, largest=False),
+            "rollout/valid_fraction": float(reduce.sum(valid.sum().double()) / reduce.sum(torch.tensor(float(valid.numel()), dtype=torch.float64))),
+        }
+        if samples.value_targets is not None:
+            vm = samples.value_mask.bool()
+            metrics["rollout/returns_mean"] = _global_mean(samples.value_targets, vm, reduce)
+            metrics["rollout/returns_max"] = _global_extreme(samples.value_targets, vm, reduce, True)
+            metrics["rollout/returns_min"] = _global_extreme(samples.value_targets, vm, reduce, False)
+        return samples, metrics
+
+    def _advantages(self, traj: Trajectory, group_size: int):
+        raise NotImplementedError
+
+    def _postprocess(self, adv: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> torch.Tensor:
+        return adv
+
+    def _samples(self, trajs: list[Trajectory], adv, mask, targets) -> Samples:
+        from rlinf.envs.observation import Observation
+
+        obs = Observation.cat([o for t in trajs for o in t.obs])
+        keys = trajs[0].records[0].keys()
+        records = {k: torch.cat([r[k] for t in trajs for r in t.records]) for k in keys}
+        old_logprobs = torch.cat([flatten_steps(t.logprobs) for t in trajs])
+        samples = Samples(obs=obs, records=records, old_logprobs=old_logprobs, adv=adv, mask=mask)
+        if self.uses_critic:
+            samples.old_values = torch.cat([flatten_steps(t.values[:-1]) for t in trajs])
+            samples.value_targets = torch.cat([flatten_steps(x[0]) for x in targets])
+            samples.value_mask = torch.cat([flatten_steps(x[1]) for x in targets])
+        return samples
+
+    # ---------------------------------------------------------------- loss
+    def loss(
+        self,
+        out: EvaluateOutput,
+        mb: Samples,
+        denom: float,
+        value_denom: float | None,
+        actor_enabled: bool = True,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss of one micro-batch.
+
+        ``denom`` is the number of valid entries of ``mask`` in the whole minibatch (divided by the
+        world size), so that accumulated micro-batch losses average over the minibatch.
+        """
+        logp = reduce_level(out.logprobs, self.logprob_type)
+        old = reduce_level(mb.old_logprobs.to(logp.device), self.logprob_type)
+        adv = expand_to(mb.adv.to(logp.device), self.logprob_type)
+        mask = expand_to(mb.mask.to(logp.device), self.logprob_type).expand_as(logp)
+        adv = adv.expand_as(logp)
+        n_per_entry = mask[0].numel() / mb.mask[0].numel()
+        policy_loss, stats = ppo_actor_loss(
+            logp, old, adv, mask, self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_c,
+            denom=denom * n_per_entry,
+        )
+        metrics = {f"train/actor/{k}": v for k, v in stats.items()}
+        metrics["train/actor/policy_loss"] = policy_loss.detach()
+        loss = policy_loss if actor_enabled else policy_loss * 0.0
+        if out.entropy is not None:
+            ent = reduce_level(out.entropy, self.entropy_type)
+            ent_mask = expand_to(mb.mask.to(ent.device), self.entropy_type).expand_as(ent)
+            entropy = masked_mean(ent, ent_mask, denom * ent_mask[0].numel() / mb.mask[0].numel())
+            metrics["train/entropy_loss"] = entropy.detach()
+            if self.entropy_bonus and actor_enabled:
+                loss = loss - self.entropy_bonus * entropy
+        return loss, metrics
+
+
+def _global_mean(x: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> float:
+    mask = mask.to(x.dtype)
+    total = reduce.sum((x * mask).sum().double())
+    count = reduce.sum(mask.sum().double())
+    return float(total / count) if count > 0 else float("nan")
+
+
+def _global_extreme(x: torch.Tensor, mask: torch.Tensor, reduce: Reducer, largest: bool) -> float:
+    m = mask.bool()
+    sign = 1.0 if largest else -1.0
+    local = (sign * x[m].double()).max() if m.any() else torch.tensor(float("-inf"), dtype=torch.float64)
+    return float(sign * reduce.max(local))

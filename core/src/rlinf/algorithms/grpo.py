@@ -1,0 +1,83 @@
+"""GRPO: group-relative outcome advantages, no critic."""
+
+from __future__ import annotations
+
+import torch
+
+from rlinf.algorithms.advantages import group_filter_mask, group_normalized_scores
+from rlinf.algorithms.base import Algorithm, Level, RewardLevel
+from rlinf.rollout.trajectory import Trajectory
+
+
+class GRPO(Algorithm):
+    """Group Relative Policy Optimization (Shao et al., 2024) for episodic VLA rollouts.
+
+    Each group is ``env.group_size`` consecutive env slots that started from the same initial
+    state (checked at every rollout). A trajectory's score is the return of its first episode
+    (``auto_reset`` must be off); its advantage ``(s − mean_G) / (std_G + 1e-6)`` is applied to
+    every valid step up to and including the step that ended the episode.
+
+    Args:
+        filter_rewards: drop groups whose mean score is outside ``[rewards_lower_bound,
+            rewards_upper_bound]`` (e.g. all-success / all-fail groups with binary rewards).
+        rewards_lower_bound: lower bound of a kept group's mean score.
+        rewards_upper_bound: upper bound of a kept group's mean score.
+        clip_ratio_low: see :class:`Algorithm`.
+        clip_ratio_high: see :class:`Algorithm`.
+        clip_ratio_c: see :class:`Algorithm`.
+        entropy_bonus: see :class:`Algorithm`.
+        update_epoch: see :class:`Algorithm`.
+        reward_type: see :class:`Algorithm`.
+        logprob_type: see :class:`Algorithm`.
+        entropy_type: see :class:`Algorithm`.
+    """
+
+    uses_critic = False
+
+    def __init__(
+        self,
+        filter_rewards: bool = False,
+        rewards_lower_bound: float = 0.1,
+        rewards_upper_bound: float = 0.9,
+        clip_ratio_low: float = 0.2,
+        clip_ratio_high: float = 0.28,
+        clip_ratio_c: float | None = 3.0,
+        entropy_bonus: float = 0.0,
+        update_epoch: int = 1,
+        reward_type: RewardLevel = "action_level",
+        logprob_type: Level = "token_level",
+        entropy_type: Level = "token_level",
+    ) -> None:
+        super().__init__(
+            clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
+            entropy_bonus=entropy_bonus, update_epoch=update_epoch, reward_type=reward_type,
+            logprob_type=logprob_type, entropy_type=entropy_type,
+        )
+        if rewards_lower_bound > rewards_upper_bound:
+            raise ValueError("rewards_lower_bound must be <= rewards_upper_bound")
+        self.filter_rewards = filter_rewards
+        self.rewards_lower_bound = rewards_lower_bound
+        self.rewards_upper_bound = rewards_upper_bound
+
+    def _advantages(self, traj: Trajectory, group_size: int):
+        if group_size < 2:
+            raise ValueError(
+                "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
+            )
+        ids = traj.reset_state_ids[0].view(-1, group_size)
+        if not (ids == ids[:, :1]).all():
+            raise RuntimeError(
+                f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
+            )
+        scores = (traj.rewards * traj.valid).sum((0, 2))  # [B]
+        adv = group_normalized_scores(scores, group_size)
+        keep = torch.ones_like(scores, dtype=torch.bool)
+        if self.filter_rewards:
+            keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
+        seq = traj.at_level(self.reward_type)
+        mask = traj.from_level(seq["valid"], self.reward_type)
+        keep_b = keep.view(1, -1, *([1] * (mask.dim() - 2)))
+        mask = (mask & keep_b).to(torch.float32)
+        adv_b = adv.view(1, -1, *([1] * (mask.dim() - 2))).expand_as(mask) * mask
+        self.last_scores = scores
+        return adv_b, mask, None
