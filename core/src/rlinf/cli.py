@@ -17,7 +17,13 @@ import yaml
 from rlinf.plugins.manager import KINDS, PluginError, Registry, load_plugins
 
 # keys of RLModule / SFTModule init args that name a plugin class, and the kind they take
-PLUGIN_KEYS = {"env": "env", "eval_env": "env", "policy": "policy", "world_model": "world_model"}
+PLUGIN_KEYS = {
+    "env": "env",
+    "eval_env": "env",
+    "policy": "policy",
+    "world_model": "world_model",
+    "reward_model": "world_model",
+}
 
 
 def plugins_command(argv: list[str]) -> int:
@@ -91,6 +97,12 @@ def trainer_defaults() -> dict[str, Any]:
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
             "init_args": {"save_dir": "runs", "name": "rlinf"},
         },
+        "callbacks": [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"save_last": True, "save_on_train_epoch_end": True},
+            }
+        ],
         "num_sanity_val_steps": 0,
         "log_every_n_steps": 1,
         "use_distributed_sampler": False,

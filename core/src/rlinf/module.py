@@ -340,12 +340,12 @@ class RLModule(pl.LightningModule):
             grad_norm = grad_norm.full_tensor()
         if torch.isfinite(grad_norm):
             opt.step()
+            sched.step()
             self.log("train/actor/grad_norm", grad_norm.detach().cpu(), on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
         else:
             self.skipped_steps += 1
         self.log("train/actor/skipped_steps", float(self.skipped_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
         opt.zero_grad(set_to_none=True)
-        sched.step()
         self._optim_steps_done += 1
         for group in opt.optimizer.param_groups if hasattr(opt, "optimizer") else opt.param_groups:
             name = "critic" if group.get("name") == "critic" else "actor"

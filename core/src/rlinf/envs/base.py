@@ -101,6 +101,18 @@ class _Episode:
     extras: dict = field(default_factory=dict)
 
 
+def _delegated(method):
+    """With ``num_workers > 0`` the public API runs on the worker processes (``rlinf.envs.workers``)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args: Any, **kwargs: Any):
+        if self.num_workers > 0:
+            return getattr(self._worker_pool(), method.__name__)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Env:
     """Base class of batched, action-chunk environments.
 
@@ -137,6 +149,8 @@ class Env:
             original(self, *args, **kw)
 
         cls.__init__ = __init__
+        if "close" in cls.__dict__:  # a plugin's close() must also shut the worker processes down
+            cls.close = _delegated(cls.__dict__["close"])
 
     def __init__(
         self,
@@ -173,7 +187,12 @@ class Env:
         self.seed = seed
         self.is_eval = is_eval
         self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
+        if num_workers:
+            from rlinf.envs.workers import check_worker_split
+
+            check_worker_split(num_envs, group_size, num_workers)
         self.num_workers = num_workers
+        self._workers = None
         self.video_cfg = video_cfg or VideoConfig()
         self.capture_frames = False
         self._frames: list[dict[str, Any]] = []
@@ -239,11 +258,13 @@ class Env:
         return rewards, terminated, success, frames
 
     # ------------------------------------------------------------------ public API
+    @_delegated
     def shard(self, index: int, count: int) -> None:
         """Use only every ``count``-th initial state starting at ``index`` (ranks, workers)."""
         self._shard = (index, count)
         self._pool = None
 
+    @_delegated
     def close(self) -> None:
         """Release simulator resources."""
 
@@ -268,23 +289,28 @@ class Env:
         return self._pool
 
     @property
+    @_delegated
     def eval_finished(self) -> bool:
         """Eval mode: every reset state of the pool was visited and no episode is running."""
         return self._cursor >= len(self.pool) and not any(e.live for e in self._episodes)
 
     @property
+    @_delegated
     def any_live(self) -> bool:
         """Some sub-env is in a running episode."""
         return any(e.live for e in self._episodes)
 
+    @_delegated
     def restart_pool(self) -> None:
         """Eval mode: visit the whole pool again (another eval pass)."""
         self._cursor = 0
 
+    @_delegated
     def sampler_state(self) -> dict[str, Any]:
         """State of the initial-state sampler (saved in checkpoints so a resume continues it)."""
-        return {"pool": self.pool.copy(), "cursor": self._cursor, "rng": self._rng.bit_generator.state}
+        return {"pool": self.pool.tolist(), "cursor": int(self._cursor), "rng": self._rng.bit_generator.state}
 
+    @_delegated
     def load_sampler_state(self, state: dict[str, Any]) -> None:
         self._pool = np.asarray(state["pool"], dtype=np.int64)
         self._cursor = int(state["cursor"])
@@ -305,11 +331,13 @@ class Env:
             self._cursor += 1
         return out
 
+    @_delegated
     def ensure_built(self) -> None:
         if not self._built:
             self._build()
             self._built = True
 
+    @_delegated
     def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
         """Start new episodes in every sub-env and return the first observation.
 
@@ -340,10 +368,12 @@ class Env:
             self._episodes[e] = _Episode(reset_state_id=int(rid), live=bool(rid >= 0))
 
     @property
+    @_delegated
     def reset_state_ids(self) -> np.ndarray:
         """``int64 [B]`` initial state of the current episode of each sub-env (-1: idle)."""
         return np.array([e.reset_state_id for e in self._episodes], dtype=np.int64)
 
+    @_delegated
     def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
         """Execute an action chunk ``[B, C, D]`` (env scale) in every sub-env."""
         acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
@@ -423,16 +453,30 @@ class Env:
             **ep.extras,
         }
 
+    @_delegated
     def flush_episodes(self) -> None:
         """Close still-running episodes (end of a rollout epoch without auto-reset)."""
         for b, ep in enumerate(self._episodes):
             if ep.live and ep.length > 0:
                 self._finish(b, ep, truncated=True)
 
+    @_delegated
     def pop_episodes(self) -> list[dict[str, Any]]:
         """Records of the episodes finished since the last call (``success_once``, ``return``, …)."""
         out, self._finished = self._finished, []
         return out
+
+    @_delegated
+    def pop_metrics(self) -> dict[str, float]:
+        """Env-level counters since the last call (worker envs: ``env/worker_restarts``, ``env/dropped_episodes``)."""
+        return {}
+
+    def _worker_pool(self):
+        if self._workers is None:
+            from rlinf.envs.workers import EnvWorkerPool
+
+            self._workers = EnvWorkerPool(self)
+        return self._workers
 
     # ------------------------------------------------------------------ frames
     def _video_env_ids(self) -> np.ndarray:
@@ -442,6 +486,7 @@ class Env:
         n = len(images)
         self._frames.append({"images": images, "rewards": np.asarray(rewards)[:n], "success": np.asarray(success)[:n]})
 
+    @_delegated
     def pop_frames(self) -> list[dict[str, Any]]:
         """Frames captured since the last call while ``capture_frames`` was on.
 

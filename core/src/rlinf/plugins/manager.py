@@ -29,7 +29,7 @@ CORE_DISTRIBUTION = "rlinf-core"
 KINDS = {
     "env": ("register_envs", "rlinf.envs.base:Env"),
     "policy": ("register_policies", "rlinf.policies.base:Policy"),
-    "world_model": ("register_world_models", "rlinf.world_models.base:WorldModel"),
+    "world_model": ("register_world_models", "rlinf.world_models.base:WorldModel,RewardModel"),
 }
 
 
@@ -72,9 +72,10 @@ class PluginInfo:
         }
 
 
-def _load_base(kind: str) -> type:
-    module, qualname = KINDS[kind][1].split(":")
-    return getattr(importlib.import_module(module), qualname)
+def _load_base(kind: str) -> tuple[type, ...]:
+    module, qualnames = KINDS[kind][1].split(":")
+    mod = importlib.import_module(module)
+    return tuple(getattr(mod, q) for q in qualnames.split(","))
 
 
 def _split_env(var: str) -> set[str] | None:
@@ -173,7 +174,7 @@ class Registry:
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise PluginError(
                     f"plugin '{info.name}' from {info.distribution} registered {cls!r} as {kind}, "
-                    f"but it is not a subclass of {base.__module__}.{base.__qualname__}"
+                    f"but it is not a subclass of {' or '.join(b.__module__ + '.' + b.__qualname__ for b in base)}"
                 )
             for short in (cls.__name__, *aliases):
                 previous = self.classes.get(short)

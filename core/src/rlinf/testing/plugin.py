@@ -6,8 +6,10 @@ from rlinf.plugins.hookspecs import hookimpl
 @hookimpl
 def register_envs(register):
     from rlinf.testing.toy_env import ReachEnv
+    from rlinf.world_models.env import WorldModelEnv
 
     register(ReachEnv)
+    register(WorldModelEnv)
 
 
 @hookimpl
@@ -15,3 +17,11 @@ def register_policies(register):
     from rlinf.testing.toy_policy import TinyVLAPolicy
 
     register(TinyVLAPolicy)
+
+
+@hookimpl
+def register_world_models(register):
+    from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
+
+    register(ToyWorldModel)
+    register(ToyRewardModel)

@@ -1,0 +1,585 @@
+"""Generic worker-process envs: any :class:`~rlinf.Env` with ``num_workers: W > 0``.
+
+The env then holds no simulator itself. Its ``num_envs`` sub-envs are split into ``W`` contiguous
+slices; worker ``w`` is a separate process that owns ``env.clone(num_envs=B // W, num_workers=0)``
+sharded to every ``W``-th initial state of the env's own shard, so that
+
+* GRPO groups never straddle workers (``B // W`` must be a multiple of ``group_size``);
+* in eval mode the workers' pools partition the env's pool: every reset state is visited exactly
+  once across workers (and ranks);
+* observations come back through shared memory: each worker writes its rows into shared
+  tensors that it sent to the parent once, and the parent copies them into the result batch
+  (no pickled image arrays per step);
+* a worker that dies (crash, OOM kill, exception in the simulator) is reported with its error.
+  In training envs (``is_eval: false``) it is restarted: the chunk it was running comes back
+  with ``valid = False`` rows, its running episodes are dropped (never reported as finished)
+  and counted in ``env/dropped_episodes``; restarts are counted in ``env/worker_restarts``
+  (see :meth:`EnvWorkerPool.pop_metrics`). Eval envs raise instead, since a dropped episode
+  would bias the success rate. A worker that fails again right after a restart
+  ``MAX_FAILURES_IN_A_ROW`` times is treated as a deterministic bug and raises.
+
+Nothing here is plugin-specific: :class:`rlinf.Env` delegates its public API to an
+:class:`EnvWorkerPool` whenever ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted
+experts that read the simulator) only work in-process (``num_workers: 0``).
+
+Workers start with the ``forkserver`` method by default (fast restarts, no fork of a process
+with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+import warnings
+import weakref
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.multiprocessing as tmp  # registers the shared-tensor reductions on ForkingPickler
+
+from rlinf.envs.observation import Observation
+
+if TYPE_CHECKING:
+    from rlinf.envs.base import ChunkStepResult, Env
+
+MAX_FAILURES_IN_A_ROW = 3
+_OBS_SLOT, _FINAL_SLOT = 0, 1
+
+
+class EnvWorkerError(RuntimeError):
+    """An env worker process died or raised; the message carries the worker's error."""
+
+
+def check_worker_split(num_envs: int, group_size: int, num_workers: int) -> None:
+    """Raise a one-line ``ValueError`` if ``num_envs`` does not split into ``num_workers`` workers."""
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if num_workers and (num_envs % num_workers or (num_envs // num_workers) % group_size):
+        raise ValueError(
+            f"num_envs ({num_envs}) must split into num_workers ({num_workers}) workers that each hold a "
+            f"multiple of group_size ({group_size}) sub-envs, so that no GRPO group straddles two workers"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side
+# ---------------------------------------------------------------------------------------------
+def _obs_tensors(obs: Observation) -> dict[str, torch.Tensor | None]:
+    return {f.name: getattr(obs, f.name) for f in fields(obs) if f.name != "task_descriptions"}
+
+
+class _ShmWriter:
+    """Worker side of the shared-memory observation slots."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.buffers: dict[int, dict[str, torch.Tensor]] = {_OBS_SLOT: {}, _FINAL_SLOT: {}}
+
+    def write(self, slot: int, obs: Observation) -> dict[str, Any]:
+        """Copy ``obs`` into the slot's shared tensors; new or resized tensors travel once, in the reply."""
+        bufs = self.buffers[slot]
+        layout: dict[str, bool] = {}
+        new: dict[str, torch.Tensor] = {}
+        n = len(obs)
+        for name, t in _obs_tensors(obs).items():
+            layout[name] = t is not None
+            if t is None:
+                continue
+            shape = (self.rows, *t.shape[1:])
+            buf = bufs.get(name)
+            if buf is None or tuple(buf.shape) != shape or buf.dtype != t.dtype:
+                buf = torch.empty(shape, dtype=t.dtype).share_memory_()
+                bufs[name] = buf
+                new[name] = buf
+            buf[:n].copy_(t)
+        return {"n": n, "layout": layout, "new": new, "text": list(obs.task_descriptions)}
+
+
+def _status(env: Env) -> dict[str, Any]:
+    live = np.array([e.live for e in env._episodes], dtype=bool)
+    return {
+        "live": live,
+        "reset_state_ids": env.reset_state_ids,
+        "eval_finished": bool(env.eval_finished) if env.is_eval else False,
+    }
+
+
+def _serve(env: Env, shm: _ShmWriter, cmd: str, args: tuple) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cmd == "reset":
+        ids, capture = args
+        env.capture_frames = capture
+        out["obs"] = shm.write(_OBS_SLOT, env.reset(ids))
+    elif cmd == "chunk_step":
+        actions, capture = args
+        env.capture_frames = capture
+        res = env.chunk_step(actions)
+        out["arrays"] = {
+            k: getattr(res, k).numpy()
+            for k in ("rewards", "terminations", "truncations", "success", "valid", "reset_state_ids")
+        }
+        out["obs"] = shm.write(_OBS_SLOT, res.obs)
+        if res.final_obs is not None:
+            out["final"] = shm.write(_FINAL_SLOT, res.final_obs)
+            out["final_ids"] = res.final_obs_env_ids.numpy()
+    elif cmd == "idle":
+        # after a restart in a no-auto-reset env: new episodes would start mid-rollout; keep the
+        # slots idle (valid False) until the next reset() instead
+        env.reset(args[0])
+        for b in range(env.num_envs):
+            env._episodes[b] = type(env._episodes[b])()
+        out["obs"] = shm.write(_OBS_SLOT, env._observe(np.arange(env.num_envs)))
+    elif cmd == "flush_episodes":
+        env.flush_episodes()
+    elif cmd == "restart_pool":
+        env.restart_pool()
+    elif cmd == "shard":
+        env.shard(*args)
+    elif cmd == "sampler_state":
+        out["value"] = env.sampler_state()
+    elif cmd == "load_sampler_state":
+        env.load_sampler_state(args[0])
+    elif cmd == "build":
+        env.ensure_built()
+    elif cmd == "ping":
+        pass
+    else:
+        raise ValueError(f"unknown env worker command {cmd!r}")
+    out["episodes"] = env.pop_episodes()
+    out["frames"] = env.pop_frames()
+    out["status"] = _status(env)
+    return out
+
+
+def _worker_main(conn, spec: tuple, shard: tuple[int, int]) -> None:
+    """Entry point of a worker process: build the env clone, then serve commands until ``close``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
+    torch.set_num_threads(1)
+    env = None
+    try:
+        cls, args, kwargs = spec
+        env = cls(*args, **kwargs)
+        env.shard(*shard)
+        shm = _ShmWriter(env.num_envs)
+        conn.send(("ok", {"pid": os.getpid()}))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            cmd, args = conn.recv()
+        except (EOFError, OSError):  # parent gone
+            break
+        if cmd == "close":
+            try:
+                env.close()
+            finally:
+                conn.send(("ok", {}))
+            break
+        try:
+            reply = ("ok", _serve(env, shm, cmd, args))
+        except BaseException:
+            reply = ("error", traceback.format_exc())
+        conn.send(reply)
+
+
+# ---------------------------------------------------------------------------------------------
+# parent side
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Worker:
+    index: int
+    lo: int
+    hi: int
+    process: Any = None
+    conn: Any = None
+    buffers: dict[int, dict[str, torch.Tensor]] = field(default_factory=lambda: {_OBS_SLOT: {}, _FINAL_SLOT: {}})
+    status: dict[str, Any] | None = None
+    failures_in_a_row: int = 0
+
+    @property
+    def num_envs(self) -> int:
+        return self.hi - self.lo
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"exit code {code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"exit code {code}"
+    return f"exit code {code}"
+
+
+def _shutdown(workers: list[_Worker]) -> None:
+    for w in workers:
+        if w.conn is not None:
+            try:
+                w.conn.send(("close", ()))
+            except (OSError, BrokenPipeError):
+                pass
+    for w in workers:
+        if w.process is not None:
+            w.process.join(timeout=5)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout=5)
+        if w.conn is not None:
+            w.conn.close()
+        w.process = w.conn = None
+
+
+class EnvWorkerPool:
+    """The worker processes behind one env with ``num_workers > 0`` (created by the env itself).
+
+    Args:
+        env: the parent env; its constructor arguments (with ``num_envs = B // W`` and
+            ``num_workers = 0``) build each worker's env.
+    """
+
+    def __init__(self, env: Env) -> None:
+        from rlinf.envs.base import Env
+
+        self.env = env
+        W = env.num_workers
+        check_worker_split(env.num_envs, env.group_size, W)
+        b = env.num_envs // W
+        self.workers = [_Worker(index=w, lo=w * b, hi=(w + 1) * b) for w in range(W)]
+        args, kwargs = env.__dict__.get("_init_args", ((), {}))
+        self._spec = (type(env), args, {**kwargs, "num_envs": b, "num_workers": 0})
+        self._base = Env
+        self._episodes: list[dict[str, Any]] = []
+        self._frames: list[dict[str, Any]] = []
+        self._restarts = 0
+        self._dropped = 0
+        self.total_restarts = 0
+        self.total_dropped_episodes = 0
+        self._started = False
+        self._ctx = tmp.get_context(os.environ.get("RLINF_ENV_WORKER_START", "forkserver"))
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+
+    # ------------------------------------------------------------------ process management
+    def _worker_shard(self, w: int) -> tuple[int, int]:
+        index, count = self.env._shard
+        return index + w * count, count * len(self.workers)
+
+    def _launch(self, worker: _Worker) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child, self._spec, self._worker_shard(worker.index)),
+            name=f"rlinf-env-{type(self.env).__name__}-{worker.index}",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        worker.process, worker.conn = proc, parent
+        worker.buffers = {_OBS_SLOT: {}, _FINAL_SLOT: {}}
+        worker.status = None
+
+    def _await_ready(self, worker: _Worker) -> None:
+        kind, payload = self._recv(worker, "start")
+        if kind != "ok":
+            raise EnvWorkerError(self._describe(worker, "start", payload))
+
+    def start(self) -> None:
+        """Start every worker process (idempotent); simulators are built on the first reset."""
+        if self._started:
+            return
+        for w in self.workers:
+            self._launch(w)
+        for w in self.workers:
+            self._await_ready(w)
+        self._started = True
+
+    def _restart(self, worker: _Worker) -> None:
+        self._kill(worker)
+        self._launch(worker)
+        self._await_ready(worker)
+        self._restarts += 1
+        self.total_restarts += 1
+
+    @staticmethod
+    def _kill(worker: _Worker) -> None:
+        if worker.process is not None and worker.process.is_alive():
+            worker.process.kill()
+        if worker.process is not None:
+            worker.process.join(timeout=5)
+        if worker.conn is not None:
+            worker.conn.close()
+        worker.process = worker.conn = None
+
+    def _describe(self, worker: _Worker, cmd: str, error: str) -> str:
+        pid = worker.process.pid if worker.process is not None else "?"
+        return (
+            f"env worker {worker.index}/{len(self.workers)} of {type(self.env).__name__} (sub-envs "
+            f"{worker.lo}..{worker.hi - 1}, pid {pid}) failed during {cmd}: {error.rstrip()}"
+        )
+
+    def _recv(self, worker: _Worker, cmd: str) -> tuple[str, Any]:
+        try:
+            return worker.conn.recv()
+        except (EOFError, OSError, ConnectionResetError):
+            worker.process.join(timeout=5)
+            return "dead", f"the process died ({_signal_name(worker.process.exitcode)})"
+
+    def _send(self, worker: _Worker, cmd: str, args: tuple) -> bool:
+        try:
+            worker.conn.send((cmd, args))
+            return True
+        except (OSError, BrokenPipeError):
+            return False
+
+    def _call_all(self, cmd: str, per_worker_args: list[tuple]) -> list[tuple[str, Any]]:
+        """Send ``cmd`` to every worker first, then collect the replies (workers run in parallel)."""
+        self.start()
+        sent = [self._send(w, cmd, a) for w, a in zip(self.workers, per_worker_args)]
+        replies = []
+        for w, ok in zip(self.workers, sent):
+            if not ok:
+                w.process.join(timeout=5)
+                replies.append(("dead", f"the process died ({_signal_name(w.process.exitcode)})"))
+            else:
+                replies.append(self._recv(w, cmd))
+        return replies
+
+    def _handle_failure(self, worker: _Worker, cmd: str, payload: str) -> None:
+        """Raise for eval envs and repeated failures; otherwise restart the worker and count drops."""
+        message = self._describe(worker, cmd, payload)
+        worker.failures_in_a_row += 1
+        if self.env.is_eval:
+            self.close()
+            raise EnvWorkerError(message + " (eval envs are not restarted: a dropped episode would bias eval)")
+        if worker.failures_in_a_row > MAX_FAILURES_IN_A_ROW:
+            self.close()
+            raise EnvWorkerError(message + f" ({MAX_FAILURES_IN_A_ROW} restarts in a row failed too; giving up)")
+        dropped = int(worker.status["live"].sum()) if worker.status is not None else 0
+        self._dropped += dropped
+        self.total_dropped_episodes += dropped
+        warnings.warn(
+            f"{message}\nrestarting it; its {dropped} running episode(s) are dropped", RuntimeWarning, stacklevel=3
+        )
+        self._restart(worker)
+
+    def _absorb(self, worker: _Worker, payload: dict[str, Any], succeeded: bool = True) -> None:
+        if succeeded:  # the command itself worked (not just the recovery reset after a restart)
+            worker.failures_in_a_row = 0
+        self._episodes.extend(payload["episodes"])
+        if payload["status"] is not None:
+            worker.status = payload["status"]
+
+    # ------------------------------------------------------------------ observations
+    def _read(self, worker: _Worker, slot: int, meta: dict[str, Any]) -> dict[str, Any]:
+        bufs = worker.buffers[slot]
+        bufs.update(meta["new"])
+        n = meta["n"]
+        return {
+            "n": n,
+            "text": meta["text"],
+            "tensors": {k: (bufs[k][:n] if present else None) for k, present in meta["layout"].items()},
+        }
+
+    @staticmethod
+    def _merge(parts: list[dict[str, Any]]) -> Observation:
+        keys = parts[0]["tensors"].keys()
+        tensors = {}
+        for k in keys:
+            vals = [p["tensors"][k] for p in parts]
+            if any(v is None for v in vals):
+                if not all(v is None for v in vals):
+                    raise EnvWorkerError(f"env workers disagree on whether Observation.{k} is present")
+                tensors[k] = None
+            else:
+                tensors[k] = torch.cat(vals)  # one copy out of the shared buffers
+        return Observation(task_descriptions=[t for p in parts for t in p["text"]], **tensors)
+
+    # ------------------------------------------------------------------ frames
+    def _capture_for(self, worker: _Worker) -> bool:
+        if not self.env.capture_frames:
+            return False
+        return worker.lo < min(self.env.num_envs, self.env.video_cfg.max_envs)
+
+    def _merge_frames(self, per_worker: list[list[dict[str, Any]]]) -> None:
+        lists = [f for f in per_worker if f]
+        if not lists:
+            return
+        V = min(self.env.num_envs, self.env.video_cfg.max_envs)
+        for items in zip(*lists):
+            self._frames.append({
+                k: np.concatenate([it[k] for it in items])[:V] for k in ("images", "rewards", "success")
+            })
+
+    # ------------------------------------------------------------------ the Env API
+    def ensure_built(self) -> None:
+        self._simple("build")
+
+    def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
+        ids = None if reset_state_ids is None else np.asarray(reset_state_ids, dtype=np.int64)
+        if ids is not None and ids.shape != (self.env.num_envs,):
+            raise ValueError(f"reset_state_ids must have shape [{self.env.num_envs}], got {ids.shape}")
+        args = [(None if ids is None else ids[w.lo : w.hi], self._capture_for(w)) for w in self.workers]
+        replies = self._call_all("reset", args)
+        parts, frames = [None] * len(self.workers), [[] for _ in self.workers]
+        for i, (w, (kind, payload)) in enumerate(zip(self.workers, replies)):
+            while kind != "ok":
+                self._handle_failure(w, "reset", payload)
+                self._send(w, "reset", args[i])
+                kind, payload = self._recv(w, "reset")
+            self._absorb(w, payload)
+            parts[i] = self._read(w, _OBS_SLOT, payload["obs"])
+            frames[i] = payload["frames"]
+        self._merge_frames(frames)
+        return self._merge(parts)
+
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        from rlinf.envs.base import ChunkStepResult
+
+        env = self.env
+        acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
+        if acts.ndim != 3 or acts.shape[0] != env.num_envs or acts.shape[2] != env.action_dim:
+            raise ValueError(
+                f"{type(env).__name__}.chunk_step expects actions [B={env.num_envs}, C, D={env.action_dim}], "
+                f"got {list(acts.shape)}"
+            )
+        C = acts.shape[1]
+        replies = self._call_all("chunk_step", [(acts[w.lo : w.hi], self._capture_for(w)) for w in self.workers])
+        arrays, parts, finals, final_ids, frames = [], [], [], [], []
+        for w, (kind, payload) in zip(self.workers, replies):
+            if kind != "ok":
+                prev_ids = w.status["reset_state_ids"] if w.status is not None else np.full(w.num_envs, -1)
+                obs_part = self._recover(w, payload)
+                arrays.append(_dropped_arrays(w.num_envs, C, prev_ids))
+                parts.append(obs_part)
+                frames.append([])
+                continue
+            self._absorb(w, payload)
+            arrays.append(payload["arrays"])
+            parts.append(self._read(w, _OBS_SLOT, payload["obs"]))
+            frames.append(payload["frames"])
+            if "final" in payload:
+                finals.append(self._read(w, _FINAL_SLOT, payload["final"]))
+                final_ids.append(payload["final_ids"] + w.lo)
+        self._merge_frames(frames)
+        cat = {k: torch.from_numpy(np.concatenate([a[k] for a in arrays])) for k in arrays[0]}
+        return ChunkStepResult(
+            obs=self._merge(parts),
+            rewards=cat["rewards"],
+            terminations=cat["terminations"],
+            truncations=cat["truncations"],
+            success=cat["success"],
+            valid=cat["valid"],
+            final_obs=self._merge(finals) if finals else None,
+            final_obs_env_ids=torch.from_numpy(np.concatenate(final_ids)).long() if final_ids else None,
+            reset_state_ids=cat["reset_state_ids"],
+        )
+
+    def _recover(self, worker: _Worker, payload: str) -> dict[str, Any]:
+        """Restart a worker that failed mid-chunk and return observation rows for its slots."""
+        cmd = "chunk_step"
+        while True:
+            self._handle_failure(worker, cmd, payload)
+            # auto-reset envs continue with fresh episodes; others stay idle until the next reset()
+            cmd = "reset" if self.env.auto_reset else "idle"
+            self._send(worker, cmd, (None, False) if cmd == "reset" else (None,))
+            kind, payload = self._recv(worker, cmd)
+            if kind == "ok":
+                self._absorb(worker, payload, succeeded=False)
+                return self._read(worker, _OBS_SLOT, payload["obs"])
+
+    def _simple(self, cmd: str, per_worker_args: list[tuple] | None = None) -> list[dict[str, Any]]:
+        args = per_worker_args or [()] * len(self.workers)
+        replies = self._call_all(cmd, args)
+        out = []
+        for i, (w, (kind, payload)) in enumerate(zip(self.workers, replies)):
+            while kind != "ok":
+                self._handle_failure(w, cmd, payload)
+                self._send(w, cmd, args[i])
+                kind, payload = self._recv(w, cmd)
+            self._absorb(w, payload)
+            out.append(payload)
+        return out
+
+    def flush_episodes(self) -> None:
+        self._simple("flush_episodes")
+
+    def pop_episodes(self) -> list[dict[str, Any]]:
+        out, self._episodes = self._episodes, []
+        return out
+
+    def pop_frames(self) -> list[dict[str, Any]]:
+        out, self._frames = self._frames, []
+        return out
+
+    def restart_pool(self) -> None:
+        self._simple("restart_pool")
+
+    def shard(self, index: int, count: int) -> None:
+        self.env._shard = (index, count)
+        self.env._pool = None
+        if self._started:
+            self._simple("shard", [self._worker_shard(w.index) for w in self.workers])
+
+    def sampler_state(self) -> dict[str, Any]:
+        return {"workers": [p["value"] for p in self._simple("sampler_state")]}
+
+    def load_sampler_state(self, state: dict[str, Any]) -> None:
+        states = state.get("workers")
+        if states is None or len(states) != len(self.workers):
+            warnings.warn(
+                f"not restoring the initial-state sampler of {type(self.env).__name__}: the checkpoint has "
+                f"{'no' if states is None else len(states)} worker states, this env has {len(self.workers)} workers",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self._simple("load_sampler_state", [(s,) for s in states])
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``env/worker_restarts`` and ``env/dropped_episodes`` since the last call."""
+        out = {"env/worker_restarts": float(self._restarts), "env/dropped_episodes": float(self._dropped)}
+        self._restarts = self._dropped = 0
+        return out
+
+    def _statuses(self) -> list[dict[str, Any]]:
+        if any(w.status is None for w in self.workers):
+            self._simple("ping")
+        return [w.status for w in self.workers]
+
+    @property
+    def eval_finished(self) -> bool:
+        return all(s["eval_finished"] for s in self._statuses())
+
+    @property
+    def any_live(self) -> bool:
+        return any(bool(s["live"].any()) for s in self._statuses())
+
+    @property
+    def reset_state_ids(self) -> np.ndarray:
+        return np.concatenate([s["reset_state_ids"] for s in self._statuses()])
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the running workers."""
+        return [w.process.pid for w in self.workers if w.process is not None]
+
+    def close(self) -> None:
+        if self._started:
+            self._finalizer()
+            self._started = False
+            self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+
+
+def _dropped_arrays(n: int, C: int, reset_state_ids: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "rewards": np.zeros((n, C), np.float32),
+        "terminations": np.zeros((n, C), bool),
+        "truncations": np.zeros((n, C), bool),
+        "success": np.zeros((n, C), bool),
+        "valid": np.zeros((n, C), bool),
+        "reset_state_ids": np.asarray(reset_state_ids, np.int64),
+    }

@@ -1,0 +1,163 @@
+"""Supervised fine-tuning (behaviour cloning) of a policy on a demo dataset.
+
+The SFT → RL flow of the seeds: ``rlinf fit --config sft.yaml`` writes the policy in Hugging
+Face layout (``<log_dir>/policy`` or ``export_dir``), and the RL config starts from it through
+the policy's ``model_path``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Literal
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from rlinf.data.demos import DemoDataset
+from rlinf.envs.observation import Observation
+from rlinf.policies.base import Policy
+
+
+class SFTModule(pl.LightningModule):
+    """Behaviour cloning: minimises ``policy.sft_loss(obs, expert_action_chunks)``.
+
+    Args:
+        policy: the policy to train (any :class:`rlinf.Policy` implementing ``sft_loss``).
+        data_path: an ``rlinf-demos`` dataset directory (see :mod:`rlinf.data.demos`); action
+            chunks are cut to the policy's ``num_action_chunks``.
+        batch_size: samples (observation + action chunk) per optimizer step, per device.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        val_fraction: fraction of episodes held out for ``val/loss`` (0: no validation).
+        num_workers: DataLoader worker processes.
+        only_success: train only on episodes that reached success.
+        lr_scheduler: ``constant`` or ``cosine`` decay to 0 over the run.
+        lr_warmup_steps: linear warm-up, in optimizer steps.
+        split_seed: seed of the train/val episode split.
+        export_dir: where the trained policy is saved (``save_pretrained``) at the end of fit;
+            default ``<log_dir>/policy``. Point the RL config's ``policy.init_args.model_path`` here.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        data_path: str,
+        batch_size: int = 32,
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        val_fraction: float = 0.1,
+        num_workers: int = 0,
+        only_success: bool = True,
+        lr_scheduler: Literal["constant", "cosine"] = "constant",
+        lr_warmup_steps: int = 0,
+        split_seed: int = 0,
+        export_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if lr_scheduler not in ("constant", "cosine"):
+            raise ValueError(f"lr_scheduler must be 'constant' or 'cosine', got {lr_scheduler!r}")
+        self.policy = policy
+        self.data_path = data_path
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.val_fraction = val_fraction
+        self.num_workers = num_workers
+        self.only_success = only_success
+        self.lr_scheduler = lr_scheduler
+        self.lr_warmup_steps = lr_warmup_steps
+        self.split_seed = split_seed
+        self.export_dir = export_dir
+        self.export_path: Path | None = None
+        self.train_set: DemoDataset | None = None
+        self.val_set: DemoDataset | None = None
+
+    # ------------------------------------------------------------------ data
+    def setup(self, stage: str) -> None:
+        if self.train_set is not None:
+            return
+        data = DemoDataset(self.data_path, num_action_chunks=self.policy.num_action_chunks, only_success=self.only_success)
+        if data.action_dim != self.policy.action_dim:
+            raise ValueError(
+                f"demo dataset {self.data_path} has action_dim {data.action_dim} but the policy "
+                f"{type(self.policy).__name__} has action_dim {self.policy.action_dim}"
+            )
+        self.train_set, self.val_set = data.split(self.val_fraction, seed=self.split_seed)
+
+    def _loader(self, dataset: DemoDataset, train: bool) -> DataLoader:
+        sampler = None
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1:
+            sampler = DistributedSampler(dataset, num_replicas=world, rank=self.global_rank, shuffle=train, seed=self.split_seed)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train and sampler is None,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=DemoDataset.collate,
+            drop_last=train and len(dataset) > self.batch_size * world,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self._loader(self.val_set, train=False) if self.val_set is not None else []
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        obs, actions = batch
+        return obs.to(device), actions.to(device)
+
+    # ------------------------------------------------------------------ steps
+    def training_step(self, batch: tuple[Observation, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        obs, actions = batch
+        loss = self.policy.sft_loss(obs, actions)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(actions), sync_dist=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Observation, torch.Tensor], batch_idx: int) -> None:
+        obs, actions = batch
+        n = len(actions)
+        self.log("val/loss", self.policy.sft_loss(obs, actions), batch_size=n, sync_dist=True, prog_bar=True)
+        pred = self.policy.act(obs, do_sample=False).actions.to(actions.device)
+        self.log("val/action_l1", (pred - actions).abs().mean(), batch_size=n, sync_dist=True)
+
+    # ------------------------------------------------------------------ optim
+    def configure_optimizers(self):
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warm, cosine = max(0, self.lr_warmup_steps), self.lr_scheduler == "cosine"
+
+        def factor(step: int) -> float:
+            if warm and step < warm:
+                return (step + 1) / warm
+            if not cosine:
+                return 1.0
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------------ export
+    def on_fit_end(self) -> None:
+        if self.global_rank != 0:
+            return
+        if self.export_dir is not None:
+            path = Path(self.export_dir)
+        elif self.trainer.log_dir is not None:
+            path = Path(self.trainer.log_dir) / "policy"
+        else:
+            return
+        self.policy.save_pretrained(path)
+        self.export_path = path
+        print(f"rlinf: SFT policy saved to {path} (use it as the policy's model_path)", file=sys.stderr)

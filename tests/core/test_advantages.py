@@ -1,0 +1,71 @@
+"""GAE and GRPO advantages against plain reference loops."""
+
+import torch
+
+from rlinf.algorithms.advantages import gae, group_filter_mask, group_normalized_scores
+
+
+def gae_reference(rewards, values, term, trunc, boot, gamma, lam):
+    T, B = rewards.shape
+    adv = torch.zeros(T, B)
+    for b in range(B):
+        last = 0.0
+        for t in reversed(range(T)):
+            if term[t, b]:
+                next_v, cont = 0.0, 0.0
+            elif trunc[t, b]:
+                next_v, cont = boot[t, b].item(), 0.0
+            else:
+                next_v, cont = values[t + 1, b].item(), 1.0
+            delta = rewards[t, b].item() + gamma * next_v - values[t, b].item()
+            last = delta + gamma * lam * cont * last
+            adv[t, b] = last
+    return adv, adv + values[:-1]
+
+
+def test_gae_matches_reference_loop_with_terminations_and_truncations():
+    g = torch.Generator().manual_seed(0)
+    T, B = 17, 5
+    rewards = torch.randn(T, B, generator=g)
+    values = torch.randn(T + 1, B, generator=g)
+    term = torch.rand(T, B, generator=g) < 0.1
+    trunc = (torch.rand(T, B, generator=g) < 0.1) & ~term
+    boot = torch.randn(T, B, generator=g)
+    adv, ret = gae(rewards, values, term, trunc, boot, gamma=0.97, gae_lambda=0.9)
+    ref_adv, ref_ret = gae_reference(rewards, values, term, trunc, boot, 0.97, 0.9)
+    torch.testing.assert_close(adv, ref_adv)
+    torch.testing.assert_close(ret, ref_ret)
+
+
+def test_truncation_bootstraps_and_termination_does_not():
+    rewards = torch.zeros(1, 2)
+    values = torch.tensor([[0.0, 0.0], [5.0, 5.0]])  # V of the *next* episode's first obs: must be ignored
+    term = torch.tensor([[True, False]])
+    trunc = torch.tensor([[False, True]])
+    boot = torch.tensor([[3.0, 3.0]])
+    adv, _ = gae(rewards, values, term, trunc, boot, gamma=0.5, gae_lambda=1.0)
+    assert adv[0, 0] == 0.0  # terminal: no bootstrap
+    assert adv[0, 1] == 1.5  # truncated: γ·V(final obs)
+
+
+def test_no_critic_gives_reward_to_go():
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.zeros(4, 1)
+    no = torch.zeros(3, 1, dtype=torch.bool)
+    adv, _ = gae(rewards, values, no, no, None, gamma=1.0, gae_lambda=1.0)
+    assert adv.flatten().tolist() == [3.0, 2.0, 2.0]
+
+
+def test_group_normalized_scores_reference():
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    adv = group_normalized_scores(scores, 4)
+    for g in range(2):
+        s = scores[4 * g : 4 * g + 4]
+        ref = (s - s.mean()) / (s.std(unbiased=True) + 1e-6)
+        torch.testing.assert_close(adv[4 * g : 4 * g + 4], ref)
+
+
+def test_group_filter_drops_all_success_and_all_fail_groups():
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    keep = group_filter_mask(scores, 2, 0.1, 0.9)
+    assert keep.tolist() == [False, False, False, False, True, True]

@@ -1,0 +1,177 @@
+"""The Lightning RL loop on the built-in env and policy."""
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rlinf.algorithms import GRPO, PPO
+from rlinf.config import OptimConfig, RolloutConfig
+from rlinf.envs.base import VideoConfig
+from rlinf.module import RLModule
+from rlinf.testing.toy_env import ReachEnv
+from rlinf.testing.toy_policy import TinyVLAPolicy
+
+
+def make_module(algo="ppo", num_envs=16, steps=24, video=False, **kw):
+    torch.manual_seed(0)
+    group = 4 if algo == "grpo" else 1
+    env = ReachEnv(
+        num_envs=num_envs, group_size=group, max_episode_steps=steps, auto_reset=algo == "ppo",
+        video_cfg=VideoConfig(save_video=video, max_envs=4),
+    )
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=algo == "ppo")
+    algorithm = PPO(update_epoch=4) if algo == "ppo" else GRPO(update_epoch=2)
+    defaults = dict(
+        rollout=RolloutConfig(max_steps_per_rollout_epoch=steps, show_progress=False),
+        optim=OptimConfig(lr=1e-2, value_lr=1e-2),
+        global_batch_size=96,
+        micro_batch_size=48,
+    )
+    defaults.update(kw)
+    return RLModule(env=env, policy=policy, algorithm=algorithm, **defaults)
+
+
+def make_trainer(tmp_path, epochs, **kw):
+    args = dict(
+        max_epochs=epochs, accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, use_distributed_sampler=False, log_every_n_steps=1, check_val_every_n_epoch=1000,
+    )
+    args.update(kw)
+    return pl.Trainer(**args)
+
+
+def scalars(trainer, tag):
+    ea = EventAccumulator(trainer.logger.log_dir)
+    ea.Reload()
+    return [e.value for e in ea.Scalars(tag)] if tag in ea.Tags()["scalars"] else []
+
+
+def test_ppo_learns_on_reach_env(tmp_path):
+    module = make_module("ppo", num_envs=32)
+    trainer = make_trainer(tmp_path, 45)
+    trainer.fit(module)
+    success = scalars(trainer, "env/success_once")
+    start, end = sum(success[:5]) / 5, sum(success[-5:]) / 5
+    assert end > start + 0.3, (start, end)
+    for tag in ("train/actor/approx_kl", "train/actor/clip_fraction", "train/critic/explained_variance",
+                "train/critic/value_clip_ratio", "train/entropy_loss", "train/loss", "rollout/advantages_max",
+                "env/episode_len", "env/return", "time/rollout", "train/actor/lr"):
+        assert scalars(trainer, tag), tag
+    assert (Path(trainer.log_dir) / "policy" / "config.json").exists()
+
+
+def test_grpo_rollout_logprobs_equal_training_recompute(tmp_path):
+    module = make_module("grpo", rollout=RolloutConfig(max_steps_per_rollout_epoch=8, recompute_logprobs=True, show_progress=False))
+    trainer = make_trainer(tmp_path, 2)
+    trainer.fit(module)
+    mismatch = scalars(trainer, "rollout/logprob_mismatch")
+    assert mismatch and max(mismatch) < 1e-5
+
+
+def test_lr_schedule_steps_per_optimizer_step_and_shuffle_is_fresh(tmp_path):
+    module = make_module(
+        "ppo", num_envs=8, steps=8, global_batch_size=8, micro_batch_size=4,
+        optim=OptimConfig(lr=1.0, lr_scheduler="linear", min_lr=0.0),
+    )
+    trainer = make_trainer(tmp_path, 2)
+    orders = []
+    original = module._build_schedule
+
+    def spy(n):
+        sched = original(n)
+        orders.append(torch.cat([s["idx"] for s in sched]))
+        return sched
+
+    module._build_schedule = spy
+    trainer.fit(module)
+    # 32 samples per epoch / 8 per optimizer step × 4 update epochs = 16 optimizer steps per RL step
+    assert module.optimizer_steps_per_epoch == 16
+    assert trainer.global_step == 32
+    lr = module.lr_schedulers().get_last_lr()[0]
+    assert lr == pytest.approx(0.0, abs=1e-9)
+    assert not torch.equal(orders[0], orders[1])
+
+
+def test_non_finite_gradients_skip_the_step(tmp_path):
+    module = make_module("ppo", num_envs=4, steps=4, global_batch_size=8, micro_batch_size=8)
+    trainer = make_trainer(tmp_path, 1)
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    original = module.policy.evaluate
+
+    def poisoned(*args, **kw):
+        out = original(*args, **kw)
+        out.logprobs = out.logprobs * float("nan")
+        return out
+
+    module.policy.evaluate = poisoned
+    trainer.fit(module)
+    assert module.skipped_steps == module.optimizer_steps_per_epoch
+    for k, v in module.policy.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_critic_warmup_trains_only_the_value_head(tmp_path):
+    module = make_module("ppo", num_envs=4, steps=4, optim=OptimConfig(lr=1e-2, critic_warmup_steps=100))
+    trainer = make_trainer(tmp_path, 1)
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    trainer.fit(module)
+    after = module.policy.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("value_head" in k for k in changed)
+
+
+def test_eval_visits_every_task_and_trial_once_and_writes_a_table(tmp_path):
+    module = make_module("ppo", num_envs=4)
+    module.eval_env = ReachEnv(num_envs=5, is_eval=True, auto_reset=True, max_episode_steps=6, trials_per_task=3)
+    trainer = make_trainer(tmp_path, 1)
+    trainer.validate(module)
+    records_tasks = module.last_eval["per_task"]
+    assert set(records_tasks) == {"reach_red", "reach_green", "reach_blue"}
+    assert all(row["num_trajectories"] == 3 for row in records_tasks.values())
+    assert scalars(trainer, "eval/num_trajectories") == [9.0]
+    assert list((Path(trainer.log_dir) / "eval").glob("*.md"))
+
+
+def test_video_callback_writes_mp4_and_tensorboard_clip(tmp_path):
+    module = make_module("ppo", num_envs=4, steps=4, video=True)
+    trainer = make_trainer(tmp_path, 1, check_val_every_n_epoch=1)
+    trainer.fit(module)
+    videos = sorted(Path(trainer.log_dir, "video").rglob("*.mp4"))
+    assert [v.parent.name for v in videos] == ["eval", "train"]
+    assert all(v.stat().st_size > 1000 for v in videos)
+    ea = EventAccumulator(trainer.log_dir)
+    ea.Reload()
+    assert {"video/train", "video/eval"} <= set(ea.Tags()["images"])
+
+
+def test_grpo_config_errors_are_explained():
+    env = ReachEnv(num_envs=4, group_size=1, max_episode_steps=4)
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False)
+    with pytest.raises(ValueError, match="group_size > 1"):
+        RLModule(env=env, policy=policy, algorithm=GRPO())
+    with pytest.raises(ValueError, match="add_value_head"):
+        RLModule(env=env, policy=policy, algorithm=PPO())
+    with pytest.raises(ValueError, match="multiple of the policy's num_action_chunks"):
+        RLModule(env=env, policy=TinyVLAPolicy(num_action_chunks=3), algorithm=PPO(),
+                 rollout=RolloutConfig(max_steps_per_rollout_epoch=4))
+
+
+def test_resume_from_checkpoint_continues_sampler_and_steps(tmp_path):
+    module = make_module("ppo", num_envs=4, steps=4)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, save_on_train_epoch_end=True)
+    trainer = make_trainer(tmp_path, 2, enable_checkpointing=True, callbacks=[saver])
+    trainer.fit(module)
+    ckpt = saver.last_model_path
+    assert ckpt
+    state = torch.load(ckpt, weights_only=False)["rlinf"]
+    resumed = make_module("ppo", num_envs=4, steps=4)
+    trainer2 = make_trainer(tmp_path, 3)
+    trainer2.fit(resumed, ckpt_path=ckpt)
+    assert trainer2.current_epoch == 3
+    assert resumed._optim_steps_done == state["optim_steps_done"] + resumed.optimizer_steps_per_epoch
