@@ -1,0 +1,278 @@
+"""Reading and writing OpenVLA / OpenVLA-OFT checkpoint directories (Hugging Face layout).
+
+A directory holds ``config.json`` (Prismatic fields, ``text_config``, ``n_action_bins``,
+``norm_stats``), weights as ``model.safetensors`` or ``model-0000k-of-0000n.safetensors`` +
+``model.safetensors.index.json``, tokenizer files, ``preprocessor_config.json`` and optionally
+``dataset_statistics.json`` (merged into ``norm_stats``) and official OFT extras
+(``proprio_projector--*_checkpoint.pt``). Everything is read without ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
+
+TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+# ImageNet statistics as Prismatic stores them for DINOv2 (bf16-rounded); SigLIP uses 0.5 / 0.5.
+DINO_MEAN, DINO_STD = (0.484375, 0.455078125, 0.40625), (0.228515625, 0.2236328125, 0.224609375)
+SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+RLINF_KEY = "rlinf_policy"  # policy settings remembered by save_pretrained (optional in config.json)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing files or does not match the model built from its config."""
+
+
+@dataclass
+class PrismaticSpec:
+    """Everything needed to build the network and its preprocessing from ``config.json``."""
+
+    vision: list[ViTSpec]
+    projector: str  # "fused-gelu-mlp" | "gelu-mlp"
+    text_config: dict
+    pad_token_id: int
+    pad_to_multiple_of: int
+    n_action_bins: int
+    norm_stats: dict
+    image_means: list[tuple[float, float, float]]
+    image_stds: list[tuple[float, float, float]]
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def vision_dim(self) -> int:
+        return sum(v.width for v in self.vision)
+
+    @property
+    def llm_dim(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    @property
+    def num_patches(self) -> int:
+        return self.vision[0].num_patches
+
+    @property
+    def action_vocab_size(self) -> int:
+        """Text vocabulary without padding rows; the action ids are its last ``n_action_bins`` ids."""
+        return int(self.text_config["vocab_size"]) - self.pad_to_multiple_of
+
+    @property
+    def rlinf(self) -> dict:
+        return dict(self.raw.get(RLINF_KEY) or {})
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """Fail with one line when ``path`` is not a model directory."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise CheckpointError(f"model_path {str(p)!r} is not a directory; {TINY_HINT}")
+    if not (p / "config.json").is_file():
+        if (p / "adapter_config.json").is_file():
+            raise CheckpointError(
+                f"model_path {str(p)!r} is a LoRA adapter directory; set model_path to the base model and"
+                f" lora_path to {str(p)!r} (with is_lora: true)"
+            )
+        raise CheckpointError(
+            f"model_path {str(p)!r} has no config.json; expected an OpenVLA Hugging Face directory"
+            f" (config.json, model*.safetensors, tokenizer files); {TINY_HINT}"
+        )
+    return p
+
+
+def _vision_specs(cfg: dict) -> list[ViTSpec]:
+    ids = list(cfg.get("timm_model_ids") or [])
+    overrides = list(cfg.get("timm_model_configs") or [None] * len(ids))
+    fused = bool(cfg.get("use_fused_vision_backbone", len(ids) > 1))
+    n = 2 if fused else 1
+    if len(ids) < n or len(overrides) < n:
+        raise CheckpointError(
+            f"config.json: use_fused_vision_backbone={fused} needs {n} timm_model_ids, got {ids}"
+        )
+    sizes = cfg.get("image_sizes") or []
+    specs = []
+    for i in range(n):
+        if overrides[i] is not None:
+            spec = ViTSpec.from_dict(overrides[i])
+        elif ids[i] in TIMM_PRESETS:
+            spec = TIMM_PRESETS[ids[i]]
+        else:
+            raise CheckpointError(
+                f"config.json: unknown vision tower {ids[i]!r}; known: {', '.join(TIMM_PRESETS)}"
+                " (or give its sizes in timm_model_configs)"
+            )
+        if i < len(sizes) and sizes[i] != spec.image_size:
+            spec = ViTSpec.from_dict({**spec.to_dict(), "image_size": int(sizes[i])})
+        specs.append(spec)
+    if len({(s.image_size, s.patch_size) for s in specs}) != 1:
+        raise CheckpointError("config.json: fused vision towers must share image size and patch size")
+    return specs
+
+
+def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
+    ids = list(cfg.get("timm_model_ids") or [])
+    means = [SIGLIP_MEAN if "siglip" in (ids[i] if i < len(ids) else "") else DINO_MEAN for i in range(n)]
+    stds = [SIGLIP_STD if "siglip" in (ids[i] if i < len(ids) else "") else DINO_STD for i in range(n)]
+    pre = path / "preprocessor_config.json"
+    if pre.is_file():
+        p = json.loads(pre.read_text())
+        if p.get("tvf_normalize_params"):
+            means = [tuple(x["mean"]) for x in p["tvf_normalize_params"]][:n]
+            stds = [tuple(x["std"]) for x in p["tvf_normalize_params"]][:n]
+        elif p.get("means") and p.get("stds"):
+            means, stds = [tuple(m) for m in p["means"]][:n], [tuple(s) for s in p["stds"]][:n]
+    return means, stds
+
+
+def read_norm_stats(path: Path, cfg: dict) -> dict:
+    """``config.json``'s ``norm_stats`` updated with ``dataset_statistics.json`` (if present)."""
+    stats = dict(cfg.get("norm_stats") or {})
+    extra = path / "dataset_statistics.json"
+    if extra.is_file():
+        data = json.loads(extra.read_text())
+        # official OFT dirs store {dataset: {"action": ...}}; a bare {"action": ...} has no dataset key
+        if "action" in data and isinstance(data["action"], dict) and "q01" in data["action"]:
+            data = {path.name: data}
+        stats.update(data)
+    return stats
+
+
+def read_spec(model_path: str | Path) -> PrismaticSpec:
+    path = check_model_dir(model_path)
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
+    if "text_config" not in cfg:
+        raise CheckpointError(
+            f"{path / 'config.json'} has no text_config (model_type={cfg.get('model_type')!r});"
+            " is this an OpenVLA / Prismatic checkpoint?"
+        )
+    vision = _vision_specs(cfg)
+    arch = str(cfg.get("arch_specifier", "no-align+fused-gelu-mlp"))
+    if arch.endswith("fused-gelu-mlp"):
+        projector = "fused-gelu-mlp"
+    elif arch.endswith("gelu-mlp"):
+        projector = "gelu-mlp"
+    else:
+        raise CheckpointError(f"config.json: arch_specifier {arch!r} not supported; use '*gelu-mlp' or '*fused-gelu-mlp'")
+    means, stds = _image_norm(path, cfg, len(vision))
+    spec = PrismaticSpec(
+        vision=vision,
+        projector=projector,
+        text_config=dict(cfg["text_config"]),
+        pad_token_id=int(cfg.get("pad_token_id", cfg["text_config"].get("pad_token_id", 0)) or 0),
+        pad_to_multiple_of=int(cfg.get("pad_to_multiple_of", 0) or 0),
+        n_action_bins=int(cfg.get("n_action_bins", 256)),
+        norm_stats=read_norm_stats(path, cfg),
+        image_means=means,
+        image_stds=stds,
+        raw=cfg,
+    )
+    if projector == "fused-gelu-mlp" and len(vision) != 2:
+        raise CheckpointError("config.json: the fused-gelu-mlp projector needs the fused (two-tower) vision backbone")
+    return spec
+
+
+# ---- weights ---------------------------------------------------------------------------------------
+def load_weights(model_path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a directory: sharded safetensors + index, or a single ``model.safetensors``."""
+    from safetensors.torch import load_file
+
+    path = Path(model_path)
+    index = path / INDEX_NAME
+    if index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise CheckpointError(
+                f"{index} lists {len(shards)} shard(s) but {', '.join(missing)} is missing; re-download the checkpoint"
+            )
+        state: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            state.update(load_file(str(path / shard)))
+        absent = sorted(set(weight_map) - set(state))
+        if absent:
+            raise CheckpointError(f"{index} maps {len(absent)} tensors not found in the shards, e.g. {absent[0]!r}")
+        return state
+    if (path / SINGLE_NAME).is_file():
+        return load_file(str(path / SINGLE_NAME))
+    found = sorted(p.name for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    raise CheckpointError(
+        f"no weights in {str(path)!r}: expected {SINGLE_NAME} or {INDEX_NAME} + shards"
+        f" (found: {', '.join(found) or 'nothing'}); {TINY_HINT}"
+    )
+
+
+def load_official_extra(model_path: str | Path, module: str) -> dict[str, torch.Tensor] | None:
+    """Official OFT side files like ``proprio_projector--150000_checkpoint.pt`` (``module.`` stripped)."""
+    files = sorted(Path(model_path).glob(f"*{module}*checkpoint*.pt"))
+    if not files:
+        return None
+    raw = torch.load(str(files[-1]), map_location="cpu", weights_only=True)
+    return {k.removeprefix("module."): v for k, v in raw.items()}
+
+
+def save_weights(
+    state: dict[str, torch.Tensor],
+    path: str | Path,
+    max_shard_bytes: int = 5 * 1024**3,
+    num_shards: int | None = None,
+) -> list[str]:
+    """Write ``model.safetensors`` or ``model-0000k-of-0000n.safetensors`` + index; returns the file names.
+
+    Shards are filled up to ``max_shard_bytes``; ``num_shards`` instead splits into that many shards
+    of about equal size.
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = done = 0
+    for key, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if num_shards:
+            full = len(shards) < num_shards and done >= total * len(shards) / num_shards
+        else:
+            full = size + nbytes > max_shard_bytes
+        if shards[-1] and full:
+            shards.append({})
+            size = 0
+        shards[-1][key] = tensor
+        size += nbytes
+        done += nbytes
+    for stale in list(path.glob("model-*-of-*.safetensors")) + [path / INDEX_NAME, path / SINGLE_NAME]:
+        stale.unlink(missing_ok=True)
+    if len(shards) == 1:
+        save_file(shards[0], str(path / SINGLE_NAME), metadata={"format": "pt"})
+        return [SINGLE_NAME]
+    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    weight_map = {}
+    for name, shard in zip(names, shards):
+        save_file(shard, str(path / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in shard})
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+    return names + [INDEX_NAME]
+
+
+def copy_side_files(src: str | Path, dst: str | Path) -> None:
+    """Copy tokenizer / processor / code / statistics files (everything but weights and config.json)."""
+    src, dst = Path(src), Path(dst)
+    if src.resolve() == dst.resolve():
+        return
+    skip = {"config.json", INDEX_NAME, "adapter_config.json"}
+    for f in src.iterdir():
+        if f.is_file() and f.name not in skip and f.suffix not in WEIGHT_SUFFIXES:
+            shutil.copy2(f, dst / f.name)

@@ -1,0 +1,111 @@
+"""LoRA through peft: the real target modules, value head saved with the adapter, merge-and-export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+try:
+    import peft
+except ImportError as exc:  # pragma: no cover
+    raise ImportError(f"LoRA needs peft ({exc}); install it with `pip install 'peft>=0.17'`") from exc
+
+ADAPTER = "default"
+
+
+def default_target_modules(vla: nn.Module) -> str:
+    """Regex over module names: RLinf's LoRA targets, restricted to layers that run.
+
+    Vision towers (``attn.qkv``, ``attn.proj``, ``mlp.fc1``, ``mlp.fc2`` of every block but the last,
+    whose output Prismatic never reads), projector ``fc1..fc3``, and Llama's attention and MLP
+    projections plus ``lm_head``. Written as a regex so SigLIP's projections are not matched by
+    accident and the value head never gets an adapter.
+    """
+    towers = []
+    for name in ("featurizer", "fused_featurizer"):
+        tower = getattr(vla.vision_backbone, name, None)
+        if tower is not None:
+            used = "|".join(str(i) for i in range(tower.spec.depth - 1))
+            towers.append(rf"vision_backbone\.{name}\.blocks\.({used})\.(attn\.(qkv|proj)|mlp\.fc[12])")
+    llm = r"language_model\.(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)|lm_head)"
+    return "|".join([*towers, r"projector\.fc[123]", llm])
+
+
+def apply_lora(
+    vla: nn.Module,
+    *,
+    rank: int,
+    alpha: int | None,
+    target_modules: str | list[str] | None,
+    lora_path: str | None,
+    with_value_head: bool,
+):
+    """Wrap ``vla`` in a trainable ``PeftModel`` (fresh adapter, or the one in ``lora_path``)."""
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    save = ["value_head"] if with_value_head else []
+    if lora_path is None:
+        config = LoraConfig(
+            r=rank,
+            lora_alpha=alpha or rank,
+            lora_dropout=0.0,
+            init_lora_weights="gaussian",
+            target_modules=target_modules or default_target_modules(vla),
+            modules_to_save=save or None,
+        )
+        return get_peft_model(vla, config)
+    path = Path(lora_path).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ValueError(f"lora_path {str(path)!r} has no adapter_config.json; expected a peft adapter directory")
+    config = LoraConfig.from_pretrained(str(path))
+    config.inference_mode = False
+    config.modules_to_save = sorted(set(config.modules_to_save or []) | set(save)) or None
+    model = get_peft_model(vla, config)
+    state = _adapter_weights(path)
+    try:
+        result = set_peft_model_state_dict(model, state)
+    except RuntimeError as exc:  # size mismatches
+        first = next((line.strip() for line in str(exc).splitlines() if "size mismatch" in line), str(exc)[:200])
+        raise ValueError(f"adapter {str(path)!r} does not fit this model ({first}); was it trained on it?") from None
+    missing_lora = [k for k in result.missing_keys if ".lora_" in k]
+    if missing_lora or result.unexpected_keys:
+        bad = (missing_lora or result.unexpected_keys)[0]
+        raise ValueError(f"adapter {str(path)!r} does not fit this model (first bad key {bad!r}); was it trained on it?")
+    return model
+
+
+def _adapter_weights(path: Path) -> dict[str, torch.Tensor]:
+    if (path / "adapter_model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(path / "adapter_model.safetensors"))
+    if (path / "adapter_model.bin").is_file():
+        return torch.load(str(path / "adapter_model.bin"), map_location="cpu", weights_only=True)
+    raise ValueError(f"no adapter_model.safetensors (or .bin) in {str(path)!r}")
+
+
+def merged_state_dict(model) -> dict[str, torch.Tensor]:
+    """Checkpoint-named tensors with every LoRA delta merged in; the live model is left untouched."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    out = {}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name or ".original_module." in name:
+            continue
+        out[name.replace(".base_layer.", ".").replace(f".modules_to_save.{ADAPTER}.", ".")] = tensor.detach()
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
+            weight = module.get_base_layer().weight
+            out[f"{name}.weight"] = (weight + module.get_delta_weight(ADAPTER).to(weight.dtype)).detach()
+    return out
+
+
+def save_adapter(model, path: str | Path) -> None:
+    """``adapter_config.json`` + ``adapter_model.safetensors`` (LoRA weights and the value head)."""
+    model.save_pretrained(str(path), save_embedding_layers=False)
+
+
+__all__ = ["apply_lora", "default_target_modules", "merged_state_dict", "save_adapter", "peft"]

@@ -1,0 +1,579 @@
+"""OpenVLA (autoregressive) and OpenVLA-OFT (parallel decoding) policies for rlinf.
+
+Both read real Hugging Face checkpoint directories (see :mod:`rlinf_policy_openvla.checkpoint`)
+and share preprocessing, action tokenisation, the value head, LoRA and export; they differ only
+in how the ``C × D`` action tokens are decoded. Log-probs are per token ``[B, C, D]`` under the
+temperature-scaled distribution restricted to the action bins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from rlinf.envs.observation import Observation
+from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
+from rlinf_policy_openvla.action_tokenizer import ActionTokenizer, NormalizationType, resolve_unnorm_key
+from rlinf_policy_openvla.checkpoint import (
+    RLINF_KEY,
+    CheckpointError,
+    check_model_dir,
+    copy_side_files,
+    load_official_extra,
+    load_weights,
+    read_spec,
+    save_weights,
+)
+from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+AttentionMode = Literal["causal", "bidirectional", "action_block"]
+ValueType = Literal["chunk_level", "action_level"]
+
+
+def _normalize_bounds(x: torch.Tensor, stats: dict) -> torch.Tensor:
+    low = torch.tensor(stats["q01"], dtype=torch.float32, device=x.device)
+    high = torch.tensor(stats["q99"], dtype=torch.float32, device=x.device)
+    mask = torch.tensor(stats.get("mask", [True] * low.numel()), dtype=torch.bool, device=x.device)
+    return torch.where(mask, (2 * (x - low) / (high - low + 1e-8) - 1).clamp(-1, 1), x)
+
+
+class _PrismaticPolicy(Policy):
+    """Shared machinery; subclasses implement ``_token_logits`` (act) and ``_teacher_logits`` (evaluate)."""
+
+    model_type: str
+    default_chunks: int
+
+    # ------------------------------------------------------------------ construction
+    def _setup(
+        self,
+        *,
+        model_path: str,
+        model_type: str | None,
+        unnorm_key: str | None,
+        action_dim: int | None,
+        num_action_chunks: int | None,
+        use_proprio: bool | None,
+        proprio_dim: int | None,
+        num_images_in_input: int | None,
+        add_value_head: bool | None,
+        value_type: ValueType | None,
+        is_lora: bool,
+        lora_rank: int,
+        lora_alpha: int | None,
+        lora_path: str | None,
+        lora_target_modules: str | list[str] | None,
+        max_prompt_length: int | None,
+        precision: str,
+        center_crop: bool,
+        normalization_type: NormalizationType,
+        invert_gripper: bool,
+    ) -> None:
+        name = type(self).__name__
+        if model_type is not None and model_type != self.model_type:
+            other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
+            hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
+            raise ValueError(f"{name} has model_type {self.model_type!r}, got {model_type!r}; {hint}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} not supported; use one of {', '.join(PRECISIONS)}")
+        path = check_model_dir(model_path)
+        spec = read_spec(path)
+        saved = spec.rlinf
+        self.model_path = str(path)
+        self.spec = spec
+
+        # --- action statistics, dimensions, chunking
+        self.unnorm_key = resolve_unnorm_key(spec.norm_stats, unnorm_key or saved.get("unnorm_key"), str(path))
+        stats = spec.norm_stats[self.unnorm_key]
+        if "action" not in stats:
+            raise CheckpointError(f"norm_stats[{self.unnorm_key!r}] of {path} has no 'action' entry")
+        self.stats = stats
+        self.action_tokenizer = ActionTokenizer(
+            spec.action_vocab_size, spec.n_action_bins, stats["action"], normalization_type
+        )
+        stats_dim = self.action_tokenizer.action_dim
+        if action_dim is not None and action_dim != stats_dim:
+            raise ValueError(
+                f"action_dim={action_dim} but norm_stats[{self.unnorm_key!r}] has {stats_dim} action dimensions;"
+                " drop action_dim or pick the matching unnorm_key"
+            )
+        self.action_dim = stats_dim
+        self.num_action_chunks = int(num_action_chunks or saved.get("num_action_chunks") or self.default_chunks)
+        if self.num_action_chunks < 1:
+            raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
+        self.num_images_in_input = int(num_images_in_input or saved.get("num_images_in_input") or 1)
+        self.center_crop = center_crop
+        self.invert_gripper = invert_gripper
+        self.normalization_type = normalization_type
+
+        # --- heads
+        self.has_value_head = bool(add_value_head if add_value_head is not None else saved.get("add_value_head", False))
+        self.value_type = value_type or saved.get("value_type") or "chunk_level"
+        if self.value_type not in ("chunk_level", "action_level"):
+            raise ValueError(f"value_type {self.value_type!r} not supported; use 'chunk_level' or 'action_level'")
+        value_dim = (1 if self.value_type == "chunk_level" else self.num_action_chunks) if self.has_value_head else None
+        self.use_proprio = bool(use_proprio if use_proprio is not None else saved.get("use_proprio", False))
+        self.proprio_dim = None
+        if self.use_proprio:
+            guess = saved.get("proprio_dim") or len(stats.get("proprio", {}).get("q01", []))
+            self.proprio_dim = int(proprio_dim or guess or 0)
+            if not self.proprio_dim:
+                raise ValueError(f"use_proprio=True but norm_stats[{self.unnorm_key!r}] has no proprio stats; set proprio_dim")
+
+        # --- tokenizer and prompts
+        self.tokenizer = self._load_tokenizer(path)
+        self._check_vocab(spec)
+        self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, max_prompt_length or saved.get("max_prompt_length"))
+
+        # --- network
+        from rlinf_policy_openvla._modeling import build_vla, load_into
+
+        dtype = PRECISIONS[precision]
+        vla = build_vla(spec, proprio_dim=self.proprio_dim, value_dim=value_dim, meta=True)
+        state = load_weights(path)
+        if self.use_proprio and not any(k.startswith("proprio_projector.") for k in state):
+            extra = load_official_extra(path, "proprio_projector")
+            if extra is None:
+                raise CheckpointError(
+                    f"use_proprio=True but {path} has no proprio projector weights (proprio_projector.* in the"
+                    " safetensors or proprio_projector--*_checkpoint.pt)"
+                )
+            state.update({f"proprio_projector.{k}": v for k, v in extra.items()})
+        load_into(vla, state, str(path), dtype)
+        del state
+        vla.to(dtype)
+        for pname, param in vla.named_parameters():
+            if pname.startswith(tuple(vla.unused_parameter_prefixes())):
+                param.requires_grad_(False)  # never used in forward: keeps DDP free of unused-parameter errors
+
+        self.is_lora = bool(is_lora)
+        if self.is_lora:
+            from rlinf_policy_openvla.lora import apply_lora
+
+            self.model = apply_lora(
+                vla,
+                rank=lora_rank,
+                alpha=lora_alpha,
+                target_modules=lora_target_modules,
+                lora_path=lora_path,
+                with_value_head=self.has_value_head,
+            )
+        elif lora_path is not None:
+            raise ValueError("lora_path is set but is_lora is false; set is_lora: true to load the adapter")
+        else:
+            self.model = vla
+
+    @staticmethod
+    def _load_tokenizer(path: Path):
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+        try:
+            if (path / "tokenizer.json").is_file():  # the exact pipeline the checkpoint was trained with
+                return PreTrainedTokenizerFast.from_pretrained(str(path))
+            return AutoTokenizer.from_pretrained(str(path))
+        except Exception as exc:  # noqa: BLE001 - one line with the cause
+            raise CheckpointError(
+                f"cannot load the tokenizer of {path} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''});"
+                " expected tokenizer.json or tokenizer.model with tokenizer_config.json"
+            ) from None
+
+    def _check_vocab(self, spec) -> None:
+        tok = self.action_tokenizer
+        specials = [i for i in (self.tokenizer.bos_token_id, self.tokenizer.eos_token_id) if i is not None]
+        if tok.token_begin <= max(specials, default=-1):
+            raise CheckpointError(
+                f"action ids [{tok.token_begin}, {tok.vocab_size}) overlap special tokens {specials};"
+                " check text_config.vocab_size, pad_to_multiple_of and n_action_bins in config.json"
+            )
+        if spec.pad_token_id < tok.vocab_size and spec.pad_token_id >= tok.token_begin:
+            raise CheckpointError(f"pad_token_id {spec.pad_token_id} lies inside the action ids; check config.json")
+
+    @property
+    def vla(self):
+        """The Prismatic network (inside the peft wrapper when LoRA is on)."""
+        return self.model.get_base_model() if self.is_lora else self.model
+
+    # ------------------------------------------------------------------ inputs
+    def _views(self, obs: Observation) -> list[torch.Tensor]:
+        views = [obs.main_images]
+        need = self.num_images_in_input - 1
+        if need:
+            wrist = obs.wrist_images
+            if wrist is None:
+                raise ValueError(f"num_images_in_input={self.num_images_in_input} needs wrist_images, the env gives none")
+            wrist = wrist.unsqueeze(1) if wrist.dim() == 4 else wrist
+            if wrist.shape[1] < need:
+                raise ValueError(f"num_images_in_input={self.num_images_in_input} needs {need} wrist views, got {wrist.shape[1]}")
+            views += [wrist[:, i] for i in range(need)]
+        return views
+
+    def _proprio(self, obs: Observation) -> torch.Tensor | None:
+        if not self.use_proprio:
+            return None
+        if obs.states is None or obs.states.shape[-1] != self.proprio_dim:
+            got = None if obs.states is None else tuple(obs.states.shape)
+            raise ValueError(f"use_proprio=True expects states [B, {self.proprio_dim}], got {got}")
+        states = obs.states.to(self.device).float()
+        if "proprio" in self.stats and "q01" in self.stats["proprio"]:
+            states = _normalize_bounds(states, self.stats["proprio"])
+        return states
+
+    def _prefix(self, obs: Observation) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.device
+        ids, mask = self.prompts(obs.task_descriptions, device)
+        size = self.spec.vision[0].image_size
+        views = [v.to(device) for v in self._views(obs)]
+        pixels = pixel_values(views, size, self.spec.image_means, self.spec.image_stds, crop=self.center_crop)
+        return self.vla.build_prefix(ids, mask, pixels, self._proprio(obs))
+
+    # ------------------------------------------------------------------ distributions
+    @property
+    def num_action_tokens(self) -> int:
+        return self.num_action_chunks * self.action_dim
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        tok = self.action_tokenizer
+        return self.vla.lm_logits(hidden, tok.token_begin, tok.n_bins)
+
+    @staticmethod
+    def _choose(logits: torch.Tensor, do_sample: bool, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bin indices and their log-probs from ``[..., n_bins]`` logits."""
+        if do_sample:
+            if temperature <= 0:
+                raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+            logp = F.log_softmax(logits / temperature, dim=-1)
+            flat = logp.reshape(-1, logp.shape[-1]).exp()
+            bins = torch.multinomial(flat, 1).view(logp.shape[:-1])
+        else:
+            logp = F.log_softmax(logits, dim=-1)
+            bins = logits.argmax(-1)
+        return bins, logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        return self.vla.values(hidden) if self.has_value_head else None
+
+    def _to_env(self, bins: torch.Tensor) -> torch.Tensor:
+        tok = self.action_tokenizer
+        actions = tok.unnormalize(tok.bins_to_normalized(bins))
+        if self.invert_gripper:
+            g = actions[..., -1]
+            actions = torch.cat([actions[..., :-1], (-torch.sign(2 * g - 1)).unsqueeze(-1)], dim=-1)
+        return actions
+
+    def _from_env(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env-scale expert actions → bin indices (inverse of :meth:`_to_env` up to binning)."""
+        a = actions.float()
+        if self.invert_gripper:
+            a = torch.cat([a[..., :-1], ((1 - a[..., -1]) / 2).unsqueeze(-1)], dim=-1)
+        tok = self.action_tokenizer
+        return tok.normalized_to_bins(tok.normalize(a))
+
+    def _shape(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], self.num_action_chunks, self.action_dim)
+
+    # ------------------------------------------------------------------ Policy API
+    @torch.no_grad()
+    def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
+        bins, logprobs, values = self._decode(obs, do_sample=do_sample, temperature=temperature)
+        bins, logprobs = self._shape(bins), self._shape(logprobs)
+        return ActOutput(
+            actions=self._to_env(bins),
+            logprobs=logprobs,
+            values=values,
+            record={"action_tokens": self.action_tokenizer.bins_to_tokens(bins)},
+        )
+
+    def evaluate(
+        self,
+        obs: Observation,
+        record: dict[str, torch.Tensor],
+        *,
+        temperature: float = 1.0,
+        compute_entropy: bool = False,
+        compute_values: bool = False,
+    ) -> EvaluateOutput:
+        if "action_tokens" not in record:
+            raise KeyError(f"record lacks 'action_tokens' (has {sorted(record)}); pass ActOutput.record from act()")
+        tokens = record["action_tokens"].to(self.device).long()
+        B = tokens.shape[0]
+        if tuple(tokens.shape[1:]) != (self.num_action_chunks, self.action_dim):
+            raise ValueError(
+                f"record['action_tokens'] has shape {tuple(tokens.shape)}, expected [B, {self.num_action_chunks}, {self.action_dim}]"
+            )
+        bins = self.action_tokenizer.tokens_to_bins(tokens).reshape(B, -1)
+        logits, value_hidden = self._teacher_logits(obs, bins)
+        logp_all = F.log_softmax(logits / temperature, dim=-1)
+        logprobs = logp_all.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        entropy = None
+        if compute_entropy:
+            entropy = self._shape(-(logp_all.exp() * logp_all).sum(-1))
+        values = self._values(value_hidden) if compute_values else None
+        return EvaluateOutput(logprobs=self._shape(logprobs), entropy=entropy, values=values)
+
+    def sft_loss(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the expert actions' bins (normalised with the norm stats) over the action bins."""
+        expected = (len(obs), self.num_action_chunks, self.action_dim)
+        if tuple(actions.shape) != expected:
+            raise ValueError(f"sft_loss expects actions {list(expected)} (env scale), got {list(actions.shape)}")
+        bins = self._from_env(actions.to(self.device)).reshape(len(obs), -1)
+        logits, _ = self._teacher_logits(obs, bins)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), bins.reshape(-1))
+
+    # ------------------------------------------------------------------ export
+    def _settings(self) -> dict:
+        return {
+            "policy": type(self).__name__,
+            "unnorm_key": self.unnorm_key,
+            "num_action_chunks": self.num_action_chunks,
+            "num_images_in_input": self.num_images_in_input,
+            "add_value_head": self.has_value_head,
+            "value_type": self.value_type,
+            "use_proprio": self.use_proprio,
+            "proprio_dim": self.proprio_dim,
+            "max_prompt_length": self.prompts.max_prompt_length,
+        }
+
+    def state_dict_for_export(self) -> dict[str, torch.Tensor]:
+        """Checkpoint-named weights; LoRA deltas merged in (the live model keeps its adapter)."""
+        if self.is_lora:
+            from rlinf_policy_openvla.lora import merged_state_dict
+
+            return merged_state_dict(self.model)
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def save_pretrained(self, path: str | Path, max_shard_bytes: int = 5 * 1024**3) -> None:
+        """Write a full checkpoint in the OpenVLA layout (LoRA merged): config.json with norm stats,
+        safetensors (sharded above ``max_shard_bytes``), tokenizer and processor files."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_weights(self.state_dict_for_export(), path, max_shard_bytes)
+        copy_side_files(self.model_path, path)
+        cfg = dict(self.spec.raw)
+        cfg["norm_stats"] = self.spec.norm_stats
+        cfg[RLINF_KEY] = self._settings()
+        (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+    def save_adapter(self, path: str | Path) -> None:
+        """Write the peft adapter (``adapter_config.json`` + ``adapter_model.safetensors``, value head included)."""
+        if not self.is_lora:
+            raise ValueError(f"{type(self).__name__} has no LoRA adapter (is_lora is false); use save_pretrained")
+        from rlinf_policy_openvla.lora import save_adapter
+
+        save_adapter(self.model, path)
+
+    # ------------------------------------------------------------------ decoding (subclasses)
+    def _decode(self, obs, *, do_sample, temperature):
+        raise NotImplementedError
+
+    def _teacher_logits(self, obs, bins):
+        raise NotImplementedError
+
+
+class OpenVLAPolicy(_PrismaticPolicy):
+    """OpenVLA: action tokens decoded one by one with a KV cache, restricted to the action bins.
+
+    Args:
+        model_path: OpenVLA Hugging Face directory (config.json with norm_stats, safetensors,
+            tokenizer files), e.g. ``openvla/openvla-7b`` or ``gen-robot/openvla-7b-rlvla-warmup``.
+        model_type: optional check, must be ``openvla`` (the seeds' key).
+        unnorm_key: dataset key of ``norm_stats`` for un-normalising actions (``{key}_no_noops``
+            also tried); may be omitted when the checkpoint has a single key.
+        action_dim: optional check against the norm stats (the action dimension comes from them).
+        num_action_chunks: actions per decoded chunk (``C``; ``C × action_dim`` tokens). Default 1.
+        use_proprio: unused by OpenVLA; kept so shared configs parse (must be false).
+        proprio_dim: unused by OpenVLA.
+        num_images_in_input: camera views fed to the model (OpenVLA: 1).
+        add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
+        value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
+        is_lora: train a LoRA adapter instead of the full model.
+        lora_rank: LoRA rank (alpha defaults to the rank).
+        lora_alpha: LoRA alpha (None: equal to ``lora_rank``).
+        lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
+        lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
+        max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
+        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        center_crop: OFT-style 90 % centre crop of the camera images.
+        normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+    """
+
+    model_type = "openvla"
+    default_chunks = 1
+
+    def __init__(
+        self,
+        model_path: str,
+        model_type: str | None = None,
+        unnorm_key: str | None = None,
+        action_dim: int | None = None,
+        num_action_chunks: int | None = None,
+        use_proprio: bool = False,
+        proprio_dim: int | None = None,
+        num_images_in_input: int = 1,
+        add_value_head: bool | None = None,
+        value_type: ValueType | None = None,
+        is_lora: bool = False,
+        lora_rank: int = 32,
+        lora_alpha: int | None = None,
+        lora_path: str | None = None,
+        lora_target_modules: str | list[str] | None = None,
+        max_prompt_length: int | None = None,
+        precision: str = "fp32",
+        center_crop: bool = False,
+        normalization_type: NormalizationType = "bounds_q99",
+        invert_gripper: bool = False,
+    ) -> None:
+        super().__init__()
+        if use_proprio:
+            raise ValueError("OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with use_proprio: true")
+        if num_images_in_input != 1:
+            raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for num_images_in_input > 1")
+        self._setup(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    def _decode(self, obs, *, do_sample, temperature):
+        vla = self.vla
+        embeds, mask = self._prefix(obs)
+        out = vla.run_llm(embeds, mask, use_cache=True)
+        hidden = out.last_hidden_state[:, -1]
+        values = self._values(hidden)
+        position = (mask.long().cumsum(-1) - 1)[:, -1:]
+        ones = mask.new_ones(mask.shape[0], 1)
+        bins, logps = [], []
+        for k in range(self.num_action_tokens):
+            b, lp = self._choose(self._logits(hidden), do_sample, temperature)
+            bins.append(b)
+            logps.append(lp)
+            if k + 1 == self.num_action_tokens:
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            position = position + 1
+            step = vla.embed_tokens(self.action_tokenizer.bins_to_tokens(b).unsqueeze(1))
+            out = vla.run_llm(step, mask, position_ids=position, past_key_values=out.past_key_values, use_cache=True)
+            hidden = out.last_hidden_state[:, -1]
+        return torch.stack(bins, 1), torch.stack(logps, 1), values
+
+    def _teacher_logits(self, obs, bins):
+        """Teacher-forced forward over ``[prefix, a_0 … a_{n-2}]``: logits ``[B, n, n_bins]``, value hidden."""
+        vla = self.vla
+        embeds, mask = self._prefix(obs)
+        n = bins.shape[1]
+        given = vla.embed_tokens(self.action_tokenizer.bins_to_tokens(bins[:, :-1]))
+        full = torch.cat([embeds, given], dim=1)
+        full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], n - 1)], dim=1)
+        hidden = vla.run_llm(full, full_mask).last_hidden_state
+        return self._logits(hidden[:, -n:]), hidden[:, -n]
+
+
+def attention_mask_4d(mask: torch.Tensor, n_actions: int, mode: AttentionMode) -> torch.Tensor:
+    """Boolean ``[B, 1, T, T]`` (True = may attend) for a sequence ending in ``n_actions`` action slots.
+
+    ``causal``: standard LM mask. ``bidirectional``: every token sees every non-pad token (what
+    upstream OpenVLA-OFT trains with). ``action_block``: causal prompt, the action block attends
+    to the whole prompt and to itself in both directions.
+    """
+    T = mask.shape[1]
+    i = torch.arange(T, device=mask.device).unsqueeze(1)
+    j = torch.arange(T, device=mask.device).unsqueeze(0)
+    if mode == "causal":
+        rule = j <= i
+    elif mode == "bidirectional":
+        rule = torch.ones(T, T, dtype=torch.bool, device=mask.device)
+    elif mode == "action_block":
+        start = T - n_actions
+        rule = (j <= i) | ((i >= start) & (j >= start))
+    else:
+        raise ValueError(f"attention_mode {mode!r} not supported; use 'causal', 'bidirectional' or 'action_block'")
+    return (rule.unsqueeze(0) & mask.bool().unsqueeze(1)).unsqueeze(1)
+
+
+class OpenVLAOFTPolicy(_PrismaticPolicy):
+    """OpenVLA-OFT: all ``C × D`` action tokens decoded in one forward pass (discrete 256-bin head).
+
+    The action block is ``C × D`` zero embeddings appended after the prompt; the last prompt token
+    predicts token 0 and slot ``k`` predicts token ``k + 1``.
+
+    Args:
+        model_path: OpenVLA-OFT Hugging Face directory, e.g. ``Haozhan72/Openvla-oft-SFT-libero-spatial-traj1``,
+            ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora`` (merged) or a base model for ``lora_path``.
+        model_type: optional check, must be ``openvla_oft`` (the seeds' key).
+        unnorm_key: dataset key of ``norm_stats`` (``{key}_no_noops`` also tried), e.g.
+            ``libero_spatial_no_noops``; may be omitted when the checkpoint has a single key.
+        action_dim: optional check against the norm stats (the action dimension comes from them).
+        num_action_chunks: actions per chunk ``C`` (default 8).
+        use_proprio: feed ``Observation.states`` through the proprio projector as one extra token.
+        proprio_dim: state size (default: from the proprio norm stats).
+        num_images_in_input: camera views fed to the model (main + wrist views).
+        add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
+        value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
+        is_lora: train a LoRA adapter instead of the full model.
+        lora_rank: LoRA rank (alpha defaults to the rank).
+        lora_alpha: LoRA alpha (None: equal to ``lora_rank``).
+        lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
+        lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
+        max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
+        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
+            it) or ``action_block`` (causal prompt, bidirectional action block).
+        center_crop: OFT-style 90 % centre crop of the camera images.
+        normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+    """
+
+    model_type = "openvla_oft"
+    default_chunks = 8
+
+    def __init__(
+        self,
+        model_path: str,
+        model_type: str | None = None,
+        unnorm_key: str | None = None,
+        action_dim: int | None = None,
+        num_action_chunks: int | None = None,
+        use_proprio: bool | None = None,
+        proprio_dim: int | None = None,
+        num_images_in_input: int | None = None,
+        add_value_head: bool | None = None,
+        value_type: ValueType | None = None,
+        is_lora: bool = False,
+        lora_rank: int = 32,
+        lora_alpha: int | None = None,
+        lora_path: str | None = None,
+        lora_target_modules: str | list[str] | None = None,
+        max_prompt_length: int | None = None,
+        precision: str = "fp32",
+        attention_mode: AttentionMode | None = None,
+        center_crop: bool = False,
+        normalization_type: NormalizationType = "bounds_q99",
+        invert_gripper: bool = False,
+    ) -> None:
+        super().__init__()
+        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode")}
+        self._setup(**args)
+        self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
+        attention_mask_4d(torch.ones(1, 2, dtype=torch.long), 1, self.attention_mode)  # validate early
+
+    def _settings(self) -> dict:
+        return {**super()._settings(), "attention_mode": self.attention_mode}
+
+    def _parallel(self, obs):
+        """One forward over ``[prefix, C·D zero slots]``: action logits ``[B, n, n_bins]`` and value hidden."""
+        vla = self.vla
+        embeds, mask = self._prefix(obs)
+        n = self.num_action_tokens
+        full = torch.cat([embeds, embeds.new_zeros(embeds.shape[0], n, embeds.shape[2])], dim=1)
+        full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], n)], dim=1)
+        attn = attention_mask_4d(full_mask, n, self.attention_mode)
+        hidden = vla.run_llm(full, full_mask, attn_mask=attn).last_hidden_state
+        return self._logits(hidden[:, -n - 1 : -1]), hidden[:, -n - 1]
+
+    def _decode(self, obs, *, do_sample, temperature):
+        logits, value_hidden = self._parallel(obs)
+        bins, logps = self._choose(logits, do_sample, temperature)
+        return bins, logps, self._values(value_hidden)
+
+    def _teacher_logits(self, obs, bins):
+        return self._parallel(obs)

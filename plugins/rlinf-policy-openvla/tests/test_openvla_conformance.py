@@ -1,0 +1,31 @@
+"""Both policies pass rlinf's standard policy conformance tests (on tiny real-layout checkpoints)."""
+
+from rlinf.testing.conformance import PolicyPluginTests
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.testing import tiny_checkpoint
+
+
+class TestOpenVLAOFTPolicy(PolicyPluginTests):
+    def make_policy(self):
+        return OpenVLAOFTPolicy(model_path=str(tiny_checkpoint(kind="oft")), num_action_chunks=3, add_value_head=True)
+
+
+class TestOpenVLAOFTCausalLoRA(PolicyPluginTests):
+    state_dim = 8
+
+    def make_policy(self):
+        return OpenVLAOFTPolicy(
+            model_path=str(tiny_checkpoint(kind="oft", proprio_dim=8)),
+            num_action_chunks=2,
+            attention_mode="causal",
+            use_proprio=True,
+            add_value_head=True,
+            value_type="action_level",
+            is_lora=True,
+            lora_rank=4,
+        )
+
+
+class TestOpenVLAPolicy(PolicyPluginTests):
+    def make_policy(self):
+        return OpenVLAPolicy(model_path=str(tiny_checkpoint(kind="openvla")), add_value_head=True)

@@ -1,0 +1,125 @@
+"""Rollout log-probs equal the training recompute; bin masking, temperature, value head position."""
+
+import math
+
+import pytest
+import torch
+
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+
+
+def _act(policy, obs, **kw):
+    policy.eval()
+    with torch.no_grad():
+        return policy.act(obs, **kw)
+
+
+@pytest.mark.parametrize("mode", ["causal", "bidirectional", "action_block"])
+def test_oft_recompute_equals_rollout(tiny_oft, obs, mode):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=4, attention_mode=mode, add_value_head=True)
+    out = _act(policy, obs, do_sample=True, temperature=1.6)
+    ev = policy.evaluate(obs, out.record, temperature=1.6, compute_entropy=True, compute_values=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ev.values, out.values, rtol=0, atol=1e-5)
+    assert ev.logprobs.shape == (3, 4, 7) and ev.entropy.shape == (3, 4, 7)
+    assert (ev.entropy >= 0).all() and (ev.entropy <= math.log(256) + 1e-4).all()
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_openvla_kv_cache_decode_equals_teacher_forcing(tiny_openvla, obs, chunks):
+    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=chunks, add_value_head=True)
+    out = _act(policy, obs, do_sample=True, temperature=1.3)
+    assert out.actions.shape == (3, chunks, 7)
+    ev = policy.evaluate(obs, out.record, temperature=1.3, compute_values=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ev.values, out.values, rtol=0, atol=1e-5)
+
+
+def test_recompute_with_fixed_prompt_length_and_microbatches(tiny_oft, obs):
+    """Micro-batches of the rollout batch give the same log-probs as the whole batch."""
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    out = _act(policy, obs, do_sample=True, temperature=1.0)
+    parts = [policy.evaluate(obs.index([i]), {"action_tokens": out.record["action_tokens"][i : i + 1]}).logprobs for i in range(3)]
+    torch.testing.assert_close(torch.cat(parts), out.logprobs, rtol=0, atol=1e-5)
+
+
+def test_sampled_tokens_stay_in_action_bins(tiny_oft, obs):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    tok = policy.action_tokenizer
+    out = _act(policy, obs, do_sample=True, temperature=50.0)  # nearly uniform: reaches the whole range
+    tokens = out.record["action_tokens"]
+    assert tokens.min() >= tok.token_begin and tokens.max() < tok.vocab_size
+    assert tok.vocab_size == policy.spec.action_vocab_size == len(policy.tokenizer) - 1  # <PAD> after the bins
+    assert out.actions.abs().max() <= 1.0 + 1e-6
+
+
+def test_logprobs_are_temperature_scaled(tiny_oft, obs):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    out = _act(policy, obs, do_sample=True, temperature=2.0)
+    hot = policy.evaluate(obs, out.record, temperature=2.0).logprobs
+    cold = policy.evaluate(obs, out.record, temperature=1.0).logprobs
+    torch.testing.assert_close(hot, out.logprobs, rtol=0, atol=1e-5)
+    assert not torch.allclose(hot, cold, atol=1e-3)
+
+
+def test_greedy_picks_the_most_likely_bin(tiny_oft, obs):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    out = _act(policy, obs, do_sample=False)
+    ev = policy.evaluate(obs, out.record, temperature=1.0, compute_entropy=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
+    logits, _ = policy._teacher_logits(obs, torch.zeros(3, 14, dtype=torch.long))
+    best = torch.log_softmax(logits, -1).max(-1).values.view(3, 2, 7)
+    torch.testing.assert_close(out.logprobs, best, rtol=0, atol=1e-5)
+
+
+def test_attention_modes_differ(tiny_oft, obs):
+    record = None
+    logps = {}
+    for mode in ("causal", "bidirectional", "action_block"):
+        policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, attention_mode=mode)
+        record = record or _act(policy, obs, do_sample=True).record
+        logps[mode] = policy.evaluate(obs, record).logprobs
+    assert not torch.allclose(logps["causal"], logps["bidirectional"], atol=1e-4)
+    assert not torch.allclose(logps["causal"], logps["action_block"], atol=1e-4)
+    # the first token is predicted by the last prompt token, which sees only the prompt unless bidirectional
+    torch.testing.assert_close(logps["causal"][:, 0, 0], logps["action_block"][:, 0, 0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [OpenVLAOFTPolicy, OpenVLAPolicy])
+def test_value_head_reads_the_last_prompt_token(tiny_oft, obs, cls):
+    policy = cls(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, value_type="action_level")
+    a = _act(policy, obs, do_sample=True, temperature=3.0).record
+    b = {"action_tokens": torch.flip(a["action_tokens"], dims=[1, 2])}
+    va = policy.evaluate(obs, a, compute_values=True).values
+    vb = policy.evaluate(obs, b, compute_values=True).values
+    assert va.shape == (3, 2)
+    torch.testing.assert_close(va, vb, rtol=0, atol=1e-6)  # independent of the actions taken
+    assert not torch.allclose(va[0], va[1])  # but depends on the observation
+    assert any("value_head" in n for n, _ in policy.named_parameters())
+    assert set(map(id, policy.value_parameters())) == {id(p) for n, p in policy.named_parameters() if "value_head" in n}
+
+
+def test_proprio_changes_the_actions(obs):
+    from rlinf_policy_openvla.testing import tiny_checkpoint
+
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_checkpoint(kind="oft", proprio_dim=8)), num_action_chunks=2, use_proprio=True)
+    base = _act(policy, obs, do_sample=False)
+    moved = obs.index(slice(None))
+    moved.states = obs.states + 1.5
+    other = _act(policy, moved, do_sample=False)
+    assert not torch.allclose(base.logprobs, other.logprobs)
+    ev = policy.evaluate(obs, base.record)
+    torch.testing.assert_close(ev.logprobs, base.logprobs, rtol=0, atol=1e-5)
+
+
+def test_two_images_use_the_wrist_view(tiny_oft, obs):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, num_images_in_input=2)
+    with_wrist = obs.index(slice(None))
+    with_wrist.wrist_images = torch.flip(obs.main_images, dims=[1])
+    out = _act(policy, with_wrist, do_sample=True)
+    torch.testing.assert_close(policy.evaluate(with_wrist, out.record).logprobs, out.logprobs, rtol=0, atol=1e-5)
+    other = with_wrist.index(slice(None))
+    other.wrist_images = obs.main_images
+    assert not torch.allclose(policy.evaluate(other, out.record).logprobs, out.logprobs, atol=1e-4)
+    with pytest.raises(ValueError, match="wrist_images"):
+        _act(policy, obs, do_sample=True)
