@@ -88,6 +88,17 @@ def _cli_class():
     class RLinfCLI(LightningCLI):
         """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval)."""
 
+        def instantiate_trainer(self, **kwargs: Any):
+            trainer = super().instantiate_trainer(**kwargs)
+            # An RL step is an epoch and eval is sparse: checkpoint at every epoch end (and keep
+            # last.ckpt), not only after validation, unless the user configured otherwise.
+            for cb in trainer.checkpoint_callbacks:
+                if getattr(cb, "_save_on_train_epoch_end", False) is None:
+                    cb._save_on_train_epoch_end = True
+                if cb.save_last is None:
+                    cb.save_last = True
+            return trainer
+
     return RLinfCLI
 
 
@@ -97,12 +108,6 @@ def trainer_defaults() -> dict[str, Any]:
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
             "init_args": {"save_dir": "runs", "name": "rlinf"},
         },
-        "callbacks": [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {"save_last": True, "save_on_train_epoch_end": True},
-            }
-        ],
         "num_sanity_val_steps": 0,
         "log_every_n_steps": 1,
         "use_distributed_sampler": False,

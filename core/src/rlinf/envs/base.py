@@ -107,7 +107,8 @@ def _delegated(method):
     @functools.wraps(method)
     def wrapper(self, *args: Any, **kwargs: Any):
         if self.num_workers > 0:
-            return getattr(self._worker_pool(), method.__name__)(*args, **kwargs)
+            target = getattr(self._worker_pool(), method.__name__)
+            return target(*args, **kwargs) if callable(target) else target  # methods / properties
         return method(self, *args, **kwargs)
 
     return wrapper
@@ -138,6 +139,8 @@ class Env:
         # Record the constructor arguments of the outermost class, for clone(): stage and
         # worker copies of an env are built from the same config with a few overrides.
         super().__init_subclass__(**kwargs)
+        if "close" in cls.__dict__:  # a plugin's close() must also shut the worker processes down
+            cls.close = _delegated(cls.__dict__["close"])
         original = cls.__dict__.get("__init__")
         if original is None:
             return
@@ -149,8 +152,6 @@ class Env:
             original(self, *args, **kw)
 
         cls.__init__ = __init__
-        if "close" in cls.__dict__:  # a plugin's close() must also shut the worker processes down
-            cls.close = _delegated(cls.__dict__["close"])
 
     def __init__(
         self,

@@ -260,7 +260,15 @@ class EnvWorkerPool:
         self.total_restarts = 0
         self.total_dropped_episodes = 0
         self._started = False
-        self._ctx = tmp.get_context(os.environ.get("RLINF_ENV_WORKER_START", "forkserver"))
+        method = os.environ.get("RLINF_ENV_WORKER_START", "forkserver")
+        self._ctx = tmp.get_context(method)
+        if method == "forkserver":
+            # the fork server imports these once, so a worker (or a restart) starts in milliseconds;
+            # takes effect when the server starts (first pool of the process)
+            preload = ["rlinf.envs.workers"]
+            if type(env).__module__ != "__main__":
+                preload.append(type(env).__module__)
+            self._ctx.set_forkserver_preload(preload)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
 
     # ------------------------------------------------------------------ process management
@@ -285,7 +293,13 @@ class EnvWorkerPool:
     def _await_ready(self, worker: _Worker) -> None:
         kind, payload = self._recv(worker, "start")
         if kind != "ok":
-            raise EnvWorkerError(self._describe(worker, "start", payload))
+            hint = ""
+            if kind == "dead":
+                hint = (
+                    " (see the worker's traceback above; a script that creates worker envs at import time "
+                    "needs an `if __name__ == '__main__':` guard)"
+                )
+            raise EnvWorkerError(self._describe(worker, "start", payload) + hint)
 
     def start(self) -> None:
         """Start every worker process (idempotent); simulators are built on the first reset."""

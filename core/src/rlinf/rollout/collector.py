@@ -145,17 +145,42 @@ class RolloutCollector:
         return result.obs
 
 
+def _mask_dropped_episodes(valid: torch.Tensor, terminations: torch.Tensor, truncations: torch.Tensor) -> torch.Tensor:
+    """Mask every step of episodes that stopped without a done (dropped when their env worker died).
+
+    ``[N, B, C]`` in, ``[N, B, C]`` out. A live episode always ends with a termination or a
+    truncation; a valid step followed by an invalid one with no done in between means the episode
+    was dropped, so none of its steps may be trained on.
+    """
+    N, B, C = valid.shape
+    v = valid.permute(1, 0, 2).reshape(B, N * C)
+    done = (terminations | truncations).permute(1, 0, 2).reshape(B, N * C)
+    broken = v[:, :-1] & ~done[:, :-1] & ~v[:, 1:]
+    if not broken.any():
+        return valid
+    v = v.clone()
+    for b, t in broken.nonzero().tolist():
+        s = t
+        while s >= 0 and v[b, s] and (s == t or not done[b, s]):
+            v[b, s] = False
+            s -= 1
+    return v.reshape(B, N, C).permute(1, 0, 2).contiguous()
+
+
 def _to_trajectory(buf: _StageBuffer, need_values: bool) -> Trajectory:
     res = buf.results
+    terminations = torch.stack([r.terminations for r in res])
+    truncations = torch.stack([r.truncations for r in res])
+    valid = _mask_dropped_episodes(torch.stack([r.valid for r in res]), terminations, truncations)
     return Trajectory(
         obs=buf.obs,
         records=buf.records,
         logprobs=torch.stack(buf.logprobs),
         values=torch.stack(buf.values) if need_values else None,
         rewards=torch.stack([r.rewards for r in res]),
-        terminations=torch.stack([r.terminations for r in res]),
-        truncations=torch.stack([r.truncations for r in res]),
-        valid=torch.stack([r.valid for r in res]),
+        terminations=terminations,
+        truncations=truncations,
+        valid=valid,
         bootstrap_values=torch.stack(buf.bootstrap),
         reset_state_ids=torch.stack([r.reset_state_ids for r in res]),
     )

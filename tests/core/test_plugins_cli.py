@@ -1,0 +1,115 @@
+"""Plugin loading, registration errors and the rlinf command."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from rlinf.cli import check_config_class_paths, main
+from rlinf.plugins.manager import PluginError, Registry
+
+
+def fake_plugin(tmp_path, monkeypatch, name, source):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return EntryPoint(name=name, value=name, group="rlinf")
+
+
+def test_core_plugin_registers_builtins():
+    registry = Registry().load(entry_points_=[])
+    assert registry.plugins["core"].distribution == "rlinf-core"
+    assert {"ReachEnv", "WorldModelEnv"} <= set(registry.names("env"))
+    assert "TinyVLAPolicy" in registry.names("policy")
+    assert registry.classes["ReachEnv"].plugin == "core"
+
+
+def test_broken_import_names_plugin_and_hint(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "broken_plugin", "import not_a_real_module_xyz\n")
+    registry = Registry().load(entry_points_=[ep])
+    err = registry.plugins["broken_plugin"].error
+    assert "broken_plugin" in err and "not_a_real_module_xyz" in err and "RLINF_BLOCK_PLUGINS" in err
+    assert "\n" not in err
+
+
+def test_misspelled_hook_is_reported(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "typo_plugin", """
+        from rlinf import hookimpl
+
+        @hookimpl
+        def register_env(register):
+            pass
+    """)
+    err = Registry().load(entry_points_=[ep]).plugins["typo_plugin"].error
+    assert "unknown hook 'register_env'" in err and "register_envs" in err
+
+
+def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "dup_plugin", """
+        from rlinf import hookimpl
+        from rlinf.testing.toy_env import ReachEnv as Base
+
+        class ReachEnv(Base):
+            pass
+
+        @hookimpl
+        def register_envs(register):
+            register(ReachEnv)
+    """)
+    registry = Registry().load(entry_points_=[ep])
+    err = registry.plugins["dup_plugin"].error
+    assert "'ReachEnv' is provided by both rlinf-core" in err
+    assert registry.classes["ReachEnv"].plugin == "core"
+
+
+def test_wrong_base_class_is_rejected(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "base_plugin", """
+        from rlinf import hookimpl
+
+        class NotAnEnv:
+            pass
+
+        @hookimpl
+        def register_envs(register):
+            register(NotAnEnv)
+    """)
+    err = Registry().load(entry_points_=[ep]).plugins["base_plugin"].error
+    assert "not a subclass of rlinf.envs.base.Env" in err
+
+
+def test_block_and_load_env_vars(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "ok_plugin", "x = 1\n")
+    monkeypatch.setenv("RLINF_BLOCK_PLUGINS", "ok_plugin")
+    assert "ok_plugin" not in Registry().load(entry_points_=[ep]).plugins
+    monkeypatch.delenv("RLINF_BLOCK_PLUGINS")
+    monkeypatch.setenv("RLINF_LOAD_PLUGINS", "")
+    assert set(Registry().load(entry_points_=[ep]).plugins) == {"core"}
+
+
+def test_unknown_class_path_lists_available_names(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  init_args:\n    env:\n      class_path: ReachEnvv\n")
+    registry = Registry().load(entry_points_=[])
+    with pytest.raises(PluginError, match="Available: .*ReachEnv.*Did you mean 'ReachEnv'"):
+        check_config_class_paths(["fit", "--config", str(cfg)], registry)
+    with pytest.raises(PluginError, match="rlinf-env-libero"):
+        check_config_class_paths(["fit", "--model.init_args.env.class_path=LiberoEnv"], Registry().load(entry_points_=[]))
+
+
+def test_cli_exits_with_one_line_on_unknown_class(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  init_args:\n    policy:\n      class_path: NoSuchPolicy\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", str(cfg)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rlinf: error: unknown policy class_path 'NoSuchPolicy'")
+
+
+def test_plugins_command_json():
+    out = subprocess.run([sys.executable, "-m", "rlinf.cli", "plugins", "--json"], capture_output=True, text=True, check=True)
+    plugins = {p["name"]: p for p in json.loads(out.stdout)}
+    assert plugins["core"]["distribution"] == "rlinf-core"
+    assert "ReachEnv" in plugins["core"]["registered"]["env"]

@@ -1,0 +1,254 @@
+"""Worker-process envs (``num_workers > 0``): same results as in-process, shared memory, restarts."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool
+from rlinf.rollout.collector import _mask_dropped_episodes
+from rlinf.testing.toy_env import ReachEnv
+
+
+class FailingReachEnv(ReachEnv):
+    """ReachEnv whose simulator raises once its total step count passes ``fail_after``."""
+
+    def __init__(self, fail_after: int = 10**9, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fail_after = fail_after
+
+    def _step(self, actions, live):
+        if self.num_steps_taken >= self.fail_after:
+            raise FloatingPointError("simulated physics blow-up")
+        return super()._step(actions, live)
+
+
+class ClosingReachEnv(ReachEnv):
+    """A plugin that overrides close() without calling super().close()."""
+
+    def close(self) -> None:
+        self.pos = None
+
+
+def _actions(env, seed: int, chunk: int = 2) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(env.num_envs, chunk, env.action_dim, generator=gen) * 2 - 1
+
+
+def test_workers_match_in_process_envs():
+    """Worker w behaves exactly like an in-process env sharded to every W-th initial state."""
+    kw = dict(group_size=2, max_episode_steps=5, auto_reset=False, image_size=16)
+    env = ReachEnv(num_envs=8, num_workers=2, **kw)
+    refs = [ReachEnv(num_envs=4, **kw) for _ in range(2)]
+    for w, ref in enumerate(refs):
+        ref.shard(w, 2)
+    try:
+        obs = env.reset()
+        ref_obs = [r.reset() for r in refs]
+        torch.testing.assert_close(obs.main_images, torch.cat([o.main_images for o in ref_obs]))
+        assert obs.task_descriptions == ref_obs[0].task_descriptions + ref_obs[1].task_descriptions
+        ids = env.reset_state_ids
+        assert (ids.reshape(-1, 2)[:, 0] == ids.reshape(-1, 2)[:, 1]).all(), "groups share an initial state"
+        assert not set(ids[:4]) & set(ids[4:]), "workers draw from disjoint shards"
+        for k in range(4):
+            acts = _actions(env, k)
+            out = env.chunk_step(acts)
+            ref_out = [r.chunk_step(acts[4 * w : 4 * (w + 1)]) for w, r in enumerate(refs)]
+            for name in ("rewards", "terminations", "truncations", "success", "valid", "reset_state_ids"):
+                torch.testing.assert_close(getattr(out, name), torch.cat([getattr(o, name) for o in ref_out]))
+            torch.testing.assert_close(out.obs.states, torch.cat([o.obs.states for o in ref_out]))
+            if any(o.final_obs is not None for o in ref_out):
+                expect = torch.cat([o.final_obs_env_ids + 4 * w for w, o in enumerate(ref_out) if o.final_obs is not None])
+                torch.testing.assert_close(out.final_obs_env_ids, expect)
+                assert len(out.final_obs) == len(expect)
+        env.flush_episodes()
+        for r in refs:
+            r.flush_episodes()
+        got = env.pop_episodes()
+        want = refs[0].pop_episodes() + refs[1].pop_episodes()
+        assert sorted(e["reset_state_id"] for e in got) == sorted(e["reset_state_id"] for e in want)
+        assert not env.any_live
+    finally:
+        env.close()
+
+
+def test_eval_visits_every_state_once_across_workers_and_ranks():
+    visited = []
+    for rank in range(2):
+        env = ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3)
+        env.shard(rank, 2)
+        try:
+            env.reset()
+            for _ in range(50):
+                if env.eval_finished:
+                    break
+                env.chunk_step(torch.zeros(4, 2, 2))
+            assert env.eval_finished
+            visited += [e["reset_state_id"] for e in env.pop_episodes()]
+        finally:
+            env.close()
+    assert sorted(visited) == list(range(9)), "every (task, trial) exactly once over 2 ranks x 2 workers"
+
+
+def test_worker_split_must_keep_groups_whole():
+    with pytest.raises(ValueError, match="straddles"):
+        ReachEnv(num_envs=8, group_size=4, num_workers=4)
+    with pytest.raises(ValueError, match="num_workers"):
+        ReachEnv(num_envs=6, num_workers=4)
+
+
+def test_observations_travel_through_shared_memory(monkeypatch):
+    env = ReachEnv(num_envs=4, num_workers=2, image_size=64, auto_reset=True)
+    sizes = []
+    original = EnvWorkerPool._recv
+
+    def spy(self, worker, cmd):
+        reply = original(self, worker, cmd)
+        if cmd == "chunk_step":
+            sizes.append(len(pickle.dumps(reply)))
+        return reply
+
+    monkeypatch.setattr(EnvWorkerPool, "_recv", spy)
+    try:
+        env.reset()
+        for k in range(3):
+            out = env.chunk_step(_actions(env, k))
+        pool = env._workers
+        assert all(buf.is_shared() for w in pool.workers for buf in w.buffers[0].values())
+        image_bytes = 2 * 64 * 64 * 3  # one worker's rows of one observation
+        assert max(sizes[2:]) < image_bytes / 4, f"replies carry {sizes} bytes: images are being pickled"
+        # the result does not alias the shared buffers (the next step overwrites them)
+        before = out.obs.main_images.clone()
+        env.chunk_step(_actions(env, 9))
+        torch.testing.assert_close(out.obs.main_images, before)
+    finally:
+        env.close()
+
+
+def test_killed_worker_is_restarted_in_training_and_counted():
+    env = ReachEnv(num_envs=4, num_workers=2, auto_reset=True, max_episode_steps=50)
+    try:
+        env.reset()
+        env.chunk_step(_actions(env, 0))
+        pid = env._workers.pids[1]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.warns(RuntimeWarning, match=r"SIGKILL.*\n.*restarting it; its 2 running episode"):
+            out = env.chunk_step(_actions(env, 1))
+        assert out.valid[:2].all() and not out.valid[2:].any(), "the dead worker's chunk is invalid"
+        assert env._workers.pids[1] != pid
+        metrics = env.pop_metrics()
+        assert metrics == {"env/worker_restarts": 1.0, "env/dropped_episodes": 2.0}
+        assert env.pop_metrics()["env/worker_restarts"] == 0.0, "counters are per call"
+        out = env.chunk_step(_actions(env, 2))
+        assert out.valid[:, 0].all(), "the restarted worker runs fresh episodes (auto_reset)"
+        env.flush_episodes() if not env.auto_reset else None
+        assert all(e["episode_len"] > 0 for e in env.pop_episodes())
+    finally:
+        env.close()
+
+
+def test_dead_worker_in_eval_raises_with_its_error():
+    env = ReachEnv(num_envs=2, num_workers=2, is_eval=True, auto_reset=True)
+    try:
+        env.reset()
+        os.kill(env._workers.pids[0], signal.SIGKILL)
+        with pytest.raises(EnvWorkerError, match=r"worker 0/2 of ReachEnv .*SIGKILL.*eval envs are not restarted"):
+            env.chunk_step(torch.zeros(2, 2, 2))
+    finally:
+        env.close()
+
+
+def test_simulator_exception_is_reported_and_repeated_failures_give_up():
+    env = FailingReachEnv(fail_after=0, num_envs=2, num_workers=1, auto_reset=True)
+    try:
+        env.reset()
+        with pytest.warns(RuntimeWarning, match="FloatingPointError: simulated physics blow-up"):
+            out = env.chunk_step(torch.zeros(2, 2, 2))
+            assert not out.valid.any()
+            for _ in range(2):
+                env.chunk_step(torch.zeros(2, 2, 2))
+            with pytest.raises(EnvWorkerError, match="restarts in a row failed too"):
+                env.chunk_step(torch.zeros(2, 2, 2))
+    finally:
+        env.close()
+
+
+def test_no_auto_reset_worker_stays_idle_until_next_reset():
+    env = ReachEnv(num_envs=4, group_size=2, num_workers=2, max_episode_steps=50)
+    try:
+        env.reset()
+        env.chunk_step(_actions(env, 0))
+        os.kill(env._workers.pids[0], signal.SIGKILL)
+        with pytest.warns(RuntimeWarning):
+            env.chunk_step(_actions(env, 1))
+        out = env.chunk_step(_actions(env, 2))
+        assert not out.valid[:2].any(), "GRPO groups of the restarted worker stay idle in this rollout"
+        assert (env.reset_state_ids[:2] == -1).all()
+        env.flush_episodes()
+        assert len(env.pop_episodes()) == 2, "only the surviving worker's episodes are reported"
+        env.reset()
+        assert env.any_live and (env.reset_state_ids >= 0).all()
+    finally:
+        env.close()
+
+
+def test_frames_sampler_state_and_close():
+    env = ReachEnv(num_envs=4, num_workers=2, image_size=16, auto_reset=True)
+    env.video_cfg.max_envs = 3
+    try:
+        env.capture_frames = True
+        env.reset()
+        env.chunk_step(_actions(env, 0, chunk=2))
+        frames = env.pop_frames()
+        assert len(frames) == 3 and frames[0]["images"].shape == (3, 16, 16, 3), "reset + 2 sub-steps, 3 envs"
+        state = env.sampler_state()
+        a = env.reset()
+        env.load_sampler_state(state)
+        b = env.reset()
+        torch.testing.assert_close(a.main_images, b.main_images)
+        pids = env._workers.pids
+    finally:
+        env.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_dropped_episode_steps_are_masked_in_the_trajectory():
+    # slot 0: an episode valid for 3 steps, then its worker died (invalid, no done)
+    # slot 1: a normal episode that terminated at step 2
+    valid = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    term = torch.zeros(2, 6, dtype=torch.bool)
+    term[1, 2] = True
+    to_nbc = lambda x: x.view(2, 3, 2).permute(1, 0, 2)  # [B, N*C] -> [N, B, C]
+    out = _mask_dropped_episodes(to_nbc(valid), to_nbc(term), to_nbc(torch.zeros_like(term)))
+    flat = out.permute(1, 0, 2).reshape(2, 6)
+    assert not flat[0].any(), "all steps of the dropped episode are masked"
+    assert flat[1].tolist() == valid[1].tolist(), "finished episodes are untouched"
+    # an earlier finished episode in the same slot keeps its steps
+    valid2 = torch.tensor([[1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    term2 = torch.zeros(1, 6, dtype=torch.bool)
+    term2[0, 1] = True
+    to1 = lambda x: x.view(1, 3, 2).permute(1, 0, 2)
+    out2 = _mask_dropped_episodes(to1(valid2), to1(term2), to1(torch.zeros_like(term2))).permute(1, 0, 2).reshape(1, 6)
+    assert out2[0].tolist() == [True, True, False, False, False, False]
+
+
+def test_plugin_close_override_also_stops_workers():
+    env = ClosingReachEnv(num_envs=2, num_workers=1)
+    env.reset()
+    pids = env._workers.pids
+    env.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_in_process_env_has_no_worker_metrics():
+    assert ReachEnv(num_envs=2).pop_metrics() == {}
+    assert np.array_equal(ReachEnv(num_envs=2).reset_state_ids, np.array([-1, -1]))
