@@ -1,0 +1,274 @@
+"""The ManiSkill/SAPIEN side of :class:`~rlinf_env_maniskill.env.ManiSkillEnv` (heavy imports).
+
+Import only after :func:`rlinf_env_maniskill.lavapipe.configure` and after ``MS_ASSET_DIR`` is
+set: SAPIEN picks its Vulkan driver and ManiSkill its asset folder at import time.
+
+A :class:`SimBatch` is one ManiSkill gym env holding ``n`` sub-envs of one task: ``n = 1`` with the
+CPU physics (ManiSkill's CPU backend supports one env per gym env), ``n = num_envs`` with the GPU
+physics. ManiSkill is stepped through ``env.unwrapped`` in ``obs_mode="state_dict"``, so a physics
+step never renders; cameras are rendered only when :meth:`SimBatch.render` is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import inspect
+from typing import Any, Iterator
+
+import gymnasium as gym
+import mani_skill
+import mani_skill.envs  # noqa: F401  (registers the tasks)
+import numpy as np
+import torch
+from mani_skill.utils import assets, download_asset
+from mani_skill.utils.registration import REGISTERED_ENVS
+
+from rlinf_env_maniskill.tasks import OFFLINE_TASKS, rl4vla_hint
+
+
+class MissingAssetError(RuntimeError):
+    """A ManiSkill task needs assets that are not downloaded (never prompts, never downloads)."""
+
+
+def ms_asset_root() -> str:
+    """The ``MS_ASSET_DIR`` ManiSkill was imported with (assets live in its ``data`` folder)."""
+    return str(mani_skill.ASSET_DIR.parent)
+
+
+def _expand(asset_id: str) -> list[str]:
+    if asset_id in assets.DATA_GROUPS:
+        return assets.expand_data_group_into_individual_data_source_ids(asset_id)
+    return [asset_id]
+
+
+def missing_assets(task: str) -> list[str]:
+    """Asset ids ``task`` needs (its own and its default robot's) that are not downloaded."""
+    spec = REGISTERED_ENVS[task]
+    ids = [i for a in (spec.asset_download_ids or []) for i in _expand(a)]
+    robot = inspect.signature(spec.cls.__init__).parameters.get("robot_uids")
+    if robot is not None and isinstance(robot.default, str) and robot.default in assets.DATA_GROUPS:
+        ids += _expand(robot.default)
+    return [i for i in dict.fromkeys(ids) if i in assets.DATA_SOURCES and not assets.is_data_source_downloaded(i)]
+
+
+def _download_hint(ids: list[str]) -> str:
+    root = ms_asset_root()
+    cmds = "; ".join(f"MS_ASSET_DIR={root} python -m mani_skill.utils.download_asset {i} -y" for i in ids)
+    return f"download once with: {cmds} (or set cache_dir to a folder that has them)"
+
+
+def ensure_task_available(task: str) -> None:
+    """Raise one clear line if ``task`` is unknown or its assets are missing."""
+    if task not in REGISTERED_ENVS:
+        if task.startswith("PutOnPlateInScene25"):
+            raise MissingAssetError(rl4vla_hint(task, ms_asset_root()))
+        close = difflib.get_close_matches(task, list(REGISTERED_ENVS), n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ValueError(
+            f"unknown ManiSkill task {task!r}: {hint}tasks that work offline: {', '.join(OFFLINE_TASKS)} "
+            "(register your own with task_modules)"
+        )
+    missing = missing_assets(task)
+    if missing:
+        raise MissingAssetError(
+            f"ManiSkill task {task!r} needs asset(s) {', '.join(missing)} that are not in "
+            f"{mani_skill.ASSET_DIR}: {_download_hint(missing)}"
+        )
+
+
+def has_language(task: str) -> bool:
+    """The task writes its own instructions (``get_language_instruction``, as RL4VLA's tasks do)."""
+    return hasattr(REGISTERED_ENVS[task].cls, "get_language_instruction")
+
+
+@contextlib.contextmanager
+def _no_download_prompt(task: str) -> Iterator[None]:
+    """Turn ManiSkill's interactive ``(y|n)`` asset prompt into an error for the whole make."""
+    original = download_asset.prompt_yes_no
+
+    def refuse(message: str) -> bool:
+        raise MissingAssetError(f"ManiSkill task {task!r} needs assets: {message.strip()} {_download_hint(['<asset id>'])}")
+
+    download_asset.prompt_yes_no = refuse
+    try:
+        yield
+    finally:
+        download_asset.prompt_yes_no = original
+
+
+_RENDER_KEEPALIVE: dict[str, Any] = {}
+
+
+def keep_render_context(device: str) -> None:
+    """Hold one SAPIEN render system for the life of the process.
+
+    SAPIEN drops its Vulkan context when the last scene is gone, and building it again costs the
+    full first-render setup (10-20 s on lavapipe) for the next env; keeping one alive makes every
+    env after the first cheap.
+    """
+    if device not in _RENDER_KEEPALIVE:
+        import sapien
+
+        _RENDER_KEEPALIVE[device] = sapien.render.RenderSystem(device)
+
+
+def _rows(tree: Any, rows: torch.Tensor) -> Any:
+    if isinstance(tree, dict):
+        return {k: _rows(v, rows) for k, v in tree.items()}
+    return tree[rows].clone()
+
+
+class SimBatch:
+    """One ManiSkill gym env with ``n`` sub-envs ("rows") of one task.
+
+    Args:
+        task: ManiSkill env id.
+        n: sub-envs in this gym env.
+        gpu: use ManiSkill's GPU physics and renderer (else CPU physics, CPU/lavapipe renderer).
+        image_size: ``(height, width)`` of the camera images.
+        camera: name of the ManiSkill sensor camera used as the main image.
+        show_goal: keep goal markers that ManiSkill hides from cameras (e.g. PickCube's sphere).
+        reward_mode: ManiSkill reward mode (``sparse`` or ``normalized_dense``).
+        sim_config: ManiSkill ``sim_config`` overrides (``sim_freq``, ``control_freq``, ...).
+        make_kwargs: extra keyword arguments of ``gym.make``.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        n: int,
+        gpu: bool,
+        image_size: tuple[int, int],
+        camera: str,
+        show_goal: bool,
+        reward_mode: str,
+        sim_config: dict | None,
+        make_kwargs: dict | None,
+    ) -> None:
+        kwargs: dict[str, Any] = dict(
+            num_envs=n,
+            obs_mode="state_dict",
+            reward_mode=reward_mode,
+            control_mode="pd_ee_delta_pose",
+            sim_backend="physx_cuda" if gpu else "physx_cpu",
+            render_backend="gpu" if gpu else "cpu",
+            sensor_configs=dict(height=image_size[0], width=image_size[1]),
+        )
+        if sim_config:
+            kwargs["sim_config"] = dict(sim_config)
+        keep_render_context("cuda" if gpu else "cpu")
+        kwargs.update(make_kwargs or {})
+        with _no_download_prompt(task):
+            self.env = gym.make(task, **kwargs)
+        self.u = self.env.unwrapped
+        self.task, self.n, self.show_goal = task, n, show_goal
+        if camera not in self.u.scene.sensors:
+            raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {list(self.u.scene.sensors)}")
+        self.camera = self.u.scene.sensors[camera]
+        shape = tuple(self.u.single_action_space.shape)
+        if shape != (7,):
+            self.close()
+            raise ValueError(
+                f"ManiSkill task {task!r} takes pd_ee_delta_pose actions of shape {shape}, not the 7-D "
+                f"end-effector delta + gripper this env provides; tasks that fit: {', '.join(OFFLINE_TASKS)}"
+            )
+        arm = getattr(self.u.agent.controller, "controllers", {}).get("arm")
+        cfg = getattr(arm, "config", None)
+        self.pos_range = (float(getattr(cfg, "pos_lower", -0.1)), float(getattr(cfg, "pos_upper", 0.1)))
+        self.rot_scale = float(getattr(cfg, "rot_lower", -0.1))
+        self._frozen: dict[int, Any] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return self.u.device
+
+    def reset_rows(self, rows: list[int], seeds: list[int]) -> None:
+        """Start new episodes in ``rows``, each from ManiSkill episode seed ``seeds[i]``.
+
+        Rows are reset one at a time: ManiSkill seeds its torch generator with the first seed of a
+        call, so a batched reset would give rows sharing a seed different initial states.
+        """
+        for row, seed in zip(rows, seeds):
+            if self.n == 1:
+                self.u.reset(seed=[int(seed)])
+            else:
+                idx = torch.tensor([row], device=self.device)
+                self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx))
+            self._frozen.pop(row, None)
+
+    def step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step the live rows with normalized actions ``[n, 7]``; returns reward, success, fail ``[n]``.
+
+        Rows that are not live keep their state (their episode is over): a single-env batch is
+        simply not stepped; in a GPU batch they are stepped with the others and then restored.
+        """
+        zeros = np.zeros(self.n, np.float32)
+        if not live.any():
+            return zeros, zeros.astype(bool), zeros.astype(bool)
+        dead = [int(r) for r in np.nonzero(~live)[0]]
+        new_dead = [r for r in dead if r not in self._frozen]
+        if new_dead:
+            idx = torch.tensor(new_dead, device=self.device)
+            state = self.u.get_state_dict()
+            for i, r in enumerate(new_dead):
+                self._frozen[r] = _rows(state, idx[i : i + 1])
+        act = torch.as_tensor(np.asarray(actions, np.float32), device=self.device)
+        _, reward, _, _, info = self.u.step(act)
+        if dead:
+            for r in dead:
+                self.u.set_state_dict(self._frozen[r], torch.tensor([r], device=self.device))
+        n = self.n
+        reward = reward.float().reshape(n).cpu().numpy() if torch.is_tensor(reward) else np.full(n, reward, np.float32)
+        success = self._flag(info, "success")
+        fail = self._flag(info, "fail")
+        return reward.astype(np.float32), success, fail
+
+    def _flag(self, info: dict, key: str) -> np.ndarray:
+        value = info.get(key)
+        if value is None:
+            return np.zeros(self.n, bool)
+        return torch.as_tensor(value).reshape(self.n).cpu().numpy().astype(bool)
+
+    def render(self, rows: list[int]) -> np.ndarray:
+        """``uint8 [len(rows), H, W, 3]`` RGB images of the main camera."""
+        hidden = [] if self.show_goal else [o for o in self.u._hidden_objects if not o.hidden]
+        for obj in hidden:
+            obj.hide_visual()
+        try:
+            self.u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
+            self.camera.capture()
+            rgb = self.camera.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
+        finally:
+            for obj in hidden:
+                obj.show_visual()
+        return rgb[torch.as_tensor(rows, device=rgb.device)].cpu().numpy().astype(np.uint8)
+
+    def language(self, rows: list[int]) -> list[str]:
+        """The task's own per-episode instructions (tasks with ``get_language_instruction``)."""
+        texts = self.u.get_language_instruction()
+        texts = [texts] * self.n if isinstance(texts, str) else list(texts)
+        return [str(texts[r]) for r in rows]
+
+    def proprio(self, rows: list[int]) -> np.ndarray:
+        """``float32 [len(rows), S]``: robot joint positions, then TCP pose (xyz + wxyz quaternion)."""
+        parts = [self.u.agent.robot.get_qpos()]
+        tcp = getattr(self.u.agent, "tcp", None)
+        if tcp is not None:
+            parts.append(tcp.pose.raw_pose)
+        state = torch.cat([p.reshape(self.n, -1).float() for p in parts], dim=1)
+        return state[torch.as_tensor(rows, device=state.device)].cpu().numpy()
+
+    def normalize_bridge(self, actions: np.ndarray) -> np.ndarray:
+        """Bridge/OpenVLA actions (metres, radians, gripper 0 closed … 1 open) → ManiSkill's [-1, 1]."""
+        lo, hi = self.pos_range
+        out = np.empty_like(actions, dtype=np.float32)
+        out[:, :3] = 2.0 * (actions[:, :3] - lo) / (hi - lo) - 1.0
+        out[:, 3:6] = actions[:, 3:6] / self.rot_scale
+        out[:, 6] = 2.0 * actions[:, 6] - 1.0
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.env.close()
+

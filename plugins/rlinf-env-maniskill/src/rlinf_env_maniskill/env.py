@@ -1,0 +1,287 @@
+"""ManiSkill3 as an :class:`rlinf.Env`: tabletop tasks, RGB camera, 7-D end-effector delta actions."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from rlinf.envs.base import Env
+from rlinf.envs.observation import Observation
+from rlinf_env_maniskill import lavapipe
+from rlinf_env_maniskill.tasks import OFFLINE_TASKS, default_max_episode_steps
+
+
+def _default_cache_dir() -> Path:
+    env = os.environ.get("RLINF_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlinf"
+
+
+class ManiSkillEnv(Env):
+    """ManiSkill3 tasks with the Panda arm, on the CPU (lavapipe) or GPU simulation backend.
+
+    A reset state id is ``task_id * trials_per_task + trial``; trial ``t`` starts ManiSkill's
+    episode with seed ``episode_seed_offset + t``, so an id always gives the same initial state, on
+    any sub-env (GRPO groups start identically). Actions are ManiSkill's ``pd_ee_delta_pose``
+    (xyz and roll/pitch/yaw deltas of the end effector, then the gripper). Success ends an episode
+    (unless ``ignore_terminations``), and so does ManiSkill's ``fail`` flag; episode records carry
+    ``fail_once``.
+
+    On the CPU backend every sub-env is its own ManiSkill env (ManiSkill's CPU physics holds one
+    env); use ``num_workers`` to spread them over processes. On the GPU backend each task is one
+    batched ManiSkill env of ``num_envs`` sub-envs. Without a GPU, SAPIEN needs Mesa >= 24.3
+    lavapipe: run ``scripts/install_lavapipe.sh`` once (or ``python -m rlinf_env_maniskill.lavapipe
+    install``); it is found automatically.
+
+    Args:
+        tasks: ManiSkill env ids (task id = position in this list). Offline ones:
+            PickCube-v1, PushCube-v1, PullCube-v1, StackCube-v1, StackPyramid-v1,
+            PegInsertionSide-v1, PokeCube-v1, LiftPegUpright-v1, PlaceSphere-v1, PlugCharger-v1,
+            RollBall-v1, PullCubeTool-v1. Tasks whose assets are missing fail with the download
+            command.
+        trials_per_task: initial states per task (the trial axis of the eval grid).
+        episode_seed_offset: ManiSkill seed of trial 0 (use a different range for held-out eval).
+        image_size: camera resolution, one side or ``[height, width]``.
+        camera: ManiSkill sensor camera used as ``main_images``.
+        show_goal: render goal markers that ManiSkill hides from cameras (PickCube's green
+            sphere); an image-only policy cannot see the goal otherwise.
+        reward_mode: ``sparse`` (1 on success, -1 on ManiSkill's fail) or ``dense`` (ManiSkill's
+            normalized dense reward in [0, 1]).
+        relative_reward: reward the change of the reward since the previous step (RLinf's
+            ``use_rel_reward``).
+        action_format: ``normalized`` (ManiSkill's [-1, 1] scale: ±1 = ±10 cm / ±0.1 rad, gripper
+            -1 closed … 1 open) or ``bridge`` (metres and radians, gripper 0 closed … 1 open, as
+            OpenVLA un-normalizes Bridge actions).
+        include_state: add ``states`` = joint positions + TCP pose (16-D for the Panda).
+        sim_backend: ``auto`` (GPU when CUDA is available), ``cpu`` or ``gpu``.
+        sim_config: ManiSkill ``sim_config`` overrides, e.g. ``{sim_freq: 500, control_freq: 5}``.
+        make_kwargs: extra ``gym.make`` keyword arguments (e.g. ``robot_init_qpos_noise``).
+        instructions: natural-language instruction per task id, overriding the built-in ones
+            (needed for tasks outside the list above).
+        task_modules: Python modules imported before the simulator starts, to register more
+            ManiSkill tasks (e.g. RL4VLA's PutOnPlateInScene25 family).
+        cache_dir: holds ManiSkill assets (``maniskill/``, used as ``MS_ASSET_DIR``) and the Mesa
+            shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
+            ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).
+        max_episode_steps: truncation limit; default the tasks' own (PickCube 50, PutOnPlate 80).
+        **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``auto_reset``, ...).
+    """
+
+    action_dim = 7
+
+    def __init__(
+        self,
+        tasks: list[str] | None = None,
+        trials_per_task: int = 100,
+        episode_seed_offset: int = 0,
+        image_size: int | list[int] = 224,
+        camera: str = "base_camera",
+        show_goal: bool = True,
+        reward_mode: Literal["sparse", "dense"] = "sparse",
+        relative_reward: bool = False,
+        action_format: Literal["normalized", "bridge"] = "normalized",
+        include_state: bool = False,
+        sim_backend: Literal["auto", "cpu", "gpu"] = "auto",
+        sim_config: dict[str, Any] | None = None,
+        make_kwargs: dict[str, Any] | None = None,
+        instructions: dict[str, str] | None = None,
+        task_modules: list[str] | None = None,
+        cache_dir: str | None = None,
+        max_episode_steps: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        tasks = list(tasks) if tasks else ["PickCube-v1"]
+        super().__init__(max_episode_steps=max_episode_steps or default_max_episode_steps(tasks), **kwargs)
+        if trials_per_task < 1:
+            raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
+        size = [image_size] if isinstance(image_size, int) else list(image_size)
+        if len(size) not in (1, 2) or min(size) < 1:
+            raise ValueError(f"image_size must be one positive int or [height, width], got {image_size}")
+        for name, value, valid in (
+            ("reward_mode", reward_mode, ("sparse", "dense")),
+            ("action_format", action_format, ("normalized", "bridge")),
+            ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
+        ):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        self.instructions = {t: OFFLINE_TASKS[t].instruction for t in tasks if t in OFFLINE_TASKS}
+        self.instructions.update(instructions or {})
+        self.tasks = tasks
+        self.trials_per_task = trials_per_task
+        self.episode_seed_offset = episode_seed_offset
+        self.image_size = (size[0], size[-1])
+        self.camera = camera
+        self.show_goal = show_goal
+        self.reward_mode = reward_mode
+        self.relative_reward = relative_reward
+        self.action_format = action_format
+        self.include_state = include_state
+        self.sim_backend = sim_backend
+        self.sim_config = dict(sim_config) if sim_config else None
+        self.make_kwargs = dict(make_kwargs) if make_kwargs else None
+        self.task_modules = list(task_modules or [])
+        self.cache_dir = cache_dir
+        self._sims: dict[Any, Any] = {}
+        self._slot_task = np.zeros(self.num_envs, np.int64)
+        self._prev_reward = np.zeros(self.num_envs, np.float32)
+
+    # ------------------------------------------------------------------ reset-state index
+    @property
+    def num_reset_states(self) -> int:
+        return len(self.tasks) * self.trials_per_task
+
+    def task_ids(self, reset_state_ids: np.ndarray) -> np.ndarray:
+        return np.asarray(reset_state_ids) // self.trials_per_task
+
+    @property
+    def task_names(self) -> list[str]:
+        return list(self.tasks)
+
+    # ------------------------------------------------------------------ simulator
+    @property
+    def uses_gpu(self) -> bool:
+        if self.sim_backend == "auto":
+            return torch.cuda.is_available()
+        return self.sim_backend == "gpu"
+
+    def _prepare_process(self) -> None:
+        """Vulkan driver, asset and shader-cache locations: before SAPIEN/ManiSkill are imported."""
+        lavapipe.configure()
+        cache = Path(self.cache_dir).expanduser() if self.cache_dir else _default_cache_dir()
+        asset_root = str(cache / "maniskill")
+        os.environ["MS_SKIP_ASSET_DOWNLOAD_PROMPT"] = "1"
+        if self.cache_dir or "MS_ASSET_DIR" not in os.environ:
+            loaded = sys.modules.get("mani_skill")
+            if loaded is not None and str(loaded.ASSET_DIR.parent) != asset_root:
+                warnings.warn(
+                    f"ManiSkill was already imported with MS_ASSET_DIR={loaded.ASSET_DIR.parent}; "
+                    f"cache_dir {asset_root} applies only to new processes",
+                    stacklevel=3,
+                )
+            os.environ["MS_ASSET_DIR"] = asset_root
+        os.environ.setdefault("MESA_SHADER_CACHE_DIR", str(cache / "mesa_shader_cache"))
+
+    def _build(self) -> None:
+        self._prepare_process()
+        try:
+            from rlinf_env_maniskill import _sim
+        except ImportError as exc:
+            raise ImportError(
+                f"ManiSkillEnv needs ManiSkill 3 ({exc}): pip install rlinf-env-maniskill "
+                "(mani-skill==3.0.1, sapien==3.0.3)"
+            ) from exc
+        lavapipe.check_render_device()
+        for module in self.task_modules:
+            importlib.import_module(module)
+        for task in self.tasks:
+            _sim.ensure_task_available(task)
+        missing = [t for t in self.tasks if t not in self.instructions and not _sim.has_language(t)]
+        if missing:
+            raise ValueError(
+                f"no instruction for ManiSkill task(s) {missing}: pass instructions={{task: text}} "
+                f"(built-in for {', '.join(OFFLINE_TASKS)})"
+            )
+        self._simmod = _sim
+        for slot in range(self.num_envs):
+            self._sim_of(slot, 0)
+
+    def _sim_of(self, slot: int, task_id: int):
+        """The simulator (and its row) that runs ``slot`` while it plays task ``task_id``."""
+        key = task_id if self.uses_gpu else (slot, task_id)
+        sim = self._sims.get(key)
+        if sim is None:
+            sim = self._simmod.SimBatch(
+                self.tasks[task_id],
+                n=self.num_envs if self.uses_gpu else 1,
+                gpu=self.uses_gpu,
+                image_size=self.image_size,
+                camera=self.camera,
+                show_goal=self.show_goal,
+                reward_mode="sparse" if self.reward_mode == "sparse" else "normalized_dense",
+                sim_config=self.sim_config,
+                make_kwargs=self.make_kwargs,
+            )
+            self._sims[key] = sim
+        return sim, (slot if self.uses_gpu else 0)
+
+    def _groups(self, slots: np.ndarray) -> dict[int, tuple[Any, list[int], list[int]]]:
+        """``slots`` grouped by simulator: ``id(sim) -> (sim, slots, rows)``."""
+        out: dict[int, tuple[Any, list[int], list[int]]] = {}
+        for slot in slots:
+            sim, row = self._sim_of(int(slot), int(self._slot_task[slot]))
+            entry = out.setdefault(id(sim), (sim, [], []))
+            entry[1].append(int(slot))
+            entry[2].append(row)
+        return out
+
+    def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
+        task_ids = self.task_ids(reset_state_ids)
+        seeds = self.episode_seed_offset + np.asarray(reset_state_ids) % self.trials_per_task
+        for slot, task_id, seed in zip(env_ids, task_ids, seeds):
+            self._slot_task[slot] = task_id
+            sim, row = self._sim_of(int(slot), int(task_id))
+            sim.reset_rows([row], [int(seed)])
+            self._prev_reward[slot] = 0.0
+
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        B = self.num_envs
+        rewards = np.zeros(B, np.float32)
+        success = np.zeros(B, bool)
+        fail = np.zeros(B, bool)
+        for sim, slots, rows in self._groups(np.nonzero(live)[0]).values():
+            acts = actions[slots]
+            if self.action_format == "bridge":
+                acts = sim.normalize_bridge(acts)
+            batch = np.zeros((sim.n, 7), np.float32)
+            batch[rows] = np.clip(acts, -1.0, 1.0)
+            mask = np.zeros(sim.n, bool)
+            mask[rows] = True
+            r, s, f = sim.step(batch, mask)
+            rewards[slots], success[slots], fail[slots] = r[rows], s[rows], f[rows]
+        for slot in np.nonzero(live)[0]:
+            ep = self._episodes[slot]
+            ep.extras["fail_once"] = max(float(ep.extras.get("fail_once", 0.0)), float(fail[slot]))
+        if self.relative_reward:
+            raw = rewards.copy()
+            rewards = np.where(live, raw - self._prev_reward, 0.0).astype(np.float32)
+            self._prev_reward = np.where(live, raw, self._prev_reward).astype(np.float32)
+        return rewards, success | fail, success
+
+    def _observe(self, env_ids: np.ndarray) -> Observation:
+        H, W = self.image_size
+        env_ids = np.asarray(env_ids)
+        images = np.zeros((len(env_ids), H, W, 3), np.uint8)
+        states: np.ndarray | None = None
+        texts = [""] * len(env_ids)
+        position = {int(slot): i for i, slot in enumerate(env_ids)}
+        for sim, slots, rows in self._groups(env_ids).values():
+            where = [position[s] for s in slots]
+            images[where] = sim.render(rows)
+            task = sim.task
+            own = sim.language(rows) if task not in self.instructions else [self.instructions[task]] * len(rows)
+            for i, text in zip(where, own):
+                texts[i] = text
+            if self.include_state:
+                proprio = sim.proprio(rows)
+                if states is None:
+                    states = np.zeros((len(env_ids), proprio.shape[1]), np.float32)
+                states[where] = proprio
+        return Observation(
+            main_images=torch.from_numpy(images),
+            task_descriptions=texts,
+            states=torch.from_numpy(states) if states is not None else None,
+        )
+
+    def close(self) -> None:
+        for sim in self._sims.values():
+            sim.close()
+        self._sims = {}
+        self._built = False

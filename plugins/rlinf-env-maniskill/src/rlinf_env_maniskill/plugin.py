@@ -1,0 +1,10 @@
+"""Entry-point module of rlinf-env-maniskill (``[project.entry-points.rlinf] maniskill``)."""
+
+from rlinf.plugins.hookspecs import hookimpl
+
+
+@hookimpl
+def register_envs(register):
+    from rlinf_env_maniskill.env import ManiSkillEnv
+
+    register(ManiSkillEnv)

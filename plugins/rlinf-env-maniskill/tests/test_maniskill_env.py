@@ -1,0 +1,195 @@
+"""Real ManiSkill episodes on the CPU backend with rendering (lavapipe on machines without a GPU).
+
+The first camera render of a process compiles SAPIEN's pipelines on lavapipe (10-20 s); every
+later env in the same process is cheap, so the tests share one process and mostly small envs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf.testing.conformance import EnvPluginTests
+from rlinf_env_maniskill import ManiSkillEnv, lavapipe
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+if not (lavapipe.is_installed() or lavapipe.nvidia_present() or os.environ.get("VK_ICD_FILENAMES")):
+    pytest.skip(
+        f"lavapipe is not installed (and no GPU): run {lavapipe.INSTALL_HINT}",
+        allow_module_level=True,
+    )
+
+SMALL = dict(image_size=32, trials_per_task=8, include_state=True, sim_backend="cpu")
+
+
+class TestManiSkillConformance(EnvPluginTests):
+    env_class = ManiSkillEnv
+    env_kwargs = SMALL
+
+
+@pytest.fixture(scope="module")
+def env():
+    """Two PickCube sub-envs with 16-D states, shared by the tests below."""
+    e = ManiSkillEnv(num_envs=2, **SMALL)
+    e.reset(np.array([0, 0]))
+    yield e
+    e.close()
+
+
+def _sim(env: ManiSkillEnv, slot: int):
+    return env._sim_of(slot, int(env._slot_task[slot]))[0].u
+
+
+def test_observation_layout_and_shared_initial_states(env):
+    obs = env.reset(np.array([3, 3]))
+    assert obs.main_images.shape == (2, 32, 32, 3) and obs.main_images.dtype == torch.uint8
+    assert obs.states.shape == (2, 16) and obs.states.dtype == torch.float32
+    assert obs.task_descriptions == ["pick up the red cube and move it to the green sphere"] * 2
+    assert obs.main_images.float().std() > 10
+    # one reset state id gives one initial state, on any sub-env (GRPO groups)
+    torch.testing.assert_close(obs.main_images[0], obs.main_images[1])
+    torch.testing.assert_close(obs.states[0], obs.states[1])
+    other = env.reset(np.array([3, 4]))
+    assert not torch.equal(other.states[0], other.states[1])
+    torch.testing.assert_close(other.states[0], obs.states[0])
+
+
+def test_scripted_pick_and_place_is_detected_as_success(env):
+    """A scripted grasp-and-carry through the env's own 7-D actions reaches PickCube's goal."""
+    env.reset(np.array([3, 3]))
+    u = _sim(env, 0)
+    phase, grasp_step = 0, 0
+    for step in range(45):
+        tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
+        gripper = 1.0
+        if phase == 0:
+            target = cube + [0, 0, 0.05]
+            phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
+        if phase == 1:
+            target = cube
+            if np.linalg.norm(target - tcp) < 0.005:
+                phase, grasp_step = 2, step
+        if phase >= 2:
+            gripper = -1.0
+            target = cube if step - grasp_step < 3 else goal
+        action = np.zeros((2, 1, 7), np.float32)
+        action[0, 0, :3] = np.clip((target - tcp) * 20.0, -1, 1)
+        action[0, 0, 6] = gripper
+        action[1, 0, 6] = 1.0  # slot 1 stays put and must not succeed
+        out = env.chunk_step(torch.from_numpy(action))
+        if out.dones[0].any():
+            break
+    assert out.terminations[0, 0] and out.success[0, 0] and not out.truncations.any()
+    assert out.rewards[0, 0] == 1.0 and out.rewards[1, 0] == 0.0
+    assert not out.success[1].any()
+    records = env.pop_episodes()
+    assert len(records) == 1
+    assert records[0]["success_once"] == 1.0 and records[0]["fail_once"] == 0.0
+    assert records[0]["episode_len"] == step + 1 < env.max_episode_steps
+
+
+def test_truncation_keeps_the_final_observation_and_auto_resets():
+    env = ManiSkillEnv(num_envs=2, max_episode_steps=3, auto_reset=True, **SMALL)
+    ref = ManiSkillEnv(num_envs=2, **SMALL)
+    try:
+        env.reset(np.array([1, 2]))
+        push = np.zeros((2, 4, 7), np.float32)
+        push[:, :, 0] = 0.8  # move the gripper along +x every sub-step
+        out = env.chunk_step(torch.from_numpy(push))
+        assert out.truncations[:, 2].all() and not out.terminations.any()
+        assert out.valid[:, :3].all() and not out.valid[:, 3].any(), "no step after the truncation"
+        assert out.final_obs_env_ids.tolist() == [0, 1]
+        # the final observation is the state after exactly 3 steps, not after 4 or after the reset
+        ref.reset(np.array([1, 2]))
+        for _ in range(3):
+            ref.chunk_step(torch.from_numpy(push[:, :1]))
+        expected = ref._observe(np.arange(2))
+        torch.testing.assert_close(out.final_obs.states, expected.states)
+        assert (out.final_obs.main_images.float() - expected.main_images.float()).abs().mean() < 1.0
+        # the returned observation already belongs to the next episodes (fresh initial states)
+        new_ids = env.reset_state_ids
+        fresh = ref.reset(new_ids)
+        torch.testing.assert_close(out.obs.states, fresh.states)
+        assert not torch.allclose(out.obs.states, out.final_obs.states)
+        assert [r["truncated"] for r in env.pop_episodes()] == [True, True]
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_dense_relative_reward_and_bridge_actions():
+    dense = ManiSkillEnv(num_envs=1, reward_mode="dense", relative_reward=True, **SMALL)
+    bridge = ManiSkillEnv(num_envs=1, action_format="bridge", **SMALL)
+    try:
+        dense.reset(np.array([5]))
+        bridge.reset(np.array([5]))
+        act = np.zeros((1, 3, 7), np.float32)
+        act[..., 2] = -0.5  # down towards the cube
+        act[..., 6] = 1.0
+        out = dense.chunk_step(torch.from_numpy(act))
+        raw = _sim(dense, 0).get_reward(obs=None, action=None, info=_sim(dense, 0).get_info())
+        # relative rewards telescope to the current normalized dense reward
+        assert out.rewards.sum().item() == pytest.approx(float(raw), abs=1e-5)
+        assert 0.0 < float(raw) <= 1.0
+        # bridge format: metres / radians / gripper in [0, 1] -> the same motion
+        metric = act.copy()
+        metric[..., 2] = -0.05
+        metric[..., 6] = 1.0
+        bridge.chunk_step(torch.from_numpy(metric))
+        torch.testing.assert_close(bridge._observe(np.arange(1)).states, dense._observe(np.arange(1)).states)
+    finally:
+        dense.close()
+        bridge.close()
+
+
+def test_several_tasks_in_one_env():
+    env = ManiSkillEnv(num_envs=2, tasks=["PickCube-v1", "PushCube-v1"], **{**SMALL, "trials_per_task": 2})
+    try:
+        assert env.num_reset_states == 4 and env.task_names == ["PickCube-v1", "PushCube-v1"]
+        obs = env.reset(np.array([0, 3]))
+        assert obs.task_descriptions[0].startswith("pick up the red cube")
+        assert obs.task_descriptions[1].startswith("push the blue cube")
+        obs = env.reset(np.array([2, 1]))  # slots swap tasks
+        assert obs.task_descriptions[0].startswith("push") and obs.task_descriptions[1].startswith("pick")
+        out = env.chunk_step(torch.zeros(2, 2, 7))
+        assert out.valid.all()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "task, needle",
+    [
+        ("PutOnPlateInScene25Main-v3", "bridge_v2_real2sim"),
+        ("PutCarrotOnPlateInScene-v1", "download_asset bridge_v2_real2sim"),
+    ],
+)
+def test_missing_assets_fail_fast_with_the_install_command(task, needle):
+    env = ManiSkillEnv(num_envs=1, tasks=[task], **{**SMALL, "include_state": False})
+    t0 = time.time()
+    with pytest.raises(RuntimeError) as info:
+        env.reset()
+    assert time.time() - t0 < 30
+    message = str(info.value)
+    assert task in message and needle in message and "\n" not in message
+
+
+def test_unknown_task_suggests_a_name():
+    env = ManiSkillEnv(num_envs=1, tasks=["PickCub-v1"], instructions={"PickCub-v1": "x"}, **SMALL)
+    with pytest.raises(ValueError, match="did you mean PickCube-v1"):
+        env.reset()
+
+
+def test_arguments_are_checked_without_starting_the_simulator():
+    with pytest.raises(ValueError, match="reward_mode must be one of"):
+        ManiSkillEnv(reward_mode="shaped")
+    with pytest.raises(ValueError, match="image_size"):
+        ManiSkillEnv(image_size=[1, 2, 3])
+    env = ManiSkillEnv(tasks=["PickCube-v1", "PegInsertionSide-v1"])
+    assert env.max_episode_steps == 100 and ManiSkillEnv().max_episode_steps == 50
+    assert not env._built and env._sims == {}
