@@ -245,16 +245,19 @@ class RLModule(pl.LightningModule):
         self.policy.train()
 
     def _progress(self, label: str):
+        """A ``(done, total)`` callback printing progress on rank 0 (at most once a second)."""
         if not self.rollout_cfg.show_progress or self.global_rank != 0:
             return None
-        state = {"last": 0.0}
+        state = {"last": 0.0, "t0": time.perf_counter()}
 
-        def show(done: int, total: int) -> None:
+        def show(done: int, total: int, unit: str = "chunk steps") -> None:
             now = time.perf_counter()
-            if done == total or now - state["last"] > 1.0:
+            final = total > 0 and done >= total
+            if final or now - state["last"] > 1.0:
                 state["last"] = now
-                end = "\n" if done == total else "\r"
-                print(f"{label}: chunk step {done}/{total}", end=end, file=sys.stderr, flush=True)
+                of = f"/{total}" if total > 0 else ""
+                end = "\n" if final else "\r"
+                print(f"{label}: {done}{of} {unit} ({now - state['t0']:.1f}s)", end=end, file=sys.stderr, flush=True)
 
         return show
 
@@ -379,7 +382,6 @@ class RLModule(pl.LightningModule):
         progress = self._progress("eval")
         for _ in range(ro.eval_rollout_epoch):
             env.restart_pool()
-            done_chunks = 0
             while not env.eval_finished:
                 obs = env.reset()
                 for _ in range(max_chunks * max(1, len(env.pool))):
@@ -387,9 +389,9 @@ class RLModule(pl.LightningModule):
                         break
                     out = self.policy.act(obs.to(self.device), do_sample=ro.do_sample_eval, temperature=ro.temperature_eval)
                     obs = env.chunk_step(out.actions.cpu()).obs
-                    done_chunks += 1
-                    if progress is not None and done_chunks % 10 == 0:
-                        progress(done_chunks, 0)
+                    records.extend(env.pop_episodes())
+                    if progress is not None:
+                        progress(len(records), len(env.pool) * ro.eval_rollout_epoch, "episodes")
                 env.flush_episodes()
                 records.extend(env.pop_episodes())
         if was_training:
