@@ -224,7 +224,10 @@ class RLModule(pl.LightningModule):
         for r in range(ro.rollout_epoch):
             reset = not self.env.auto_reset or self.collector.last_obs[0] is None
             progress = self._progress(f"rollout {self.current_epoch} [{r + 1}/{ro.rollout_epoch}]")
-            trajs.append(self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress))
+            # same precision context as training_step, so rollout and update log-probs agree
+            with self.trainer.precision_plugin.forward_context():
+                traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
+            trajs.append(traj)
             if not self.env.auto_reset:
                 for env in self._stage_envs:
                     env.flush_episodes()
@@ -235,7 +238,8 @@ class RLModule(pl.LightningModule):
         metrics["time/rollout"] = rollout_time
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
         if ro.recompute_logprobs:
-            metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
+            with self.trainer.precision_plugin.forward_context():
+                metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         self.samples = samples
         self.schedule = self._build_schedule(len(samples))

@@ -1,0 +1,25 @@
+"""Every hook has a documented heading with its exact signature (docs/plugins.md)."""
+
+import inspect
+from pathlib import Path
+
+from rlinf.plugins import hookspecs
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+
+
+def test_every_hook_is_documented_with_its_signature():
+    text = DOC.read_text()
+    for name in hookspecs.HOOK_NAMES:
+        params = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
+        assert f"### `{name}({params})`" in text, name
+
+
+def test_every_metric_logged_is_documented():
+    metrics_doc = (DOC.parent / "metrics.md").read_text()
+    for name in ["train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio",
+                 "train/actor/grad_norm", "train/actor/lr", "train/actor/policy_loss", "train/critic/value_loss",
+                 "train/critic/value_clip_ratio", "train/critic/explained_variance", "train/entropy_loss",
+                 "train/loss", "rollout/advantages_max", "rollout/advantages_mean", "rollout/advantages_min",
+                 "rollout/rewards", "env/episode_len", "env/return", "env/reward", "env/success_once"]:
+        assert f"`{name}`" in metrics_doc, name
