@@ -1,0 +1,235 @@
+"""MetaWorld as an rlinf :class:`~rlinf.Env`: many task instances in one process, rendered only when looked at."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+
+from rlinf.envs.base import Env
+from rlinf.envs.observation import Observation
+from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
+
+STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}
+
+
+class MetaWorldEnv(Env):
+    """MetaWorld (metaworld 3.x, MuJoCo) Sawyer tasks with RGB cameras and language instructions.
+
+    A reset state id is ``task_id * trials_per_task + trial_id``. Trial ``k`` of a task is the
+    initial configuration (object and goal positions) that metaworld draws from a generator
+    seeded with ``(trial_seed, task, k)``: the same id always gives the same scene, and a
+    different ``trial_seed`` gives held-out scenes. Actions are 4-D in [-1, 1]: end-effector
+    xyz deltas and the gripper effort. Success comes from metaworld's ``info["success"]`` and
+    ends the episode (unless ``ignore_terminations``).
+
+    Images are rendered only in ``_observe``: at chunk boundaries for the policy, and on every
+    sub-step only while a video is being recorded.
+
+    Args:
+        task_set: ``MT1`` (one task, see ``task_name``), ``MT10``, ``MT50`` or ``ML45``.
+        task_name: the task of ``MT1``, e.g. ``pick-place-v3``.
+        split: ``train`` or ``test``; ML45's ``test`` split is its 5 held-out tasks.
+        tasks: explicit task list (overrides ``task_set``), e.g. ``[reach-v3, push-v3]``.
+        trials_per_task: initial configurations per task (the trial axis of the eval grid).
+        trial_seed: seed of the initial configurations; use another value for held-out scenes.
+        image_size: side of the square RGB images, pixels.
+        camera_name: main camera: ``corner``, ``corner2``, ``corner3``, ``corner4``, ``topview``,
+            ``behindGripper`` or ``gripperPOV``.
+        wrist_camera_name: optional second camera returned as ``wrist_images`` (e.g. ``gripperPOV``).
+        flip_corner_cameras: rotate ``corner*`` images by 180 degrees (they render upside down).
+        fast_render: turn off shadows, anti-aliasing and reflections (~10x faster on CPU). Images
+            then look flatter than standard renders: keep ``false`` for policies pretrained on
+            standard MetaWorld images.
+        state_type: ``Observation.states``: ``proprio`` (hand xyz + gripper opening, 4-D),
+            ``full`` (metaworld's 39-D observation; the goal is zeroed for ML45) or ``none``.
+        reward_type: ``sparse`` (1 while successful, else 0) or ``dense`` (metaworld's shaped
+            reward divided by 10).
+        reward_coef: multiplies every reward.
+        gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``).
+        **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
+            ``seed``, ``is_eval``, ...).
+    """
+
+    action_dim = 4
+
+    def __init__(
+        self,
+        task_set: Literal["MT1", "MT10", "MT50", "ML45"] = "MT50",
+        task_name: str | None = None,
+        split: Literal["train", "test"] = "train",
+        tasks: list[str] | None = None,
+        trials_per_task: int = 10,
+        trial_seed: int = 0,
+        image_size: int = 128,
+        camera_name: str = "corner2",
+        wrist_camera_name: str | None = None,
+        flip_corner_cameras: bool = True,
+        fast_render: bool = True,
+        state_type: Literal["proprio", "full", "none"] = "proprio",
+        reward_type: Literal["sparse", "dense"] = "sparse",
+        reward_coef: float = 1.0,
+        gl_backend: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._task_list = resolve_tasks(task_set, task_name, split, tasks)
+        if trials_per_task < 1:
+            raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
+        if state_type not in STATE_DIMS:
+            raise ValueError(f"state_type must be one of {', '.join(STATE_DIMS)}, got {state_type!r}")
+        if reward_type not in ("sparse", "dense"):
+            raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}")
+        if image_size < 8:
+            raise ValueError(f"image_size must be >= 8 pixels, got {image_size}")
+        self.task_set = task_set
+        self.trials_per_task = trials_per_task
+        self.trial_seed = trial_seed
+        self.image_size = image_size
+        self.camera_name = camera_name
+        self.wrist_camera_name = wrist_camera_name
+        self.flip_corner_cameras = flip_corner_cameras
+        self.fast_render = fast_render
+        self.state_type = state_type
+        self.hide_goal = task_set == "ML45" and not tasks
+        self.reward_type = reward_type
+        self.reward_coef = reward_coef
+        self.gl_backend = gl_backend
+        #: images rendered so far (one per camera per sub-env observation).
+        self.num_renders = 0
+
+    # ------------------------------------------------------------------ index of initial states
+    @property
+    def num_reset_states(self) -> int:
+        return len(self._task_list) * self.trials_per_task
+
+    def task_ids(self, reset_state_ids) -> np.ndarray:
+        return np.asarray(reset_state_ids) // self.trials_per_task
+
+    @property
+    def task_names(self) -> list[str]:
+        return list(self._task_list)
+
+    @property
+    def task_difficulties(self) -> list[str]:
+        """``easy`` / ``medium`` / ``hard`` / ``very_hard`` per task id (for the seeds' results table)."""
+        return [difficulty_of(t) for t in self._task_list]
+
+    @property
+    def instructions(self) -> list[str]:
+        """The instruction of each task id."""
+        return [INSTRUCTIONS[t] for t in self._task_list]
+
+    def trial_seed_of(self, reset_state_id: int) -> int:
+        """The metaworld seed that draws the initial configuration of ``reset_state_id``."""
+        task, trial = divmod(int(reset_state_id), self.trials_per_task)
+        seq = np.random.SeedSequence([self.trial_seed, MT50.index(self._task_list[task]), trial])
+        return int(seq.generate_state(1)[0])
+
+    # ------------------------------------------------------------------ simulator
+    def _build(self) -> None:
+        from rlinf_env_metaworld import _sim
+
+        _sim.setup_gl(self.gl_backend)
+        _sim.import_metaworld()
+        self._sim_mod = _sim
+        self._cameras = [self.camera_name] + ([self.wrist_camera_name] if self.wrist_camera_name else [])
+        self._flip = [self.flip_corner_cameras and c.startswith("corner") for c in self._cameras]
+        self._renderer = _sim.SceneRenderer(self.image_size, self.fast_render)
+        self._slots: list = [None] * self.num_envs
+        self._spare: dict[str, list] = {}
+        self._camera_ids: list[int] | None = None
+        # last rendered images per sub-env; re-rendered only after the simulator state changed
+        self._last_images = np.zeros((len(self._cameras), self.num_envs, self.image_size, self.image_size, 3), np.uint8)
+        self._stale = np.ones(self.num_envs, bool)
+
+    def _instance(self, task: str):
+        spare = self._spare.get(task)
+        if spare:
+            return spare.pop()
+        sim = self._sim_mod.TaskSim(task, self._renderer)
+        if self._camera_ids is None:  # every MetaWorld scene has the same cameras
+            self._camera_ids = [sim.camera_id(c) for c in self._cameras]
+        return sim
+
+    def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
+        for e, rid in zip(env_ids.tolist(), reset_state_ids.tolist()):
+            task = self._task_list[rid // self.trials_per_task]
+            sim = self._slots[e]
+            if sim is None or sim.task != task:
+                if sim is not None:
+                    self._spare.setdefault(sim.task, []).append(sim)
+                sim = self._slots[e] = self._instance(task)
+            sim.reset(self.trial_seed_of(rid))
+            self._stale[e] = True
+
+    def _step(self, actions: np.ndarray, live: np.ndarray):
+        B = self.num_envs
+        rewards = np.zeros(B, np.float32)
+        success = np.zeros(B, bool)
+        self._stale |= live
+        for e in np.nonzero(live)[0]:
+            shaped, success[e] = self._slots[e].step(actions[e])
+            rewards[e] = float(success[e]) if self.reward_type == "sparse" else shaped / 10.0
+        return rewards * self.reward_coef, success.copy(), success
+
+    def _observe(self, env_ids: np.ndarray) -> Observation:
+        n, S = len(env_ids), self.image_size
+        images = np.zeros((len(self._cameras), n, S, S, 3), np.uint8)
+        states = np.zeros((n, STATE_DIMS[self.state_type]), np.float32)
+        descriptions = []
+        with self._renderer:
+            for i, e in enumerate(np.asarray(env_ids).tolist()):
+                sim = self._slots[e]
+                if sim is None:  # an idle eval slot that never started an episode
+                    descriptions.append(INSTRUCTIONS[self._task_list[0]])
+                    continue
+                descriptions.append(INSTRUCTIONS[sim.task])
+                if self._stale[e]:  # finished sub-envs that are not stepped keep their last frame
+                    for k, cam_id in enumerate(self._camera_ids):
+                        self._renderer.render(sim, cam_id, self._flip[k], self._last_images[k, e])
+                        self.num_renders += 1
+                    self._stale[e] = False
+                images[:, i] = self._last_images[:, e]
+                if self.state_type == "proprio":
+                    states[i] = sim.obs[:4]
+                elif self.state_type == "full":
+                    states[i] = sim.obs
+                    if self.hide_goal:
+                        states[i, -3:] = 0.0
+        return Observation(
+            main_images=torch.from_numpy(images[0]),
+            task_descriptions=descriptions,
+            wrist_images=torch.from_numpy(images[1]) if self.wrist_camera_name else None,
+            states=torch.from_numpy(states) if self.state_type != "none" else None,
+        )
+
+    # ------------------------------------------------------------------ scripted experts
+    def expert_actions(self, chunk: int = 1) -> torch.Tensor:
+        """The scripted expert's next ``chunk`` actions per sub-env, ``float32 [B, chunk, 4]``.
+
+        Uses metaworld's hand-written policies on the simulator state. For ``chunk > 1`` the
+        expert is simulated ahead and the simulator rewound, so ``chunk_step`` of the result
+        reproduces the expert's closed-loop trajectory. Sub-envs without a running episode get
+        zeros. For demonstrations and tests; policies never see the simulator state.
+        """
+        if self.num_workers > 0:
+            raise ValueError("MetaWorldEnv.expert_actions reads the simulator: it needs num_workers: 0")
+        self.ensure_built()
+        out = np.zeros((self.num_envs, chunk, self.action_dim), np.float32)
+        for e, ep in enumerate(self._episodes):
+            if ep.live and self._slots[e] is not None:
+                out[e] = self._slots[e].expert_actions(chunk)
+        return torch.from_numpy(out)
+
+    def close(self) -> None:
+        if not self._built:
+            return
+        sims = [s for s in self._slots if s is not None] + [s for lst in self._spare.values() for s in lst]
+        for sim in sims:
+            sim.close()
+        self._renderer.close()
+        self._slots = [None] * self.num_envs
+        self._spare = {}
+        self._built = False

@@ -1,0 +1,169 @@
+"""MetaWorldEnv: the rlinf env contract, real MetaWorld episodes, task sets and rendering."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from rlinf.testing.conformance import EnvPluginTests  # noqa: E402
+from rlinf_env_metaworld import DIFFICULTY, INSTRUCTIONS, ML45_TEST, ML45_TRAIN, MT10, MT50, MetaWorldEnv  # noqa: E402
+
+
+class TestMetaWorldConformance(EnvPluginTests):
+    env_class = MetaWorldEnv
+    env_kwargs = {"task_set": "MT1", "task_name": "reach-v3", "image_size": 64, "trials_per_task": 4}
+
+
+def test_task_sets_match_installed_metaworld():
+    from metaworld import env_dict
+
+    assert MT50 == list(env_dict.MT50_V3) and len(MT50) == 50
+    assert MT10 == list(env_dict.MT10_V3)
+    assert ML45_TRAIN == list(env_dict.ML45_V3["train"]) and len(ML45_TRAIN) == 45
+    assert ML45_TEST == list(env_dict.ML45_V3["test"]) and len(ML45_TEST) == 5
+    assert sorted(t for group in DIFFICULTY.values() for t in group) == sorted(MT50)
+
+
+def test_every_task_has_a_distinct_instruction():
+    assert set(INSTRUCTIONS) == set(MT50)
+    texts = list(INSTRUCTIONS.values())
+    assert all(len(t.split()) >= 3 for t in texts) and len(set(texts)) == 50
+
+
+def test_task_set_selection_and_errors():
+    assert MetaWorldEnv(task_set="MT50").task_names == MT50
+    assert MetaWorldEnv(task_set="MT10", trials_per_task=3).num_reset_states == 30
+    assert MetaWorldEnv(task_set="ML45").task_names == ML45_TRAIN
+    test_env = MetaWorldEnv(task_set="ML45", split="test")
+    assert test_env.task_names == ML45_TEST and test_env.hide_goal
+    assert MetaWorldEnv(task_set="MT1", task_name="push-v3").task_names == ["push-v3"]
+    assert MetaWorldEnv(tasks=["push-v3", "reach-v3"]).task_difficulties == ["hard", "easy"]
+    with pytest.raises(ValueError, match="valid: MT1, MT10, MT50, ML45"):
+        MetaWorldEnv(task_set="MT49")
+    with pytest.raises(ValueError, match="pick-place-v3"):
+        MetaWorldEnv(task_set="MT1", task_name="pick-plaec-v3")
+    with pytest.raises(ValueError, match="no test split"):
+        MetaWorldEnv(task_set="MT10", split="test")
+
+
+def _run_expert(env: MetaWorldEnv, chunk: int, ids: np.ndarray) -> list[dict]:
+    obs = env.reset(ids)
+    done = torch.zeros(env.num_envs, dtype=torch.bool)
+    while not done.all():
+        assert obs.main_images.shape[1:] == (env.image_size, env.image_size, 3)
+        out = env.chunk_step(env.expert_actions(chunk))
+        obs, done = out.obs, done | out.dones.any(1)
+    return sorted(env.pop_episodes(), key=lambda e: e["reset_state_id"])
+
+
+def test_scripted_expert_succeeds_through_chunk_interface():
+    env = MetaWorldEnv(tasks=["reach-v3", "button-press-topdown-v3"], num_envs=2, image_size=64,
+                       trials_per_task=3, max_episode_steps=100)  # fmt: skip
+    try:
+        closed_loop = _run_expert(env, 1, np.array([0, 4]))
+        renders = env.num_renders
+        chunked = _run_expert(env, 8, np.array([0, 4]))
+        chunk_renders = env.num_renders - renders
+    finally:
+        env.close()
+    for episodes in (closed_loop, chunked):
+        assert [e["task_id"] for e in episodes] == [0, 1]
+        assert all(e["success_once"] == 1.0 and not e["truncated"] for e in episodes)
+        assert all(e["return"] == 1.0 for e in episodes)  # sparse reward, success ends the episode
+    # the chunked expert replays the closed-loop expert exactly (lookahead + rewind is deterministic)
+    assert [e["episode_len"] for e in chunked] == [e["episode_len"] for e in closed_loop]
+    # render only at chunk boundaries: one image per sub-env per chunk (+ reset), not per step
+    longest = max(e["episode_len"] for e in chunked)
+    assert chunk_renders <= 2 * (longest // 8 + 2)
+    assert renders > 2 * (longest // 8 + 2)
+
+
+def test_reset_state_is_deterministic_and_trials_differ():
+    env = MetaWorldEnv(task_set="MT1", task_name="pick-place-v3", num_envs=1, image_size=64, trials_per_task=3,
+                       state_type="full")  # fmt: skip
+    held_out = env.clone(trial_seed=1)
+    try:
+        a = env.reset(np.array([1]))
+        env.chunk_step(torch.rand(1, 4, 4) * 2 - 1)
+        env.reset(np.array([2]))
+        b = env.reset(np.array([1]))
+        c = env.reset(np.array([2]))
+        d = held_out.reset(np.array([1]))
+    finally:
+        env.close()
+        held_out.close()
+    torch.testing.assert_close(a.states, b.states)
+    assert torch.equal(a.main_images, b.main_images)
+    assert not torch.allclose(a.states, c.states)  # another trial: another object/goal placement
+    assert not torch.allclose(a.states, d.states)  # another trial_seed: held-out placements
+    assert a.states[0, -3:].abs().sum() > 0  # MT tasks observe the goal
+
+
+def test_eval_grid_covers_every_task_and_trial_once():
+    env = MetaWorldEnv(task_set="ML45", split="test", trials_per_task=2, num_envs=2, image_size=32, is_eval=True,
+                       auto_reset=True, ignore_terminations=True, max_episode_steps=2, state_type="full")  # fmt: skip
+    try:
+        obs = env.reset()
+        assert obs.task_descriptions == [INSTRUCTIONS["bin-picking-v3"]] * 2
+        assert (obs.states[:, -3:] == 0).all()  # ML45 hides the goal from the policy
+        for _ in range(30):
+            if env.eval_finished:
+                break
+            env.chunk_step(torch.zeros(2, 2, 4))
+        records = env.pop_episodes()
+    finally:
+        env.close()
+    assert env.eval_finished
+    assert sorted(r["reset_state_id"] for r in records) == list(range(10))
+    per_task = {}
+    for r in records:
+        per_task.setdefault(env.task_names[r["task_id"]], []).append(r["success_once"])
+    assert sorted(per_task) == sorted(ML45_TEST) and all(len(v) == 2 for v in per_task.values())
+
+
+def test_cameras_flip_and_fast_render_switch():
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=48, trials_per_task=1)
+    flipped, raw, slow = MetaWorldEnv(**kw), MetaWorldEnv(flip_corner_cameras=False, **kw), MetaWorldEnv(fast_render=False, **kw)
+    wrist = MetaWorldEnv(wrist_camera_name="gripperPOV", camera_name="topview", **kw)
+    try:
+        a, b, c, w = (e.reset(np.array([0])) for e in (flipped, raw, slow, wrist))
+        assert torch.equal(a.main_images[0], b.main_images[0].flip(0, 1))
+        assert flipped._slots[0].env.model.vis.quality.shadowsize == 0
+        assert slow._slots[0].env.model.vis.quality.shadowsize > 0
+        assert not torch.equal(a.main_images, c.main_images)
+        assert w.wrist_images is not None and w.wrist_images.shape == (1, 48, 48, 3)
+        assert not torch.equal(w.wrist_images, w.main_images)
+        # the sky/floor of the corner camera is at the top after the flip: top rows brighter than bottom
+        img = a.main_images[0].float()
+        assert img[:8].mean() != img[-8:].mean()
+    finally:
+        for e in (flipped, raw, slow, wrist):
+            e.close()
+    with pytest.raises(ValueError, match="gripperPOV"):
+        MetaWorldEnv(camera_name="wrist", **kw).reset(np.array([0]))
+
+
+def test_env_can_be_stepped_from_different_threads():
+    """Pipelined rollouts step stage envs from a thread pool: the GL context must follow."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = MetaWorldEnv(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=32, trials_per_task=1)
+    other = env.clone()
+    try:
+        first = env.reset(np.array([0])).main_images
+        other.reset(np.array([0]))
+        for _ in range(2):
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                out = pool.submit(env.chunk_step, torch.zeros(1, 1, 4)).result()
+                pool.submit(other.chunk_step, torch.zeros(1, 1, 4)).result()
+            assert out.obs.main_images.float().std() > 0
+        again = env.reset(np.array([0])).main_images
+    finally:
+        env.close()
+        other.close()
+    assert torch.equal(first, again)
