@@ -1,0 +1,10 @@
+"""Entry point of the ``libero`` rlinf plugin."""
+
+from rlinf import hookimpl
+
+
+@hookimpl
+def register_envs(register):
+    from rlinf_env_libero.env import LiberoEnv
+
+    register(LiberoEnv)
