@@ -93,6 +93,24 @@ def test_scripted_pick_and_place_is_detected_as_success(env):
     assert records[0]["episode_len"] == step + 1 < env.max_episode_steps
 
 
+def test_state_snapshot_and_restore_used_to_freeze_finished_gpu_rows(env):
+    """A GPU batch keeps stepping finished rows and restores them; the same calls on a CPU sim."""
+    from rlinf_env_maniskill import _sim as simmod
+
+    env.reset(np.array([2, 2]))
+    u = _sim(env, 0)
+    rows = torch.tensor([0])
+    snapshot = simmod._stack([simmod._rows(u.get_state_dict(), rows)])
+    before = env._observe(np.arange(1)).states.clone()
+    push = np.zeros((2, 2, 7), np.float32)
+    push[:, :, 0] = 1.0
+    env.chunk_step(torch.from_numpy(push))
+    assert not torch.allclose(env._observe(np.arange(1)).states, before)
+    u.set_state_dict(snapshot, rows)
+    torch.testing.assert_close(env._observe(np.arange(1)).states, before)
+    env.pop_episodes()
+
+
 def test_truncation_keeps_the_final_observation_and_auto_resets():
     env = ManiSkillEnv(num_envs=2, max_episode_steps=3, auto_reset=True, **SMALL)
     ref = ManiSkillEnv(num_envs=2, **SMALL)

@@ -119,6 +119,12 @@ def _rows(tree: Any, rows: torch.Tensor) -> Any:
     return tree[rows].clone()
 
 
+def _stack(trees: list[Any]) -> Any:
+    if isinstance(trees[0], dict):
+        return {k: _stack([t[k] for t in trees]) for k in trees[0]}
+    return torch.cat(trees, dim=0)
+
+
 class SimBatch:
     """One ManiSkill gym env with ``n`` sub-envs ("rows") of one task.
 
@@ -132,6 +138,7 @@ class SimBatch:
         reward_mode: ManiSkill reward mode (``sparse`` or ``normalized_dense``).
         sim_config: ManiSkill ``sim_config`` overrides (``sim_freq``, ``control_freq``, ...).
         make_kwargs: extra keyword arguments of ``gym.make``.
+        control_mode: ManiSkill control mode (None: the task's default).
     """
 
     def __init__(
@@ -145,16 +152,18 @@ class SimBatch:
         reward_mode: str,
         sim_config: dict | None,
         make_kwargs: dict | None,
+        control_mode: str | None = "pd_ee_delta_pose",
     ) -> None:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
             obs_mode="state_dict",
             reward_mode=reward_mode,
-            control_mode="pd_ee_delta_pose",
             sim_backend="physx_cuda" if gpu else "physx_cpu",
             render_backend="gpu" if gpu else "cpu",
             sensor_configs=dict(height=image_size[0], width=image_size[1]),
         )
+        if control_mode:
+            kwargs["control_mode"] = control_mode
         if sim_config:
             kwargs["sim_config"] = dict(sim_config)
         keep_render_context("cuda" if gpu else "cpu")
@@ -170,13 +179,15 @@ class SimBatch:
         if shape != (7,):
             self.close()
             raise ValueError(
-                f"ManiSkill task {task!r} takes pd_ee_delta_pose actions of shape {shape}, not the 7-D "
-                f"end-effector delta + gripper this env provides; tasks that fit: {', '.join(OFFLINE_TASKS)}"
+                f"ManiSkill task {task!r} takes {control_mode or 'its default control mode'} actions of shape "
+                f"{shape}, not the 7-D end-effector delta + gripper this env provides; tasks that fit: "
+                f"{', '.join(OFFLINE_TASKS)}"
             )
         arm = getattr(self.u.agent.controller, "controllers", {}).get("arm")
         cfg = getattr(arm, "config", None)
         self.pos_range = (float(getattr(cfg, "pos_lower", -0.1)), float(getattr(cfg, "pos_upper", 0.1)))
         self.rot_scale = float(getattr(cfg, "rot_lower", -0.1))
+        self.arm_normalized = bool(getattr(cfg, "normalize_action", True))
         self._frozen: dict[int, Any] = {}
 
     @property
@@ -216,8 +227,8 @@ class SimBatch:
         act = torch.as_tensor(np.asarray(actions, np.float32), device=self.device)
         _, reward, _, _, info = self.u.step(act)
         if dead:
-            for r in dead:
-                self.u.set_state_dict(self._frozen[r], torch.tensor([r], device=self.device))
+            frozen = _stack([self._frozen[r] for r in dead])
+            self.u.set_state_dict(frozen, torch.tensor(dead, device=self.device))
         n = self.n
         reward = reward.float().reshape(n).cpu().numpy() if torch.is_tensor(reward) else np.full(n, reward, np.float32)
         success = self._flag(info, "success")
@@ -259,13 +270,22 @@ class SimBatch:
         state = torch.cat([p.reshape(self.n, -1).float() for p in parts], dim=1)
         return state[torch.as_tensor(rows, device=state.device)].cpu().numpy()
 
-    def normalize_bridge(self, actions: np.ndarray) -> np.ndarray:
-        """Bridge/OpenVLA actions (metres, radians, gripper 0 closed … 1 open) → ManiSkill's [-1, 1]."""
-        lo, hi = self.pos_range
-        out = np.empty_like(actions, dtype=np.float32)
-        out[:, :3] = 2.0 * (actions[:, :3] - lo) / (hi - lo) - 1.0
-        out[:, 3:6] = actions[:, 3:6] / self.rot_scale
-        out[:, 6] = 2.0 * actions[:, 6] - 1.0
+    def to_sim_actions(self, actions: np.ndarray, action_format: str) -> np.ndarray:
+        """``[m, 7]`` env actions → what ``step`` takes.
+
+        ``normalized``: ManiSkill's [-1, 1] scale, clipped. ``bridge``: metres, radians and a gripper
+        in [0, 1] (0 closed, 1 open), as OpenVLA un-normalizes Bridge actions; converted to the
+        controller's scale (ManiSkill maps normalized rotations through ``rot_lower``).
+        """
+        actions = np.asarray(actions, np.float32)
+        if action_format == "normalized":
+            return np.clip(actions, -1.0, 1.0)
+        out = actions.copy()
+        if self.arm_normalized:
+            lo, hi = self.pos_range
+            out[:, :3] = np.clip(2.0 * (actions[:, :3] - lo) / (hi - lo) - 1.0, -1.0, 1.0)
+            out[:, 3:6] = np.clip(actions[:, 3:6] / self.rot_scale, -1.0, 1.0)
+        out[:, 6] = np.clip(2.0 * actions[:, 6] - 1.0, -1.0, 1.0)
         return out
 
     def close(self) -> None:

@@ -50,7 +50,9 @@ class ManiSkillEnv(Env):
         trials_per_task: initial states per task (the trial axis of the eval grid).
         episode_seed_offset: ManiSkill seed of trial 0 (use a different range for held-out eval).
         image_size: camera resolution, one side or ``[height, width]``.
-        camera: ManiSkill sensor camera used as ``main_images``.
+        camera: ManiSkill sensor camera used as ``main_images`` (Bridge scenes: ``3rd_view_camera``).
+        control_mode: ManiSkill control mode; must take 7-D actions (``null``: the task's default,
+            e.g. the WidowX controller of the Bridge scenes).
         show_goal: render goal markers that ManiSkill hides from cameras (PickCube's green
             sphere); an image-only policy cannot see the goal otherwise.
         reward_mode: ``sparse`` (1 on success, -1 on ManiSkill's fail) or ``dense`` (ManiSkill's
@@ -84,6 +86,7 @@ class ManiSkillEnv(Env):
         episode_seed_offset: int = 0,
         image_size: int | list[int] = 224,
         camera: str = "base_camera",
+        control_mode: str | None = "pd_ee_delta_pose",
         show_goal: bool = True,
         reward_mode: Literal["sparse", "dense"] = "sparse",
         relative_reward: bool = False,
@@ -119,6 +122,7 @@ class ManiSkillEnv(Env):
         self.episode_seed_offset = episode_seed_offset
         self.image_size = (size[0], size[-1])
         self.camera = camera
+        self.control_mode = control_mode
         self.show_goal = show_goal
         self.reward_mode = reward_mode
         self.relative_reward = relative_reward
@@ -208,6 +212,7 @@ class ManiSkillEnv(Env):
                 reward_mode="sparse" if self.reward_mode == "sparse" else "normalized_dense",
                 sim_config=self.sim_config,
                 make_kwargs=self.make_kwargs,
+                control_mode=self.control_mode,
             )
             self._sims[key] = sim
         return sim, (slot if self.uses_gpu else 0)
@@ -237,11 +242,8 @@ class ManiSkillEnv(Env):
         success = np.zeros(B, bool)
         fail = np.zeros(B, bool)
         for sim, slots, rows in self._groups(np.nonzero(live)[0]).values():
-            acts = actions[slots]
-            if self.action_format == "bridge":
-                acts = sim.normalize_bridge(acts)
             batch = np.zeros((sim.n, 7), np.float32)
-            batch[rows] = np.clip(acts, -1.0, 1.0)
+            batch[rows] = sim.to_sim_actions(actions[slots], self.action_format)
             mask = np.zeros(sim.n, bool)
             mask[rows] = True
             r, s, f = sim.step(batch, mask)

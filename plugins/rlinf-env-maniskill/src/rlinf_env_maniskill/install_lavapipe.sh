@@ -107,6 +107,11 @@ say "downloading: ${PKGS[*]}"
 
 STAGE="$WORK/rootfs"
 for deb in "$WORK"/debs/*.deb; do dpkg-deb -x "$deb" "$STAGE"; done
+# Some bookworm packages still ship libraries under /lib: merge them as on a usr-merged system.
+if [[ -d "$STAGE/lib/$ARCH_TRIPLET" ]]; then
+  mkdir -p "$STAGE/usr/lib/$ARCH_TRIPLET"
+  cp -a "$STAGE/lib/$ARCH_TRIPLET/." "$STAGE/usr/lib/$ARCH_TRIPLET/"
+fi
 [[ -f "$STAGE/usr/lib/$ARCH_TRIPLET/libvulkan_lvp.so" ]] || die "libvulkan_lvp.so missing from the downloaded packages"
 
 # Every library lavapipe needs must resolve against the private dir + the system.

@@ -74,12 +74,12 @@ def default_max_episode_steps(tasks: list[str]) -> int:
     return max(steps)
 
 
-def rl4vla_hint(task: str, asset_dir: str) -> str:
+def rl4vla_hint(task: str, ms_asset_dir: str) -> str:
     """One line explaining how to get an RL4VLA task that mani-skill 3.0.1 does not have."""
     return (
         f"ManiSkill task {task!r} is not part of mani-skill 3.0.1: it is one of RL4VLA's "
         f"PutOnPlateInScene25 tasks, which need the Bridge real2sim assets ({', '.join(BRIDGE_ASSETS)}). "
-        f"Install a package that registers it and list it in task_modules, and put the assets in {asset_dir} "
-        f"(e.g. MS_ASSET_DIR={asset_dir.removesuffix('/data')} python -m mani_skill.utils.download_asset "
+        f"Install a package that registers it and list its module in task_modules, and put the assets in "
+        f"{ms_asset_dir}/data (e.g. MS_ASSET_DIR={ms_asset_dir} python -m mani_skill.utils.download_asset "
         f"bridge_v2_real2sim -y); tasks that work offline: {', '.join(OFFLINE_TASKS)}"
     )
