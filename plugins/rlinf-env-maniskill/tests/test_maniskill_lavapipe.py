@@ -18,7 +18,8 @@ needs_install = pytest.mark.skipif(not INSTALLED, reason=f"lavapipe is not insta
 
 
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES")}
+    drop = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "RLINF_LAVAPIPE_ACTIVE")
+    full_env = {k: v for k, v in os.environ.items() if k not in drop}
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
 
@@ -68,6 +69,16 @@ def test_configure_makes_sapien_find_lavapipe_in_a_fresh_process():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("lavapipe ") and "llvmpipe" in out.stdout and "Supported: 1" in out.stdout
     assert "Fallback to SAPIEN builtin libvulkan" not in out.stderr
+
+
+@needs_install
+def test_child_processes_inherit_the_private_driver():
+    d = lavapipe.default_dir()
+    out = _run_python(
+        "from rlinf_env_maniskill import lavapipe; print(lavapipe.configure())",
+        VK_ICD_FILENAMES=str(d / "lvp_icd.json"), RLINF_LAVAPIPE_ACTIVE=str(d),
+    )
+    assert out.stdout.strip() == "lavapipe", out.stderr[-2000:]
 
 
 def test_user_vulkan_settings_are_respected():

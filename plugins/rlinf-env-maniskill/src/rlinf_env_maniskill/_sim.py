@@ -88,7 +88,8 @@ def _no_download_prompt(task: str) -> Iterator[None]:
     original = download_asset.prompt_yes_no
 
     def refuse(message: str) -> bool:
-        raise MissingAssetError(f"ManiSkill task {task!r} needs assets: {message.strip()} {_download_hint(['<asset id>'])}")
+        message = " ".join(message.split())
+        raise MissingAssetError(f"ManiSkill task {task!r} needs assets: {message} {_download_hint(['<asset id>'])}")
 
     download_asset.prompt_yes_no = refuse
     try:
@@ -139,6 +140,7 @@ class SimBatch:
         sim_config: ManiSkill ``sim_config`` overrides (``sim_freq``, ``control_freq``, ...).
         make_kwargs: extra keyword arguments of ``gym.make``.
         control_mode: ManiSkill control mode (None: the task's default).
+        render_gpu: render on the GPU (default: with GPU physics); CPU physics can render on a GPU.
     """
 
     def __init__(
@@ -153,27 +155,29 @@ class SimBatch:
         sim_config: dict | None,
         make_kwargs: dict | None,
         control_mode: str | None = "pd_ee_delta_pose",
+        render_gpu: bool | None = None,
     ) -> None:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
             obs_mode="state_dict",
             reward_mode=reward_mode,
             sim_backend="physx_cuda" if gpu else "physx_cpu",
-            render_backend="gpu" if gpu else "cpu",
+            render_backend="gpu" if (gpu if render_gpu is None else render_gpu) else "cpu",
             sensor_configs=dict(height=image_size[0], width=image_size[1]),
         )
         if control_mode:
             kwargs["control_mode"] = control_mode
         if sim_config:
             kwargs["sim_config"] = dict(sim_config)
-        keep_render_context("cuda" if gpu else "cpu")
+        keep_render_context("cuda" if (gpu if render_gpu is None else render_gpu) else "cpu")
         kwargs.update(make_kwargs or {})
         with _no_download_prompt(task):
             self.env = gym.make(task, **kwargs)
         self.u = self.env.unwrapped
         self.task, self.n, self.show_goal = task, n, show_goal
         if camera not in self.u.scene.sensors:
-            raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {list(self.u.scene.sensors)}")
+            cameras = list(self.u.scene.sensors)
+            raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {cameras}")
         self.camera = self.u.scene.sensors[camera]
         shape = tuple(self.u.single_action_space.shape)
         if shape != (7,):

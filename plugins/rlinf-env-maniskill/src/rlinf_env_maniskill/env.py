@@ -213,6 +213,7 @@ class ManiSkillEnv(Env):
                 sim_config=self.sim_config,
                 make_kwargs=self.make_kwargs,
                 control_mode=self.control_mode,
+                render_gpu=torch.cuda.is_available(),
             )
             self._sims[key] = sim
         return sim, (slot if self.uses_gpu else 0)

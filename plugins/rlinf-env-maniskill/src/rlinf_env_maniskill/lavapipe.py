@@ -35,7 +35,9 @@ INSTALL_HINT = (
     "(from a pip install: python -m rlinf_env_maniskill.lavapipe install)"
 )
 _LIB_SUBDIR = "rootfs/usr/lib/x86_64-linux-gnu"
-_ALWAYS_FROM_SYSTEM = ("libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux", "libstdc++.so", "libgcc_s.so")
+_ALWAYS_FROM_SYSTEM = (
+    "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux", "libstdc++.so", "libgcc_s.so",
+)
 _configured: str | None = None
 
 
@@ -141,6 +143,10 @@ def configure(directory: str | os.PathLike | None = None) -> str:
     if _configured is not None:
         return _configured
     d = Path(directory).expanduser() if directory is not None else default_dir()
+    inherited = os.environ.get("RLINF_LAVAPIPE_ACTIVE")  # set by a parent process that configured it
+    if inherited and os.environ.get("VK_ICD_FILENAMES") == str(Path(inherited) / "lvp_icd.json"):
+        d = Path(inherited)
+        os.environ.pop("VK_ICD_FILENAMES")
     if os.environ.get("VK_ICD_FILENAMES") or os.environ.get("VK_DRIVER_FILES"):
         _configured = "user"
     elif nvidia_present():
@@ -149,6 +155,7 @@ def configure(directory: str | os.PathLike | None = None) -> str:
         libdir = d / _LIB_SUBDIR
         preload(libdir)
         os.environ["VK_ICD_FILENAMES"] = str(d / "lvp_icd.json")
+        os.environ["RLINF_LAVAPIPE_ACTIVE"] = str(d)
         old = os.environ.get("LD_LIBRARY_PATH", "")
         if str(libdir) not in old.split(":"):
             os.environ["LD_LIBRARY_PATH"] = f"{libdir}:{old}" if old else str(libdir)
@@ -178,7 +185,9 @@ def check_render_device() -> None:
         "nvidia": "an NVIDIA driver is present but SAPIEN found no usable Vulkan device; check the driver's Vulkan ICD",
         "user": "VK_ICD_FILENAMES/VK_DRIVER_FILES is set but names no usable driver; unset it or fix it",
     }.get(_configured or "", f"on a machine without a GPU install Mesa >= 24.3 lavapipe once with: {INSTALL_HINT}")
-    raise RuntimeError(f"ManiSkill/SAPIEN found no Vulkan device to render with (needed even for state observations): {how}")
+    raise RuntimeError(
+        f"ManiSkill/SAPIEN found no Vulkan device to render with (needed even for state observations): {how}"
+    )
 
 
 def render_device_available() -> tuple[bool, str]:
