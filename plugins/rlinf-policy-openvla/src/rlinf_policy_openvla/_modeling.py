@@ -214,7 +214,10 @@ def load_into(vla: PrismaticVLA, state: dict[str, torch.Tensor], source: str, dt
             f"{source}: parameter {k!r} has shape {got} in the checkpoint but {want} in the model built from config.json"
             f" ({len(shape_err)} mismatches; check text_config / timm_model_configs / value_type / proprio_dim)"
         )
-    unexpected = [k for k in state if k not in own and not k.startswith(ignored_extra) and not k.startswith(optional)]
+    unexpected = [
+        k for k in state
+        if k not in own and not k.startswith(ignored_extra + optional) and not k.endswith("rotary_emb.inv_freq")
+    ]
     if unexpected:
         raise CheckpointError(
             f"{source}: {len(unexpected)} checkpoint tensors do not belong to an OpenVLA model, e.g. {unexpected[0]!r}"
