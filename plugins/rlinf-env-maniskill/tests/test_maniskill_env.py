@@ -180,6 +180,22 @@ def test_several_tasks_in_one_env():
         env.close()
 
 
+def test_every_offline_task_builds_renders_and_steps():
+    from rlinf_env_maniskill.tasks import OFFLINE_TASKS
+
+    tasks = list(OFFLINE_TASKS)
+    env = ManiSkillEnv(num_envs=len(tasks), tasks=tasks, **{**SMALL, "trials_per_task": 1})
+    try:
+        obs = env.reset(np.arange(len(tasks)))
+        for task, image in zip(tasks, obs.main_images):
+            assert image.float().std() > 5, f"{task}: blank camera image"
+        out = env.chunk_step(torch.zeros(len(tasks), 2, 7))
+        assert out.valid.all() and out.obs.main_images.float().std(dim=(1, 2, 3)).min() > 5
+        assert [t.split()[0] for t in out.obs.task_descriptions][:2] == ["pick", "push"]
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize(
     "task, needle",
     [

@@ -178,7 +178,7 @@ class SimBatch:
         if camera not in self.u.scene.sensors:
             cameras = list(self.u.scene.sensors)
             raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {cameras}")
-        self.camera = self.u.scene.sensors[camera]
+        self.camera_name = camera  # looked up per render: a reconfiguring reset rebuilds the sensors
         shape = tuple(self.u.single_action_space.shape)
         if shape != (7,):
             self.close()
@@ -252,8 +252,9 @@ class SimBatch:
             obj.hide_visual()
         try:
             self.u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
-            self.camera.capture()
-            rgb = self.camera.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
+            camera = self.u.scene.sensors[self.camera_name]
+            camera.capture()
+            rgb = camera.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
         finally:
             for obj in hidden:
                 obj.show_visual()

@@ -135,6 +135,7 @@ class ManiSkillEnv(Env):
         self.cache_dir = cache_dir
         self._sims: dict[Any, Any] = {}
         self._slot_task = np.zeros(self.num_envs, np.int64)
+        self._started = np.zeros(self.num_envs, bool)  # simulators are made at a slot's first reset
         self._prev_reward = np.zeros(self.num_envs, np.float32)
 
     # ------------------------------------------------------------------ reset-state index
@@ -194,8 +195,6 @@ class ManiSkillEnv(Env):
                 f"(built-in for {', '.join(OFFLINE_TASKS)})"
             )
         self._simmod = _sim
-        for slot in range(self.num_envs):
-            self._sim_of(slot, 0)
 
     def _sim_of(self, slot: int, task_id: int):
         """The simulator (and its row) that runs ``slot`` while it plays task ``task_id``."""
@@ -233,6 +232,7 @@ class ManiSkillEnv(Env):
         seeds = self.episode_seed_offset + np.asarray(reset_state_ids) % self.trials_per_task
         for slot, task_id, seed in zip(env_ids, task_ids, seeds):
             self._slot_task[slot] = task_id
+            self._started[slot] = True
             sim, row = self._sim_of(int(slot), int(task_id))
             sim.reset_rows([row], [int(seed)])
             self._prev_reward[slot] = 0.0
@@ -263,9 +263,10 @@ class ManiSkillEnv(Env):
         env_ids = np.asarray(env_ids)
         images = np.zeros((len(env_ids), H, W, 3), np.uint8)
         states: np.ndarray | None = None
-        texts = [""] * len(env_ids)
+        # a slot never reset (idle in an eval pass) shows a black frame instead of building a simulator
+        texts = [self.instructions.get(self.tasks[0], "")] * len(env_ids)
         position = {int(slot): i for i, slot in enumerate(env_ids)}
-        for sim, slots, rows in self._groups(env_ids).values():
+        for sim, slots, rows in self._groups(env_ids[self._started[env_ids]]).values():
             where = [position[s] for s in slots]
             images[where] = sim.render(rows)
             task = sim.task
@@ -277,6 +278,8 @@ class ManiSkillEnv(Env):
                 if states is None:
                     states = np.zeros((len(env_ids), proprio.shape[1]), np.float32)
                 states[where] = proprio
+        if self.include_state and states is None:
+            states = np.zeros((len(env_ids), 0), np.float32)
         return Observation(
             main_images=torch.from_numpy(images),
             task_descriptions=texts,
@@ -287,4 +290,5 @@ class ManiSkillEnv(Env):
         for sim in self._sims.values():
             sim.close()
         self._sims = {}
+        self._started[:] = False
         self._built = False
