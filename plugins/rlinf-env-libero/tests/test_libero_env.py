@@ -137,8 +137,13 @@ def test_images_have_the_orientation_openvla_was_trained_with(env):
     raw_sim = env.sim(0).sim
     raw_sim._render_context_offscreen.gl_ctx.make_current()
     raw = raw_sim.render(camera_name="agentview", width=size, height=size)
-    ours = env._observe(np.array([0])).main_images[0].numpy()
+    with configured(env, use_wrist_image=True):
+        obs = env._observe(np.array([0]))
+    ours = obs.main_images[0].numpy()
     np.testing.assert_array_equal(ours, raw[::-1, ::-1])
+    raw_wrist = raw_sim.render(camera_name="robot0_eye_in_hand", width=size, height=size)
+    assert obs.wrist_images.shape == (1, size, size, 3) and obs.wrist_images.float().std() > 0
+    np.testing.assert_array_equal(obs.wrist_images[0].numpy(), raw_wrist[::-1, ::-1])
     # 2) in that orientation the scene is upright (rows top-down) and mirrored left-right: the
     #    bowl shows up where the pinhole projection puts it, with the column mirrored
     without, with_bowl, (row, col) = _bowl_pixels_without_and_with(env, size)

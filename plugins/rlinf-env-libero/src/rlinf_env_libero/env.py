@@ -1,4 +1,4 @@
-"""LIBERO as an rlinf :class:`~rlinf.Env`: the task x trial grid of shipped initial states, simulators reused across episodes."""
+"""LIBERO as an rlinf :class:`~rlinf.Env`: a task x trial grid of shipped initial states, reused simulators."""
 
 from __future__ import annotations
 
@@ -128,7 +128,9 @@ class LiberoEnv(Env):
         if gripper_action not in GRIPPER_ACTIONS:
             raise ValueError(f"gripper_action must be one of {', '.join(GRIPPER_ACTIONS)}, got {gripper_action!r}")
         if sim_cache_size < 0 or scene_cache_size < 0:
-            raise ValueError(f"sim_cache_size and scene_cache_size must be >= 0, got {sim_cache_size}, {scene_cache_size}")
+            raise ValueError(
+                f"sim_cache_size and scene_cache_size must be >= 0, got {sim_cache_size}, {scene_cache_size}"
+            )
         self.task_suite_name = task_suite_name
         self.trials_per_task = trials_per_task
         self.image_size = image_size
