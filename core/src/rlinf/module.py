@@ -28,6 +28,14 @@ from rlinf.envs.base import Env
 from rlinf.policies.base import Policy
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
+from rlinf.strategies import (
+    deepspeed_engine,
+    deepspeed_step,
+    export_policy,
+    rollout_mode,
+    set_accumulation_boundary,
+    shard_policy,
+)
 
 EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
 
@@ -74,6 +82,9 @@ class RLModule(pl.LightningModule):
             global batch).
         export_policy: save the trained policy in Hugging Face layout under
             ``<log_dir>/policy`` at the end of fit.
+        offload_optimizer: move the optimizer state to CPU during rollouts and evals (frees
+            accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
+            which has its own ``offload_optimizer``).
     """
 
     def __init__(
@@ -87,6 +98,7 @@ class RLModule(pl.LightningModule):
         global_batch_size: int = 256,
         micro_batch_size: int = 32,
         export_policy: bool = True,
+        offload_optimizer: bool = False,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -99,6 +111,7 @@ class RLModule(pl.LightningModule):
         self.global_batch_size = global_batch_size
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
+        self.offload_optimizer = offload_optimizer
         self._validate()
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
@@ -144,6 +157,9 @@ class RLModule(pl.LightningModule):
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
         rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
+        if not self.algorithm.uses_critic:
+            for p in self.policy.value_parameters():  # unused without a critic: DDP would wait for their grads
+                p.requires_grad_(False)
         if stage == "fit" and not self._stage_envs:
             S = self.rollout_cfg.pipeline_stage_num
             if S == 1:
@@ -182,6 +198,9 @@ class RLModule(pl.LightningModule):
     def optimizer_steps_per_epoch(self) -> int:
         return len(self._minibatch_sizes(self.trainer.world_size)) * self.algorithm.update_epoch
 
+    def configure_model(self) -> None:
+        shard_policy(self)  # FSDP2 (ModelParallelStrategy) only
+
     def configure_callbacks(self):
         envs = [self.env, self.eval_env]
         if any(e is not None and e.video_cfg.save_video for e in envs):
@@ -219,18 +238,9 @@ class RLModule(pl.LightningModule):
         ro = self.rollout_cfg
         n_chunks = ro.max_steps_per_rollout_epoch // self.policy.num_action_chunks
         self.policy.eval()
-        trajs = []
         t0 = time.perf_counter()
-        for r in range(ro.rollout_epoch):
-            reset = not self.env.auto_reset or self.collector.last_obs[0] is None
-            progress = self._progress(f"rollout {self.current_epoch} [{r + 1}/{ro.rollout_epoch}]")
-            # same precision context as training_step, so rollout and update log-probs agree
-            with self.trainer.precision_plugin.forward_context():
-                traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
-            trajs.append(traj)
-            if not self.env.auto_reset:
-                for env in self._stage_envs:
-                    env.flush_episodes()
+        with rollout_mode(self, self.offload_optimizer):
+            trajs = self._collect_rollouts(ro, n_chunks)
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
         samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer)
@@ -241,12 +251,39 @@ class RLModule(pl.LightningModule):
             with self.trainer.precision_plugin.forward_context():
                 metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
+        metrics.update(self._env_counters())
         self.samples = samples
         self.schedule = self._build_schedule(len(samples))
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self.log(key, float(value), on_step=False, on_epoch=True, batch_size=1)
         self.policy.train()
+
+    def _collect_rollouts(self, ro: RolloutConfig, n_chunks: int) -> list:
+        trajs = []
+        for r in range(ro.rollout_epoch):
+            reset = not self.env.auto_reset or self.collector.last_obs[0] is None
+            progress = self._progress(f"rollout {self.current_epoch} [{r + 1}/{ro.rollout_epoch}]")
+            # same precision context as training_step, so rollout and update log-probs agree
+            with self.trainer.precision_plugin.forward_context():
+                traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
+            trajs.append(traj)
+            if not self.env.auto_reset:
+                for env in self._stage_envs:
+                    env.flush_episodes()
+        return trajs
+
+    def _env_counters(self) -> dict[str, float]:
+        """Env-level counters (worker restarts, dropped episodes), summed over stages and ranks."""
+        counts: dict[str, float] = defaultdict(float)
+        for env in self._stage_envs:
+            for key, value in env.pop_metrics().items():
+                counts[key] += value
+        if not counts:
+            return {}
+        keys = sorted(counts)
+        total = self.reducer.sum(torch.tensor([counts[k] for k in keys], dtype=torch.float64))
+        return {k: float(v) for k, v in zip(keys, total)}
 
     def _progress(self, label: str):
         """A ``(done, total)`` callback printing progress on rank 0 (at most once a second)."""
@@ -320,6 +357,7 @@ class RLModule(pl.LightningModule):
             compute_values=self.algorithm.uses_critic,
         )
         loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
+        set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
         self.manual_backward(loss)
         metrics["train/loss"] = loss.detach()
         n = len(item["idx"])
@@ -334,6 +372,15 @@ class RLModule(pl.LightningModule):
     def _optimizer_step(self, actor_on: bool) -> None:
         opt = self.optimizers()
         sched = self.lr_schedulers()
+        if deepspeed_engine(self.trainer.strategy) is not None:
+            # DeepSpeed keeps the gradients in its own partitions, clips (gradient_clipping) and steps itself
+            value_ids = None if actor_on else {id(p) for p in self.policy.value_parameters()}
+            grad_norm = deepspeed_step(self.trainer.strategy, opt, value_ids)
+            sched.step()
+            self.log("train/actor/grad_norm", grad_norm, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+            opt.zero_grad(set_to_none=True)
+            self._optim_steps_done += 1
+            return
         if not actor_on:
             value_ids = {id(p) for p in self.policy.value_parameters()}
             for p in self.policy.parameters():
@@ -384,6 +431,13 @@ class RLModule(pl.LightningModule):
         records: list[dict[str, Any]] = []
         max_chunks = math.ceil(env.max_episode_steps / self.policy.num_action_chunks) + 1
         progress = self._progress("eval")
+        with rollout_mode(self, self.offload_optimizer):
+            self._eval_passes(env, ro, max_chunks, progress, records)
+        if was_training:
+            self.policy.train()
+        return records
+
+    def _eval_passes(self, env: Env, ro: RolloutConfig, max_chunks: int, progress, records: list) -> None:
         for _ in range(ro.eval_rollout_epoch):
             env.restart_pool()
             while not env.eval_finished:
@@ -398,9 +452,6 @@ class RLModule(pl.LightningModule):
                         progress(len(records), len(env.pool) * ro.eval_rollout_epoch, "episodes")
                 env.flush_episodes()
                 records.extend(env.pop_episodes())
-        if was_training:
-            self.policy.train()
-        return records
 
     def _per_task(self, records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         names = self.eval_env.task_names
@@ -421,9 +472,12 @@ class RLModule(pl.LightningModule):
         }
 
     def _write_eval_table(self) -> None:
-        if self.global_rank != 0 or self.trainer is None or self.trainer.log_dir is None:
+        if self._trainer is None:
             return
-        path = Path(self.trainer.log_dir) / "eval"
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
+        if self.global_rank != 0 or log_dir is None:
+            return
+        path = Path(log_dir) / "eval"
         path.mkdir(parents=True, exist_ok=True)
         result = {"epoch": self.current_epoch, **self.last_eval}
         (path / f"eval_epoch{self.current_epoch}.json").write_text(json.dumps(result, indent=2))
@@ -469,15 +523,18 @@ class RLModule(pl.LightningModule):
                 env.load_sampler_state(st)
 
     def on_fit_end(self) -> None:
-        if self.export_policy and self.global_rank == 0 and self.trainer.log_dir is not None:
+        if self.export_policy and self.trainer.log_dir is not None:
             try:
-                self.policy.save_pretrained(Path(self.trainer.log_dir) / "policy")
+                export_policy(self, Path(self.trainer.log_dir) / "policy")  # gathers sharded policies (all ranks)
             except NotImplementedError:
                 pass
 
     def teardown(self, stage: str) -> None:
         if self.collector is not None and stage == "fit":
             self.collector.close()
+        for env in [*self._stage_envs, self.eval_env]:
+            if env is not None and env.num_workers:
+                env.close()  # stops the worker processes; they restart on the next use
 
 
 def _lr_lambda(cfg: OptimConfig, total_steps: int):
