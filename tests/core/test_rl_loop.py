@@ -175,3 +175,27 @@ def test_resume_from_checkpoint_continues_sampler_and_steps(tmp_path):
     trainer2.fit(resumed, ckpt_path=ckpt)
     assert trainer2.current_epoch == 3
     assert resumed._optim_steps_done == state["optim_steps_done"] + resumed.optimizer_steps_per_epoch
+
+
+def test_logged_losses_do_not_depend_on_micro_batch_size(tmp_path):
+    logged = []
+    for micro in (96, 24):
+        module = make_module("grpo", num_envs=8, steps=8, global_batch_size=32, micro_batch_size=micro,
+                             optim=OptimConfig(lr=0.0))
+        trainer = make_trainer(tmp_path / str(micro), 1)
+        trainer.fit(module)
+        logged.append(scalars(trainer, "train/entropy_loss")[0])
+    assert logged[0] == pytest.approx(logged[1], rel=1e-4)
+
+
+def test_per_suite_success_from_prefixed_task_names():
+    from rlinf.module import _per_suite
+
+    per_task = {
+        "libero_spatial/a": {"success_once": 1.0, "num_trajectories": 2},
+        "libero_spatial/b": {"success_once": 0.0, "num_trajectories": 2},
+        "libero_goal/c": {"success_once": 0.5, "num_trajectories": 4},
+    }
+    suites = _per_suite(per_task)
+    assert suites["libero_spatial"] == {"success_once": 0.5, "num_trajectories": 4}
+    assert suites["libero_goal"]["success_once"] == 0.5

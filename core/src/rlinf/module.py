@@ -38,6 +38,7 @@ from rlinf.strategies import (
 )
 
 EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
+MINIBATCH_NORMALISED = {"train/actor/policy_loss", "train/entropy_loss", "train/critic/value_loss", "train/loss"}
 
 
 class _Counter(IterableDataset):
@@ -341,6 +342,7 @@ class RLModule(pl.LightningModule):
                         "denom": max(denom / world, 1.0),
                         "value_denom": None if vdenom is None else max(vdenom / world, 1.0),
                         "last": j == len(micros) - 1,
+                        "minibatch": len(mb_idx),
                     })
         return schedule
 
@@ -364,6 +366,10 @@ class RLModule(pl.LightningModule):
         for key, value in metrics.items():
             if torch.is_tensor(value) and not torch.isfinite(value):
                 continue
+            if key in MINIBATCH_NORMALISED:
+                # a micro-batch holds a share of its minibatch's mean; scaled so that Lightning's
+                # size-weighted epoch mean is the mean over minibatches
+                value = value * (item["minibatch"] / n)
             self.log(key, value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
         if item["last"]:
             self._optimizer_step(actor_on)
@@ -415,11 +421,15 @@ class RLModule(pl.LightningModule):
         t0 = time.perf_counter()
         records = self.run_evaluation()
         metrics = self._episode_metrics(records, "eval")
+        per_task = self._per_task(records)
+        per_suite = _per_suite(per_task)
+        for suite, row in per_suite.items():
+            metrics[f"eval/{suite}/success_once"] = row["success_once"]
         metrics["time/eval"] = time.perf_counter() - t0
         for key, value in metrics.items():
             if math.isfinite(value):
                 self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
-        self.last_eval = {"metrics": metrics, "per_task": self._per_task(records)}
+        self.last_eval = {"metrics": metrics, "per_task": per_task, "per_suite": per_suite}
         self._write_eval_table()
 
     @torch.no_grad()
@@ -482,7 +492,10 @@ class RLModule(pl.LightningModule):
         result = {"epoch": self.current_epoch, **self.last_eval}
         (path / f"eval_epoch{self.current_epoch}.json").write_text(json.dumps(result, indent=2))
         lines = ["| task | success_once | trajectories |", "|---|---|---|"]
-        for task, row in self.last_eval["per_task"].items():
+        rows = list(self.last_eval["per_task"].items()) + [
+            (f"**{suite}**", row) for suite, row in self.last_eval.get("per_suite", {}).items()
+        ]
+        for task, row in rows:
             lines.append(f"| {task} | {100 * row['success_once']:.1f}% | {row['num_trajectories']} |")
         (path / f"eval_epoch{self.current_epoch}.md").write_text("\n".join(lines) + "\n")
 
@@ -535,6 +548,17 @@ class RLModule(pl.LightningModule):
         for env in [*self._stage_envs, self.eval_env]:
             if env is not None and env.num_workers:
                 env.close()  # stops the worker processes; they restart on the next use
+
+
+def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Success per suite for task names of the form ``"<suite>/<task>"`` (e.g. LIBERO-130)."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, row in per_task.items():
+        if "/" in name:
+            suite = name.split("/", 1)[0]
+            sums[suite][0] += row["success_once"] * row["num_trajectories"]
+            sums[suite][1] += row["num_trajectories"]
+    return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
 
 
 def _lr_lambda(cfg: OptimConfig, total_steps: int):
