@@ -129,6 +129,8 @@ class Env:
         is_eval: eval mode: visit every reset state of the (sharded) pool exactly once, in order;
             slots with nothing left to visit stay idle.
         task_id_filter: restrict initial states to these task ids.
+        reset_state_id_filter: restrict initial states to these flat reset state ids (e.g. one
+            pinned state, RLinf's ``specific_reset_id``).
         num_workers: run the sub-envs in this many worker processes (0: in this process).
         video_cfg: video recording of this env's rollouts.
     """
@@ -163,6 +165,7 @@ class Env:
         seed: int = 0,
         is_eval: bool = False,
         task_id_filter: list[int] | None = None,
+        reset_state_id_filter: list[int] | None = None,
         num_workers: int = 0,
         video_cfg: VideoConfig | None = None,
     ) -> None:
@@ -188,6 +191,7 @@ class Env:
         self.seed = seed
         self.is_eval = is_eval
         self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
+        self.reset_state_id_filter = list(reset_state_id_filter) if reset_state_id_filter is not None else None
         if num_workers:
             from rlinf.envs.workers import check_worker_split
 
@@ -271,11 +275,13 @@ class Env:
 
     @property
     def pool(self) -> np.ndarray:
-        """Reset state ids this env draws from (after ``task_id_filter`` and sharding)."""
+        """Reset state ids this env draws from (after the filters and sharding)."""
         if self._pool is None:
             ids = np.arange(self.num_reset_states)
             if self.task_id_filter is not None:
                 ids = ids[np.isin(self.task_ids(ids), self.task_id_filter)]
+            if self.reset_state_id_filter is not None:
+                ids = ids[np.isin(ids, self.reset_state_id_filter)]
             index, count = self._shard
             ids = ids[index::count]
             if not self.is_eval:
@@ -283,7 +289,8 @@ class Env:
             if len(ids) == 0:
                 raise ValueError(
                     f"{type(self).__name__}: no initial state left after task_id_filter="
-                    f"{self.task_id_filter} and sharding {self._shard}"
+                    f"{self.task_id_filter}, reset_state_id_filter={self.reset_state_id_filter} "
+                    f"and sharding {self._shard}"
                 )
             self._pool = ids
             self._cursor = 0
