@@ -12,6 +12,7 @@ import torch
 
 from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool
 from rlinf.rollout.collector import _mask_dropped_episodes
+from rlinf.testing.conformance import EnvPluginTests
 from rlinf.testing.toy_env import ReachEnv
 
 
@@ -33,6 +34,13 @@ class ClosingReachEnv(ReachEnv):
 
     def close(self) -> None:
         self.pos = None
+
+
+class TestReachEnvInWorkerProcesses(EnvPluginTests):
+    """The plugin conformance suite passes unchanged when the env runs in a worker process."""
+
+    env_class = ReachEnv
+    env_kwargs = {"image_size": 16, "num_workers": 1}
 
 
 def _actions(env, seed: int, chunk: int = 2) -> torch.Tensor:

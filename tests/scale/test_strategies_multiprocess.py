@@ -45,7 +45,6 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                 "init_args": {"save_dir": str(tmp_path / "runs"), "name": "scale"},
             },
-            "enable_checkpointing": False,
             "enable_progress_bar": False,
             "callbacks": [{"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}}],
         },
@@ -119,7 +118,9 @@ def _check_common(records: list[dict]) -> None:
     assert records[0]["digest_end"] == records[1]["digest_end"], "ranks ended with different parameters"
     assert records[0]["digest_start"] == records[1]["digest_start"]
     assert records[0]["digest_end"] != records[0]["digest_start"], "training did not change the parameters"
-    assert (Path(records[0]["log_dir"]) / "policy" / "model.safetensors").is_file(), "policy export missing"
+    log_dir = Path(records[0]["log_dir"])
+    assert (log_dir / "policy" / "model.safetensors").is_file(), "policy export missing"
+    assert list((log_dir / "checkpoints").glob("*.ckpt")), "no checkpoint saved"
 
 
 @pytest.mark.slow

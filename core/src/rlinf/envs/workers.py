@@ -154,10 +154,13 @@ def _serve(env: Env, shm: _ShmWriter, cmd: str, args: tuple) -> dict[str, Any]:
     return out
 
 
-def _worker_main(conn, spec: tuple, shard: tuple[int, int]) -> None:
+def _worker_main(conn, spec: tuple, shard: tuple[int, int], render_threads: int) -> None:
     """Entry point of a worker process: build the env clone, then serve commands until ``close``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
     torch.set_num_threads(1)
+    # software rendering (Mesa llvmpipe) starts one thread per core in every process: share the
+    # cores between the workers instead (a user setting wins)
+    os.environ.setdefault("LP_NUM_THREADS", str(render_threads))
     env = None
     try:
         cls, args, kwargs = spec
@@ -280,7 +283,7 @@ class EnvWorkerPool:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child, self._spec, self._worker_shard(worker.index)),
+            args=(child, self._spec, self._worker_shard(worker.index), max(1, (os.cpu_count() or 1) // len(self.workers))),
             name=f"rlinf-env-{type(self.env).__name__}-{worker.index}",
             daemon=True,
         )
