@@ -41,6 +41,7 @@ class ScaleProbe(pl.Callback):
         self.record["digest_start"] = params_digest(pl_module.policy)
         self.record["sharded_params"] = any(hasattr(p, "full_tensor") for p in pl_module.policy.parameters())
         self.record["model_type"] = type(trainer.strategy.model).__name__
+        self.record["rng_digest"] = hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx != 0:

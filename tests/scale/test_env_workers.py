@@ -257,6 +257,21 @@ def test_plugin_close_override_also_stops_workers():
             os.kill(pid, 0)
 
 
+def test_worker_env_can_be_pickled_and_gets_its_own_workers():
+    env = ReachEnv(num_envs=2, num_workers=1, image_size=16)
+    try:
+        first = env.reset()
+        copy = pickle.loads(pickle.dumps(env))
+        try:
+            again = copy.reset()
+            assert copy._workers.pids != env._workers.pids
+            torch.testing.assert_close(again.states, first.states)  # same seed, same first draw
+        finally:
+            copy.close()
+    finally:
+        env.close()
+
+
 def test_in_process_env_has_no_worker_metrics():
     assert ReachEnv(num_envs=2).pop_metrics() == {}
     assert np.array_equal(ReachEnv(num_envs=2).reset_state_ids, np.array([-1, -1]))

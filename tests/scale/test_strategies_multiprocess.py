@@ -108,6 +108,7 @@ def _check_common(records: list[dict]) -> None:
                 assert set(ids) <= pool, "a rank used another rank's initial state"
                 groups = [ids[i : i + G] for i in range(0, len(ids), G)]
                 assert all(len(set(g)) == 1 for g in groups), f"a GRPO group straddles initial states: {ids}"
+    assert records[0]["rng_digest"] != records[1]["rng_digest"], "ranks would draw the same sampling noise"
     # metrics are gathered over both ranks: both report the same global values
     m0, m1 = records[0]["epochs"][-1]["metrics"], records[1]["epochs"][-1]["metrics"]
     assert m0["env/num_trajectories"] == m1["env/num_trajectories"] >= 16, "episodes of both ranks (8 envs each)"

@@ -161,6 +161,10 @@ class RLModule(pl.LightningModule):
         if not self.algorithm.uses_critic:
             for p in self.policy.value_parameters():  # unused without a critic: DDP would wait for their grads
                 p.requires_grad_(False)
+        if stage == "fit" and rank > 0:
+            # seed_everything gives every rank the same RNG stream: without this, all ranks would
+            # draw the same sampling noise for their actions (parameters are synced from rank 0 anyway)
+            torch.manual_seed(torch.initial_seed() + 7919 * rank)
         if stage == "fit" and not self._stage_envs:
             S = self.rollout_cfg.pipeline_stage_num
             if S == 1:

@@ -263,7 +263,7 @@ class EnvWorkerPool:
         self.total_restarts = 0
         self.total_dropped_episodes = 0
         self._started = False
-        method = os.environ.get("RLINF_ENV_WORKER_START", "forkserver")
+        method = self._method = os.environ.get("RLINF_ENV_WORKER_START", "forkserver")
         self._ctx = tmp.get_context(method)
         if method == "forkserver":
             # the fork server imports these once, so a worker (or a restart) starts in milliseconds;
@@ -272,6 +272,18 @@ class EnvWorkerPool:
             if type(env).__module__ != "__main__":
                 preload.append(type(env).__module__)
             self._ctx.set_forkserver_preload(preload)
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled / deep-copied env gets its own (not yet started) workers
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_ctx", "_finalizer")}
+        state["workers"] = [_Worker(index=w.index, lo=w.lo, hi=w.hi) for w in self.workers]
+        state["_started"] = False
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._ctx = tmp.get_context(self._method)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
 
     # ------------------------------------------------------------------ process management
