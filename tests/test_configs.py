@@ -21,9 +21,11 @@ def test_config_parses(config, capsys):
 
 def test_fit_through_the_console_script(tmp_path):
     import subprocess
+    import sys
 
+    rlinf = str(Path(sys.executable).parent / "rlinf")  # the installed console script
     cmd = [
-        "rlinf", "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=2",
+        rlinf, "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=2",
         "--trainer.check_val_every_n_epoch=2", f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--model.init_args.rollout.show_progress=false",
     ]

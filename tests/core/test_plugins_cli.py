@@ -1,5 +1,6 @@
 """Plugin loading, registration errors and the rlinf command."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -10,6 +11,18 @@ import pytest
 
 from rlinf.cli import check_config_class_paths, main
 from rlinf.plugins.manager import PluginError, Registry
+
+
+@pytest.fixture(autouse=True)
+def forget_fake_plugins():
+    """Fake plugin modules (and the Env subclasses they define) must not outlive their test:
+    jsonargparse resolves short class names among all live subclasses."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.endswith("_plugin"):
+            del sys.modules[name]
+    gc.collect()
 
 
 def fake_plugin(tmp_path, monkeypatch, name, source):
@@ -113,3 +126,14 @@ def test_plugins_command_json():
     plugins = {p["name"]: p for p in json.loads(out.stdout)}
     assert plugins["core"]["distribution"] == "rlinf-core"
     assert "ReachEnv" in plugins["core"]["registered"]["env"]
+
+
+def test_fake_plugin_classes_are_gone_after_their_test():
+    from rlinf.envs.base import Env
+
+    def all_subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from all_subclasses(sub)
+
+    assert [c.__module__ for c in all_subclasses(Env) if c.__name__ == "ReachEnv"] == ["rlinf.testing.toy_env"]
