@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlinf.algorithms.advantages import group_filter_mask, group_normalized_scores
-from rlinf.algorithms.base import Algorithm, Level, RewardLevel
+from rlinf.algorithms.base import Algorithm
 from rlinf.rollout.trajectory import Trajectory
 
 
@@ -22,14 +22,8 @@ class GRPO(Algorithm):
             rewards_upper_bound]`` (e.g. all-success / all-fail groups with binary rewards).
         rewards_lower_bound: lower bound of a kept group's mean score.
         rewards_upper_bound: upper bound of a kept group's mean score.
-        clip_ratio_low: see :class:`Algorithm`.
-        clip_ratio_high: see :class:`Algorithm`.
-        clip_ratio_c: see :class:`Algorithm`.
-        entropy_bonus: see :class:`Algorithm`.
-        update_epoch: see :class:`Algorithm`.
-        reward_type: see :class:`Algorithm`.
-        logprob_type: see :class:`Algorithm`.
-        entropy_type: see :class:`Algorithm`.
+        clip_ratio_high: upper clip range (DAPO's "clip higher" default 0.28).
+        **kwargs: the other shared settings of :class:`Algorithm`.
     """
 
     uses_critic = False
@@ -39,20 +33,10 @@ class GRPO(Algorithm):
         filter_rewards: bool = False,
         rewards_lower_bound: float = 0.1,
         rewards_upper_bound: float = 0.9,
-        clip_ratio_low: float = 0.2,
         clip_ratio_high: float = 0.28,
-        clip_ratio_c: float | None = 3.0,
-        entropy_bonus: float = 0.0,
-        update_epoch: int = 1,
-        reward_type: RewardLevel = "action_level",
-        logprob_type: Level = "token_level",
-        entropy_type: Level = "token_level",
+        **kwargs,
     ) -> None:
-        super().__init__(
-            clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
-            entropy_bonus=entropy_bonus, update_epoch=update_epoch, reward_type=reward_type,
-            logprob_type=logprob_type, entropy_type=entropy_type,
-        )
+        super().__init__(clip_ratio_high=clip_ratio_high, **kwargs)
         if rewards_lower_bound > rewards_upper_bound:
             raise ValueError("rewards_lower_bound must be <= rewards_upper_bound")
         self.filter_rewards = filter_rewards

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlinf.algorithms.advantages import gae
-from rlinf.algorithms.base import Algorithm, Reducer, Level, RewardLevel
+from rlinf.algorithms.base import Algorithm, Reducer
 from rlinf.algorithms.losses import explained_variance, ppo_critic_loss
 from rlinf.policies.base import EvaluateOutput
 from rlinf.rollout.trajectory import Samples, Trajectory
@@ -24,14 +24,8 @@ class PPO(Algorithm):
             ranks (RLinf ignores this flag and always normalises; here it is honoured).
         bootstrap_on_truncation: bootstrap truncated episodes with V(final observation);
             terminated episodes are never bootstrapped.
-        clip_ratio_low: see :class:`Algorithm`.
-        clip_ratio_high: see :class:`Algorithm`.
-        clip_ratio_c: see :class:`Algorithm`.
-        entropy_bonus: see :class:`Algorithm`.
-        update_epoch: see :class:`Algorithm`.
-        reward_type: see :class:`Algorithm`.
-        logprob_type: see :class:`Algorithm`.
-        entropy_type: see :class:`Algorithm`.
+        **kwargs: the shared settings of :class:`Algorithm` (clip ranges, entropy bonus,
+            update epochs, granularities).
     """
 
     uses_critic = True
@@ -45,20 +39,9 @@ class PPO(Algorithm):
         value_loss_coef: float = 1.0,
         normalize_advantages: bool = True,
         bootstrap_on_truncation: bool = True,
-        clip_ratio_low: float = 0.2,
-        clip_ratio_high: float = 0.2,
-        clip_ratio_c: float | None = 3.0,
-        entropy_bonus: float = 0.0,
-        update_epoch: int = 1,
-        reward_type: RewardLevel = "action_level",
-        logprob_type: Level = "token_level",
-        entropy_type: Level = "token_level",
+        **kwargs,
     ) -> None:
-        super().__init__(
-            clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
-            entropy_bonus=entropy_bonus, update_epoch=update_epoch, reward_type=reward_type,
-            logprob_type=logprob_type, entropy_type=entropy_type,
-        )
+        super().__init__(**kwargs)
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.value_clip = value_clip
