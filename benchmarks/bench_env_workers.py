@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scale_common import env_kind, fmt_table, interleaved, load_line, make_env, random_actions  # noqa: E402
+from scale_common import env_kind, fmt_table, free_cores, interleaved, load_line, make_env, random_actions  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         for W, t in times.items()
     ]
     print(fmt_table(rows, ("num_workers", "env steps/s", f"speed vs num_workers={first}")))
-    print(load_line())
+    print(f"{load_line()}; free cores measured now: {free_cores():.1f} of 2")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from scale_common import calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median  # noqa: E402
+from scale_common import (  # noqa: E402
+    calibrate_policy, env_kind, fmt_table, free_cores, interleaved, load_line, make_env, random_actions, time_median,
+)
 
 from rlinf.rollout.collector import RolloutCollector  # noqa: E402
 
@@ -38,25 +40,14 @@ def _stage_envs(kind: str, B: int, S: int, workers: int, image_size: int) -> lis
     return envs
 
 
-def _rollout_time(envs, policy, steps: int, repeats: int) -> tuple[float, dict]:
-    collector = RolloutCollector(envs, policy, need_values=False)
-    collector.collect(1, True, 1.0, reset=True)  # build simulators, start workers, warm up
-    t = time_median(lambda: collector.collect(steps, True, 1.0, reset=False), repeats)
-    times = collector.times
-    collector.close()
-    for env in envs:
-        env.close()
-    return t, {"policy": times.policy, "env_wait": times.env_wait}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="auto", choices=["auto", "metaworld", "reach", "reach-sleep"])
     parser.add_argument("--num-envs", type=int, default=8, help="B, sub-envs (all stages together)")
     parser.add_argument("--chunks", type=int, default=8, help="C, env steps per chunk")
-    parser.add_argument("--steps", type=int, default=8, help="N, chunk steps per measured rollout")
+    parser.add_argument("--steps", type=int, default=16, help="N, chunk steps per measured rollout")
     parser.add_argument("--image-size", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     kind, B, C, N = env_kind(args.env), args.num_envs, args.chunks, args.steps
     print(f"env {kind}, B={B}, C={C}, N={N} chunk steps, {load_line()}")
@@ -65,29 +56,46 @@ def main(argv: list[str] | None = None) -> None:
     obs = env.reset()
     acts = random_actions(B, C, env.action_dim)
     env.chunk_step(acts)
-    t_env = time_median(lambda: [env.chunk_step(acts) for _ in range(N)], args.repeats)
+    t_env = time_median(lambda: [env.chunk_step(acts) for _ in range(N)], 3)
     state_dim = obs.states.shape[1] if obs.states is not None else 0
-    action_dim = env.action_dim
-    env.close()
-
-    policy = calibrate_policy(obs, t_env / N, action_dim, C, state_dim)
+    policy = calibrate_policy(obs, t_env / N, env.action_dim, C, state_dim)
     with torch.no_grad():
-        t_policy = time_median(lambda: [policy.act(obs) for _ in range(N)], args.repeats)
+        acts = policy.act(obs).actions  # env-only replays policy-like actions (same kind of motion)
 
-    rows, results = [], {}
-    for name, S, W in [("sequential (S=1)", 1, 0), ("pipelined S=2, env in threads", 2, 0), ("pipelined S=2, env in worker processes", 2, 1)]:
-        t, parts = _rollout_time(_stage_envs(kind, B, S, W, args.image_size), policy, N, args.repeats)
-        results[name] = t
-        rows.append((name, f"{t:.3f}", f"{parts['policy']:.3f}", f"{parts['env_wait']:.3f}"))
-    bound = max(t_env, t_policy)
-    print(fmt_table([("env only", f"{t_env:.3f}", "", ""), ("policy only", f"{t_policy:.3f}", "", ""), *rows],
-                    ("rollout of N chunk steps", "seconds", "policy s", "waiting for env s")))
-    seq = results["sequential (S=1)"]
+    variants = {
+        "sequential (S=1)": (1, 0),
+        "pipelined S=2, env in threads": (2, 0),
+        "pipelined S=2, env in worker processes": (2, 1),
+    }
+    collectors = {}
+    for name, (S, W) in variants.items():
+        collectors[name] = RolloutCollector(_stage_envs(kind, B, S, W, args.image_size), policy, need_values=False)
+        collectors[name].collect(1, True, 1.0, reset=True)  # build simulators, start workers, warm up
+
+    def rollout(c):
+        return lambda: c.collect(N, True, 1.0, reset=False)
+
+    fns = {
+        "env only": lambda: [env.chunk_step(acts) for _ in range(N)],
+        "policy only": lambda: [policy.act(obs) for _ in range(N)],
+        **{name: rollout(c) for name, c in collectors.items()},
+    }
+    with torch.no_grad():
+        t = interleaved(fns, args.rounds)
+    env.close()
+    for c in collectors.values():
+        c.close()
+        for e in c.envs:
+            e.close()
+    bound = max(t["env only"], t["policy only"])
+    seq = t["sequential (S=1)"]
+    print(fmt_table([(k, f"{v:.3f}") for k, v in t.items()], ("rollout of N chunk steps", "seconds (median)")))
     print()
-    print(f"sequential / (env + policy)                      = {seq / (t_env + t_policy):.2f}")
-    for name in list(results)[1:]:
-        t = results[name]
-        print(f"{name:40s}: / max(env, policy) = {t / bound:.2f}, / sequential = {t / seq:.2f}")
+    print(f"sequential / (env + policy)  = {seq / (t['env only'] + t['policy only']):.2f}")
+    for name in variants:
+        if name != "sequential (S=1)":
+            print(f"{name:40s}: / max(env, policy) = {t[name] / bound:.2f}, / sequential = {t[name] / seq:.2f}")
+    print(f"{load_line()}; free cores measured now: {free_cores():.1f} of 2")
 
 
 if __name__ == "__main__":

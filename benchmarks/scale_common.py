@@ -159,6 +159,25 @@ def random_actions(num_envs: int, chunks: int, action_dim: int, seed: int = 0) -
     return (torch.rand(num_envs, chunks, action_dim, generator=gen) * 2 - 1) * 0.5
 
 
+def _work(n: int) -> float:
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i
+    return time.perf_counter() - t0
+
+
+def free_cores(n: int = 3_000_000) -> float:
+    """Cores this process can get right now: the same work alone vs in 2 processes at once."""
+    import multiprocessing as mp
+
+    alone = _work(n)
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_work, [n // 10, n // 10])  # start-up
+        both = max(pool.map(_work, [n, n]))
+    return min(2.0, 2 * alone / both)
+
+
 def load_line() -> str:
     try:
         return "load average %.2f %.2f %.2f" % os.getloadavg() + f", {os.cpu_count()} cores"
@@ -174,5 +193,5 @@ def fmt_table(rows: list[tuple], header: tuple) -> str:
 
 __all__ = [
     "ComputePolicy", "CostlyReachEnv", "calibrate_policy", "env_kind", "fmt_table", "load_line",
-    "interleaved", "make_env", "metaworld_available", "random_actions", "time_median", "np",
+    "free_cores", "interleaved", "make_env", "metaworld_available", "random_actions", "time_median", "np",
 ]
