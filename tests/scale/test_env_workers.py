@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool
-from rlinf.rollout.collector import _mask_dropped_episodes
+from rlinf.rollout.collector import RolloutCollector, _mask_dropped_episodes
 from rlinf.testing.conformance import EnvPluginTests
 from rlinf.testing.toy_env import ReachEnv
+from rlinf.testing.toy_policy import TinyVLAPolicy
 
 
 class FailingReachEnv(ReachEnv):
@@ -83,6 +84,33 @@ def test_workers_match_in_process_envs():
         assert not env.any_live
     finally:
         env.close()
+
+
+def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
+    """S=2 stages in worker processes collect exactly the trajectory in-process stages collect."""
+    torch.manual_seed(0)
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=True).eval()
+
+    def collect(num_workers: int):
+        envs = []
+        for s in range(2):
+            env = ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers)
+            env.shard(s, 2)
+            envs.append(env)
+        collector = RolloutCollector(envs, policy, need_values=True)
+        torch.manual_seed(1)
+        try:
+            return collector.collect(4, True, 1.0, reset=True)
+        finally:
+            collector.close()
+            for env in envs:
+                env.close()
+
+    a, b = collect(0), collect(1)
+    for name in ("rewards", "terminations", "truncations", "valid", "logprobs", "values", "bootstrap_values", "reset_state_ids"):
+        torch.testing.assert_close(getattr(b, name), getattr(a, name), msg=name)
+    for oa, ob in zip(a.obs, b.obs):
+        torch.testing.assert_close(ob.main_images, oa.main_images)
 
 
 def test_eval_visits_every_state_once_across_workers_and_ranks():

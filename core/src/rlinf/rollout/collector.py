@@ -81,6 +81,12 @@ class RolloutCollector:
         self.times.env_busy += time.perf_counter() - t0
         return result
 
+    def _timed_reset(self, env: Env) -> Observation:
+        t0 = time.perf_counter()
+        obs = env.reset()
+        self.times.env_busy += time.perf_counter() - t0
+        return obs
+
     def _submit(self, stage: int, actions: torch.Tensor) -> Future | ChunkStepResult:
         if self._pool is None:
             return self._timed_step(self.envs[stage], actions)
@@ -102,11 +108,17 @@ class RolloutCollector:
         S = len(self.envs)
         bufs = [_StageBuffer() for _ in range(S)]
         obs = list(self.last_obs)
-        for s, env in enumerate(self.envs):
-            if reset or obs[s] is None:
-                t0 = time.perf_counter()
-                obs[s] = env.reset()
-                self.times.env_busy += time.perf_counter() - t0
+        to_reset = [s for s in range(S) if reset or obs[s] is None]
+        if self._pool is not None and len(to_reset) > 1:
+            # stages reset concurrently (worker-process envs reset in parallel processes)
+            futures = {s: self._pool.submit(self._timed_reset, self.envs[s]) for s in to_reset}
+            t0 = time.perf_counter()
+            for s, future in futures.items():
+                obs[s] = future.result()
+            self.times.env_wait += time.perf_counter() - t0
+        else:
+            for s in to_reset:
+                obs[s] = self._timed_reset(self.envs[s])
         pending: list = [None] * S
         for k in range(num_chunk_steps):
             for s in range(S):
