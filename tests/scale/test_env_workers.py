@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -26,6 +27,8 @@ class FailingReachEnv(ReachEnv):
 
     def _step(self, actions, live):
         if self.num_steps_taken >= self.fail_after:
+            if self.fail_after == -1:
+                time.sleep(3600)  # a hung simulator
             raise FloatingPointError("simulated physics blow-up")
         return super()._step(actions, live)
 
@@ -210,6 +213,20 @@ def test_simulator_exception_is_reported_and_repeated_failures_give_up():
                 env.chunk_step(torch.zeros(2, 2, 2))
             with pytest.raises(EnvWorkerError, match="restarts in a row failed too"):
                 env.chunk_step(torch.zeros(2, 2, 2))
+    finally:
+        env.close()
+
+
+def test_hung_worker_is_killed_after_the_timeout(monkeypatch):
+    monkeypatch.setenv("RLINF_ENV_WORKER_TIMEOUT", "2")
+    env = FailingReachEnv(fail_after=-1, num_envs=2, num_workers=1, auto_reset=True)
+    try:
+        env.reset()
+        t0 = time.perf_counter()
+        with pytest.warns(RuntimeWarning, match=r"no reply within 2 s"):
+            out = env.chunk_step(torch.zeros(2, 2, 2))
+        assert time.perf_counter() - t0 < 30 and not out.valid.any()
+        assert env.pop_metrics()["env/worker_restarts"] == 1.0
     finally:
         env.close()
 

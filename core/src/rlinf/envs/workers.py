@@ -23,7 +23,10 @@ Nothing here is plugin-specific: :class:`rlinf.Env` delegates its public API to 
 experts that read the simulator) only work in-process (``num_workers: 0``).
 
 Workers start with the ``forkserver`` method by default (fast restarts, no fork of a process
-with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``.
+with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_ENV_WORKER_TIMEOUT``
+(seconds, default 0 = none) kills a worker that does not answer one command in time and then
+handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render threads) to
+``cores // num_workers`` unless it is set.
 """
 
 from __future__ import annotations
@@ -273,6 +276,8 @@ class EnvWorkerPool:
                 preload.append(type(env).__module__)
             self._ctx.set_forkserver_preload(preload)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+        #: seconds a worker may take for one command before it counts as hung (0: wait forever)
+        self.timeout = float(os.environ.get("RLINF_ENV_WORKER_TIMEOUT", "0") or 0)
 
     def __getstate__(self) -> dict[str, Any]:
         # a pickled / deep-copied env gets its own (not yet started) workers
@@ -352,6 +357,10 @@ class EnvWorkerPool:
 
     def _recv(self, worker: _Worker, cmd: str) -> tuple[str, Any]:
         try:
+            if self.timeout and cmd != "start" and not worker.conn.poll(self.timeout):
+                worker.process.kill()  # hung (e.g. a deadlocked renderer): handled like a crash
+                worker.process.join(timeout=5)
+                return "dead", f"no reply within {self.timeout:g} s (RLINF_ENV_WORKER_TIMEOUT); killed it"
             return worker.conn.recv()
         except (EOFError, OSError, ConnectionResetError):
             worker.process.join(timeout=5)
