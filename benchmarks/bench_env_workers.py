@@ -5,7 +5,8 @@ through shared memory). With ``W`` >= the number of free cores every core steps 
 ``W = 1`` shows the cost of the process boundary alone. The variants are measured round-robin
 (``--rounds``), medians reported::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_env_workers.py [--env auto|metaworld|reach|reach-sleep] [--num-envs 8] [--workers 0 1 2 4]
+    OMP_NUM_THREADS=1 python benchmarks/bench_env_workers.py [--env auto|metaworld|reach|reach-sleep] \
+        [--num-envs 8] [--workers 0 1 2 4]
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     kind, B, C, N = env_kind(args.env), args.num_envs, args.chunks, args.steps
     print(f"env {kind}, B={B}, C={C}, {load_line()}")
-    envs = {W: make_env(kind, B, args.image_size, num_workers=W, ignore_terminations=True) for W in args.workers if not W or B % W == 0}
+    envs = {
+        W: make_env(kind, B, args.image_size, num_workers=W, ignore_terminations=True)
+        for W in args.workers
+        if not W or B % W == 0
+    }
     acts = None
     for env in envs.values():
         env.reset()

@@ -27,7 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import lightning.pytorch as pl  # noqa: E402
-from scale_common import calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median  # noqa: E402
+from scale_common import (  # noqa: E402
+    calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median,
+)
 
 from rlinf.algorithms import GRPO  # noqa: E402
 from rlinf.config import OptimConfig, RolloutConfig  # noqa: E402
@@ -82,7 +84,8 @@ def _module(setup: str, kind: str, num_envs: int, chunks: int, steps: int):
         acts = random_actions(num_envs, chunks, probe.action_dim)
         t_env = time_median(lambda: probe.chunk_step(acts), 3)
         probe.close()
-        policy = calibrate_policy(obs, t_env, env.action_dim, chunks, obs.states.shape[1] if obs.states is not None else 0)
+        state_dim = obs.states.shape[1] if obs.states is not None else 0
+        policy = calibrate_policy(obs, t_env, env.action_dim, chunks, state_dim)
     rollout = RolloutConfig(max_steps_per_rollout_epoch=steps, show_progress=False)
     module = RLModule(
         env=env, policy=policy, algorithm=GRPO(update_epoch=1), rollout=rollout,

@@ -12,7 +12,8 @@ The policy is calibrated so that its inference costs about as much as the env (t
 pipelining matters most). Prints the times and the ratios; ideal pipelining gives
 ``pipelined / max(env, policy) = 1`` and ``pipelined / sequential = 0.5``::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_pipeline.py [--env auto|metaworld|reach|reach-sleep] [--num-envs 8] [--chunks 8] [--steps 8]
+    OMP_NUM_THREADS=1 python benchmarks/bench_pipeline.py [--env auto|metaworld|reach|reach-sleep] \
+        [--num-envs 8] [--chunks 8] [--steps 16]
 """
 
 from __future__ import annotations

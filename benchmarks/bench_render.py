@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append((C, f"{n / t['boundary']:.0f}", f"{n / t['every']:.0f}", f"{t['every'] / t['boundary']:.2f}"))
     boundary.close()
     every.close()
-    print(fmt_table(rows, ("C (steps per chunk)", "steps/s, render at chunk end", "steps/s, render every step", "speed-up")))
+    header = ("C (steps per chunk)", "steps/s, render at chunk end", "steps/s, render every step", "speed-up")
+    print(fmt_table(rows, header))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     env = make_env(kind, 4, args.image_size, group_size=2, max_episode_steps=2 * C, **extra)
     obs = env.reset()
     state_dim = obs.states.shape[1] if obs.states is not None else 0
-    policy = ComputePolicy(tokens=0, action_dim=env.action_dim, num_action_chunks=C, state_dim=state_dim, add_value_head=False).eval()
+    policy = ComputePolicy(
+        tokens=0, action_dim=env.action_dim, num_action_chunks=C, state_dim=state_dim, add_value_head=False
+    ).eval()
     traj = RolloutCollector([env], policy, need_values=False).collect(2, True, 1.0, reset=False)
     env.close()
     samples, _ = GRPO().compute([traj], 2, Reducer())

@@ -75,7 +75,9 @@ def test_workers_match_in_process_envs():
                 torch.testing.assert_close(getattr(out, name), torch.cat([getattr(o, name) for o in ref_out]))
             torch.testing.assert_close(out.obs.states, torch.cat([o.obs.states for o in ref_out]))
             if any(o.final_obs is not None for o in ref_out):
-                expect = torch.cat([o.final_obs_env_ids + 4 * w for w, o in enumerate(ref_out) if o.final_obs is not None])
+                expect = torch.cat(
+                    [o.final_obs_env_ids + 4 * w for w, o in enumerate(ref_out) if o.final_obs is not None]
+                )
                 torch.testing.assert_close(out.final_obs_env_ids, expect)
                 assert len(out.final_obs) == len(expect)
         env.flush_episodes()
@@ -110,7 +112,8 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
                 env.close()
 
     a, b = collect(0), collect(1)
-    for name in ("rewards", "terminations", "truncations", "valid", "logprobs", "values", "bootstrap_values", "reset_state_ids"):
+    names = ("rewards", "terminations", "truncations", "valid", "logprobs", "values", "bootstrap_values", "reset_state_ids")
+    for name in names:
         torch.testing.assert_close(getattr(b, name), getattr(a, name), msg=name)
     for oa, ob in zip(a.obs, b.obs):
         torch.testing.assert_close(ob.main_images, oa.main_images)

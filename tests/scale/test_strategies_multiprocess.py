@@ -54,7 +54,9 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
                 "env": {"class_path": "ReachEnv", "init_args": env},
                 "policy": {
                     "class_path": "TinyVLAPolicy",
-                    "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32, "add_value_head": not grpo},
+                    "init_args": {
+                        "action_dim": 2, "num_action_chunks": 2, "hidden_size": 32, "add_value_head": not grpo,
+                    },
                 },
                 "algorithm": {"class_path": algorithm, "init_args": {"update_epoch": 1}},
                 "rollout": {

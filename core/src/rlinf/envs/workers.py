@@ -249,8 +249,6 @@ class EnvWorkerPool:
     """
 
     def __init__(self, env: Env) -> None:
-        from rlinf.envs.base import Env
-
         self.env = env
         W = env.num_workers
         check_worker_split(env.num_envs, env.group_size, W)
@@ -258,7 +256,6 @@ class EnvWorkerPool:
         self.workers = [_Worker(index=w, lo=w * b, hi=(w + 1) * b) for w in range(W)]
         args, kwargs = env.__dict__.get("_init_args", ((), {}))
         self._spec = (type(env), args, {**kwargs, "num_envs": b, "num_workers": 0})
-        self._base = Env
         self._episodes: list[dict[str, Any]] = []
         self._frames: list[dict[str, Any]] = []
         self._restarts = 0
@@ -276,6 +273,7 @@ class EnvWorkerPool:
                 preload.append(type(env).__module__)
             self._ctx.set_forkserver_preload(preload)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+        self._render_threads = max(1, (os.cpu_count() or 1) // W)
         #: seconds a worker may take for one command before it counts as hung (0: wait forever)
         self.timeout = float(os.environ.get("RLINF_ENV_WORKER_TIMEOUT", "0") or 0)
 
@@ -300,7 +298,7 @@ class EnvWorkerPool:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child, self._spec, self._worker_shard(worker.index), max(1, (os.cpu_count() or 1) // len(self.workers))),
+            args=(child, self._spec, self._worker_shard(worker.index), self._render_threads),
             name=f"rlinf-env-{type(self.env).__name__}-{worker.index}",
             daemon=True,
         )
