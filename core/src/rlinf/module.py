@@ -384,8 +384,7 @@ class RLModule(pl.LightningModule):
         sched = self.lr_schedulers()
         if deepspeed_engine(self.trainer.strategy) is not None:
             # DeepSpeed keeps the gradients in its own partitions, clips (gradient_clipping) and steps itself
-            value_ids = None if actor_on else {id(p) for p in self.policy.value_parameters()}
-            grad_norm = deepspeed_step(self.trainer.strategy, opt, value_ids)
+            grad_norm = deepspeed_step(self.trainer.strategy, opt, freeze_actor=not actor_on)
             sched.step()
             self.log("train/actor/grad_norm", grad_norm, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
             opt.zero_grad(set_to_none=True)

@@ -228,16 +228,17 @@ def set_accumulation_boundary(strategy, is_last: bool) -> None:
         engine.set_gradient_accumulation_boundary(is_last)
 
 
-def deepspeed_step(strategy, optimizer, actor_params: set[int] | None) -> torch.Tensor:
+def deepspeed_step(strategy, optimizer, freeze_actor: bool = False) -> torch.Tensor:
     """Optimizer step under DeepSpeed (it clips with ``gradient_clipping``); returns the grad norm.
 
-    ``actor_params``: ids of parameters that must not move (critic warm-up): their groups run at
-    learning rate 0 for this step (DeepSpeed keeps gradients in its own partitions).
+    ``freeze_actor`` (critic warm-up): every parameter group not named ``critic`` runs at learning
+    rate 0 for this step (DeepSpeed keeps the gradients in its own partitions, so they cannot
+    simply be dropped).
     """
     engine = deepspeed_engine(strategy)
     inner = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
     frozen = []
-    if actor_params:
+    if freeze_actor:
         for group in inner.param_groups:
             if group.get("name") != "critic":
                 frozen.append((group, group["lr"]))
@@ -254,13 +255,25 @@ def _optimizer_states(optimizer) -> Iterator[dict[str, Any]]:
     yield from inner.state.values()
 
 
+def _moved(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if hasattr(value, "to_local") and hasattr(value, "device_mesh"):  # FSDP2 DTensor state: move the shard
+        from torch.distributed.tensor import DTensor
+
+        local = value.to_local().to(device)
+        return DTensor.from_local(
+            local, value.device_mesh, value.placements, run_check=False, shape=value.shape, stride=value.stride()
+        )
+    return value.to(device)
+
+
 def move_optimizer_state(optimizer, device: torch.device | str) -> int:
     """Move every tensor of the optimizer state to ``device``; returns the bytes moved."""
+    device = torch.device(device)
     moved = 0
     for state in _optimizer_states(optimizer):
         for key, value in state.items():
-            if torch.is_tensor(value) and value.device != torch.device(device) and value.dim() > 0:
-                state[key] = value.to(device, non_blocking=True)
+            if torch.is_tensor(value) and value.dim() > 0 and value.device != device:
+                state[key] = _moved(value, device)
                 moved += value.numel() * value.element_size()
     return moved
 

@@ -1,0 +1,75 @@
+"""Single-process checks of the strategy helpers (the multi-process runs are in test_strategies_multiprocess.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.strategies import DeepSpeedStrategy, FSDP2Strategy, _meta_copy, deepspeed_step, move_optimizer_state
+from rlinf.testing.toy_policy import TinyVLAPolicy
+
+
+def _stepped_adam() -> torch.optim.Optimizer:
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    sum(p.sum() for p in policy.parameters()).backward()
+    opt.step()
+    return opt
+
+
+def test_optimizer_state_moves_between_devices_and_back():
+    opt = _stepped_adam()
+    moved = move_optimizer_state(opt, "meta")
+    assert moved > 0
+    assert all(v.device.type == "meta" for st in opt.state.values() for v in st.values() if v.dim() > 0)
+    assert all(st["step"].device.type == "cpu" for st in opt.state.values()), "scalar step counters stay put"
+    assert move_optimizer_state(opt, "meta") == 0, "nothing left to move"
+    opt2 = _stepped_adam()
+    assert move_optimizer_state(opt2, "cpu") == 0, "already on the CPU: a no-op"
+
+
+def test_meta_copy_holds_no_memory_and_keeps_structure():
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2)
+    copy = _meta_copy(policy)
+    assert all(p.device.type == "meta" for p in copy.parameters())
+    assert all(p.device.type == "cpu" for p in policy.parameters()), "the original is untouched"
+    plain = copy.to_empty(device="cpu")
+    plain.load_state_dict(policy.state_dict())
+    for a, b in zip(plain.parameters(), policy.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_strategy_arguments_are_checked():
+    with pytest.raises(ValueError, match="tensor_parallel_size: 1"):
+        FSDP2Strategy(tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="FSDP2Strategy"):
+        DeepSpeedStrategy(stage=3)
+    assert DeepSpeedStrategy(stage=2).config["train_micro_batch_size_per_gpu"] == 1
+
+
+class _FakeEngine:
+    def get_global_grad_norm(self):
+        return 2.5
+
+
+class _FakeStrategy(DeepSpeedStrategy):
+    @property
+    def model(self):
+        return _FakeEngine()
+
+    @model.setter
+    def model(self, value):
+        pass
+
+
+def test_deepspeed_step_freezes_actor_groups_during_critic_warmup():
+    w_actor, w_critic = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD(
+        [{"params": [w_actor], "lr": 0.5, "name": "actor"}, {"params": [w_critic], "lr": 0.5, "name": "critic"}]
+    )
+    (w_actor.sum() + w_critic.sum()).backward()
+    norm = deepspeed_step(_FakeStrategy(stage=2), opt, freeze_actor=True)
+    assert float(norm) == 2.5
+    torch.testing.assert_close(w_actor.detach(), torch.ones(2))  # actor frozen (lr 0)
+    torch.testing.assert_close(w_critic.detach(), torch.full((2,), 0.5))
+    assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5], "learning rates restored"
