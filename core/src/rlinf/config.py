@@ -20,7 +20,8 @@ class RolloutConfig:
         temperature_eval: sampling temperature during eval.
         eval_rollout_epoch: passes over the eval grid per evaluation.
         pipeline_stage_num: split the envs into this many stages that step while the policy infers
-            another stage.
+            another stage. Simulators that hold the GIL overlap with inference only in worker
+            processes (the env's ``num_workers >= 1``).
         recompute_logprobs: recompute the old log-probs with the training forward after the rollout
             (guards against rollout/training numeric mismatch) and log the mismatch.
         show_progress: show rollout progress on rank 0.
