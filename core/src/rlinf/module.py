@@ -121,6 +121,8 @@ class RLModule(pl.LightningModule):
         self.reducer = _DistReducer()
         self.last_eval: dict[str, Any] = {}
         self.skipped_steps = 0
+        self._train_sums: dict[str, tuple[torch.Tensor | float, float]] = {}
+        self._last_values: dict[str, float] = {}
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
         self._stage_envs: list[Env] = []
@@ -369,14 +371,17 @@ class RLModule(pl.LightningModule):
         n = len(item["idx"])
         for key, value in metrics.items():
             if torch.is_tensor(value) and not torch.isfinite(value):
+                self._accumulate(key, 0.0, 0.0)  # keep the key: every rank must reduce the same keys
                 continue
             if key in MINIBATCH_NORMALISED:
-                # a micro-batch holds a share of its minibatch's mean; scaled so that Lightning's
+                # a micro-batch holds a share of its minibatch's mean; scaled so that the
                 # size-weighted epoch mean is the mean over minibatches
                 value = value * (item["minibatch"] / n)
-            self.log(key, value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+            self._accumulate(key, value, n)
         if item["last"]:
             self._optimizer_step(actor_on)
+        if batch_idx == len(self.schedule) - 1:
+            self._log_train_metrics()  # before any callback's on_train_epoch_end reads them
         return loss.detach()
 
     def _optimizer_step(self, actor_on: bool) -> None:
@@ -386,7 +391,7 @@ class RLModule(pl.LightningModule):
             # DeepSpeed keeps the gradients in its own partitions, clips (gradient_clipping) and steps itself
             grad_norm = deepspeed_step(self.trainer.strategy, opt, freeze_actor=not actor_on)
             sched.step()
-            self.log("train/actor/grad_norm", grad_norm, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+            self._accumulate("train/actor/grad_norm", grad_norm, 1)
             opt.zero_grad(set_to_none=True)
             self._optim_steps_done += 1
             return
@@ -404,17 +409,38 @@ class RLModule(pl.LightningModule):
         if torch.isfinite(grad_norm):
             opt.step()
             sched.step()
-            self.log("train/actor/grad_norm", grad_norm.detach().cpu(), on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+            self._accumulate("train/actor/grad_norm", grad_norm.detach(), 1)
         else:
             self.skipped_steps += 1
-        self.log("train/actor/skipped_steps", float(self.skipped_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+        self._last_values["train/actor/skipped_steps"] = float(self.skipped_steps)
         opt.zero_grad(set_to_none=True)
         self._optim_steps_done += 1
         for group in opt.optimizer.param_groups if hasattr(opt, "optimizer") else opt.param_groups:
             name = "critic" if group.get("name") == "critic" else "actor"
-            self.log(f"train/{name}/lr", float(group["lr"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+            self._last_values[f"train/{name}/lr"] = float(group["lr"])
+
+    def _accumulate(self, key: str, value: torch.Tensor | float, weight: float) -> None:
+        """Add to this epoch's weighted mean of ``key`` (logged once, at epoch end: a
+        ``self.log`` per metric and micro-batch costs more than a toy model's update)."""
+        value = torch.as_tensor(value, dtype=torch.float64).detach().to("cpu", non_blocking=True)
+        total, count = self._train_sums.get(key, (0.0, 0.0))
+        self._train_sums[key] = (total + value * weight, count + weight)
+
+    def _log_train_metrics(self) -> None:
+        keys = sorted(self._train_sums)
+        if keys:
+            rows = [torch.stack([torch.as_tensor(total), torch.tensor(float(count))]) for total, count in
+                    (self._train_sums[k] for k in keys)]
+            sums = self.reducer.sum(torch.stack(rows).double())  # exact means over all ranks' micro-batches
+            for key, (total, count) in zip(keys, sums.tolist()):
+                if count > 0 and math.isfinite(total / count):
+                    self.log(key, total / count, on_step=False, on_epoch=True, batch_size=1)
+        for key, value in self._last_values.items():
+            self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
+        self._train_sums, self._last_values = {}, {}
 
     def on_train_epoch_end(self) -> None:
+        self._log_train_metrics()
         self.log("time/step", time.perf_counter() - self._epoch_t0, on_step=False, on_epoch=True, batch_size=1)
         self.samples = None
         self.schedule = []
