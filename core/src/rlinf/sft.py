@@ -150,12 +150,13 @@ class SFTModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ export
     def on_fit_end(self) -> None:
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
         if self.global_rank != 0:
             return
         if self.export_dir is not None:
             path = Path(self.export_dir)
-        elif self.trainer.log_dir is not None:
-            path = Path(self.trainer.log_dir) / "policy"
+        elif log_dir is not None:
+            path = Path(log_dir) / "policy"
         else:
             return
         self.policy.save_pretrained(path)
