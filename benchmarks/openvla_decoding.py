@@ -12,21 +12,15 @@ their cost is compared)::
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import tempfile
-import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
 
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from scale_common import time_median  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,8 +55,8 @@ def main(argv: list[str] | None = None) -> None:
             task_descriptions=["put the black bowl on the plate"] * args.batch,
         )
         with torch.no_grad():
-            t_par = _time(lambda: parallel.act(obs, do_sample=True, temperature=1.6), args.repeats)
-            t_seq = _time(lambda: sequential.act(obs, do_sample=True, temperature=1.6), args.repeats)
+            t_par = time_median(lambda: parallel.act(obs, do_sample=True, temperature=1.6), args.repeats, warmup=True)
+            t_seq = time_median(lambda: sequential.act(obs, do_sample=True, temperature=1.6), args.repeats, warmup=True)
     n = args.chunks * parallel.action_dim
     params = sum(p.numel() for p in parallel.parameters()) / 1e6
     print(f"tiny OpenVLA checkpoint: {params:.2f} M parameters, batch {args.batch}, chunk {args.chunks} x {parallel.action_dim} = {n} tokens, {args.threads} thread(s)")

@@ -121,7 +121,10 @@ class ComputePolicy(TinyVLAPolicy):
         return feats + 0.0 * self.out(h.mean(1))
 
 
-def time_median(fn: Callable[[], object], repeats: int = 3) -> float:
+def time_median(fn: Callable[[], object], repeats: int = 3, warmup: bool = False) -> float:
+    """Median wall-clock seconds of ``repeats`` calls (after one untimed call if ``warmup``)."""
+    if warmup:
+        fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -12,40 +12,14 @@ import yaml
 
 from rlinf.data.demos import DemoDataset, DemoWriter, read_meta
 from rlinf.sft import SFTModule
-from rlinf.testing.toy_env import ReachEnv
+from rlinf.testing.reach_demos import collect_reach_demos
 from rlinf.testing.toy_policy import TinyVLAPolicy
-
-
-def reach_expert(obs) -> np.ndarray:
-    """Scripted ReachEnv expert: head straight for the instructed target."""
-    pos, target = obs.states[:, :2].numpy(), obs.states[:, 2:].numpy()
-    return np.clip((target - pos) / 0.08, -1, 1).astype(np.float32)
-
-
-def collect_reach(root, episodes: int = 30, chunks: int = 2) -> None:
-    env = ReachEnv(num_envs=1, image_size=32, max_episode_steps=20, trials_per_task=10)
-    writer = DemoWriter(root, action_dim=2, num_action_chunks=chunks, meta={"env": "ReachEnv"})
-    for k in range(episodes):
-        obs = env.reset(np.array([k % env.num_reset_states]))
-        images, states, actions = [], [], []
-        while True:
-            act = reach_expert(obs)
-            images.append(obs.main_images[0].numpy())
-            states.append(obs.states[0].numpy())
-            actions.append(act[0])
-            out = env.chunk_step(act[:, None])
-            obs = out.obs
-            if out.dones.any():
-                break
-        writer.add(np.stack(images), np.stack(actions), obs.task_descriptions[0], bool(out.success.any()),
-                   task="reach", states=np.stack(states))  # fmt: skip
-    writer.close()
 
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("demos")
-    collect_reach(root)
+    collect_reach_demos(root)
     return root
 
 

@@ -2,38 +2,17 @@
 exports a checkpoint the RL config loads through ``model_path``."""
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 
-from rlinf.data.demos import DemoDataset, DemoWriter
+from rlinf.data.demos import DemoDataset
 from rlinf.sft import SFTModule
-from rlinf.testing.toy_env import ReachEnv
+from rlinf.testing.reach_demos import collect_reach_demos
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
 
 
-def _collect(root, episodes=10):
-    env = ReachEnv(num_envs=1, image_size=32, max_episode_steps=12, trials_per_task=4)
-    writer = DemoWriter(root, action_dim=2, num_action_chunks=2, meta={"env": "ReachEnv"})
-    for k in range(episodes):
-        obs = env.reset(np.array([k % env.num_reset_states]))
-        images, states, actions = [], [], []
-        while True:
-            pos, target = obs.states[:, :2].numpy(), obs.states[:, 2:].numpy()
-            act = np.clip((target - pos) / 0.08, -1, 1).astype(np.float32)
-            images.append(obs.main_images[0].numpy())
-            states.append(obs.states[0].numpy())
-            actions.append(act[0])
-            out = env.chunk_step(act[:, None])
-            obs = out.obs
-            if out.dones.any():
-                break
-        writer.add(np.stack(images), np.stack(actions), obs.task_descriptions[0], True, task="reach", states=np.stack(states))
-    writer.close()
-
-
 def test_sft_module_trains_and_exports(tmp_path):
-    _collect(tmp_path / "demos")
+    collect_reach_demos(tmp_path / "demos", episodes=10, max_episode_steps=12, trials_per_task=4)
     torch.manual_seed(0)
     model = tiny_checkpoint(kind="oft", action_dim=2, norm_keys=["reach"], proprio_dim=4)
     policy = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, use_proprio=True)
