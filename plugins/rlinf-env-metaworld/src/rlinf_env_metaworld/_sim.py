@@ -5,10 +5,12 @@ Imported lazily by :class:`~rlinf_env_metaworld.env.MetaWorldEnv` when the first
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -52,6 +54,18 @@ def import_metaworld():
     return mujoco, env_dict, ENV_POLICY_MAP
 
 
+_OPEN_RENDERERS: weakref.WeakSet = weakref.WeakSet()
+_ATEXIT_REGISTERED = False
+
+
+def _close_open_renderers() -> None:
+    for renderer in list(_OPEN_RENDERERS):
+        try:
+            renderer.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
+            pass
+
+
 _COMPILED: dict[str, object] = {}  # XML path -> pristine compiled MjModel (compiling costs ~0.3-0.5 s)
 _FAST_CLASSES: dict[type, type] = {}
 
@@ -93,6 +107,13 @@ class SceneRenderer:
         self.size = image_size
         self.fast_render = fast_render
         self._gl = mujoco.GLContext(image_size, image_size)
+        # free GL contexts before MuJoCo's own exit hook terminates the EGL display (registered on the
+        # first context; exit hooks run last-registered first), instead of noisy errors at exit
+        global _ATEXIT_REGISTERED
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_close_open_renderers)
+            _ATEXIT_REGISTERED = True
+        _OPEN_RENDERERS.add(self)
         self._rect = mujoco.MjrRect(0, 0, image_size, image_size)
         self._option = mujoco.MjvOption()
         self._tasks: dict[str, tuple] = {}
@@ -143,11 +164,15 @@ class SceneRenderer:
         out[:] = out[:, ::-1] if flip else out[::-1]
 
     def close(self) -> None:
+        if self._gl is None:
+            return
         with self:
             for con, _ in self._tasks.values():
                 con.free()
         self._tasks = {}
         self._gl.free()
+        self._gl = None
+        _OPEN_RENDERERS.discard(self)
 
 
 class TaskSim:
