@@ -1,5 +1,8 @@
 """GAE and GRPO advantages against plain reference loops."""
 
+import statistics
+
+import pytest
 import torch
 
 from rlinf.algorithms.advantages import gae, group_filter_mask, group_normalized_scores
@@ -63,6 +66,22 @@ def test_group_normalized_scores_reference():
         s = scores[4 * g : 4 * g + 4]
         ref = (s - s.mean()) / (s.std(unbiased=True) + 1e-6)
         torch.testing.assert_close(adv[4 * g : 4 * g + 4], ref)
+
+
+def test_group_normalized_scores_batch_and_none_scaling_reference():
+    scores = torch.tensor([10.0, 10.1, 9.9, 10.0, 0.0, 30.0, 5.0, 25.0])
+    batch_std = statistics.stdev(scores.tolist())
+    for scale, div in (("batch", batch_std + 1e-6), ("none", 1.0)):
+        adv = group_normalized_scores(scores, 4, scale=scale)
+        for g in range(2):
+            s = scores[4 * g : 4 * g + 4].tolist()
+            ref = torch.tensor([(x - sum(s) / 4) / div for x in s])
+            torch.testing.assert_close(adv[4 * g : 4 * g + 4], ref)
+    # the near-tied first group keeps small advantages under batch scaling, ±1-sized under group scaling
+    assert group_normalized_scores(scores, 4, scale="batch")[:4].abs().max() < 0.02
+    assert group_normalized_scores(scores, 4)[:4].abs().max() > 1.0
+    with pytest.raises(ValueError, match="scale must be"):
+        group_normalized_scores(scores, 4, scale="rank")
 
 
 def test_group_filter_drops_all_success_and_all_fail_groups():

@@ -58,22 +58,33 @@ def gae(
     return advantages, advantages + values[:-1]
 
 
-def group_normalized_scores(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO advantages: ``(s − mean_group(s)) / (std_group(s) + eps)``.
+def group_normalized_scores(
+    scores: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
+) -> torch.Tensor:
+    """GRPO advantages: ``(s − mean_group(s)) / (std + eps)``.
 
     Args:
         scores: ``[B]`` one score per trajectory; groups are ``group_size`` consecutive entries.
         group_size: G (> 1).
+        eps: added to the std.
+        scale: which std divides: ``group`` (each group's, as in GRPO), ``batch`` (the std of all
+            ``B`` scores: a group whose members scored almost alike keeps small advantages instead
+            of noise blown up to ±1, which matters with dense rewards) or ``none`` (Dr. GRPO).
 
     Returns:
-        ``[B]`` advantages (unbiased std, as in GRPO).
+        ``[B]`` advantages (unbiased stds).
     """
     if scores.shape[0] % group_size:
         raise ValueError(f"{scores.shape[0]} trajectories do not split into groups of {group_size}")
     grouped = scores.view(-1, group_size)
-    mean = grouped.mean(-1, keepdim=True)
-    std = grouped.std(-1, unbiased=True, keepdim=True)
-    return ((grouped - mean) / (std + eps)).view(-1)
+    centered = grouped - grouped.mean(-1, keepdim=True)
+    if scale == "group":
+        centered = centered / (grouped.std(-1, unbiased=True, keepdim=True) + eps)
+    elif scale == "batch":
+        centered = centered / (scores.std(unbiased=True) + eps)
+    elif scale != "none":
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return centered.reshape(-1)
 
 
 def group_filter_mask(scores: torch.Tensor, group_size: int, lower: float, upper: float) -> torch.Tensor:

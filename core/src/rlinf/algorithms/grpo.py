@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from rlinf.algorithms.advantages import group_filter_mask, group_normalized_scores
@@ -14,7 +16,7 @@ class GRPO(Algorithm):
 
     Each group is ``env.group_size`` consecutive env slots that started from the same initial
     state (checked at every rollout). A trajectory's score is the return of its first episode
-    (``auto_reset`` must be off); its advantage ``(s − mean_G) / (std_G + 1e-6)`` is applied to
+    (``auto_reset`` must be off); its advantage ``(s − mean_G) / (std + 1e-6)`` is applied to
     every valid step up to and including the step that ended the episode.
 
     Args:
@@ -22,6 +24,9 @@ class GRPO(Algorithm):
             rewards_upper_bound]`` (e.g. all-success / all-fail groups with binary rewards).
         rewards_lower_bound: lower bound of a kept group's mean score.
         rewards_upper_bound: upper bound of a kept group's mean score.
+        scale_rewards: the std that divides the centred scores: ``group`` (std_G, GRPO), ``batch``
+            (the std of all scores of the rollout on this rank; keeps near-tied groups' advantages
+            small, the better choice for dense rewards) or ``none`` (Dr. GRPO).
         clip_ratio_high: upper clip range (DAPO's "clip higher" default 0.28).
         **kwargs: the other shared settings of :class:`Algorithm`.
     """
@@ -33,6 +38,7 @@ class GRPO(Algorithm):
         filter_rewards: bool = False,
         rewards_lower_bound: float = 0.1,
         rewards_upper_bound: float = 0.9,
+        scale_rewards: Literal["group", "batch", "none"] = "group",
         clip_ratio_high: float = 0.28,
         **kwargs,
     ) -> None:
@@ -42,6 +48,9 @@ class GRPO(Algorithm):
         self.filter_rewards = filter_rewards
         self.rewards_lower_bound = rewards_lower_bound
         self.rewards_upper_bound = rewards_upper_bound
+        if scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+        self.scale_rewards = scale_rewards
 
     def _advantages(self, traj: Trajectory, group_size: int):
         if group_size < 2:
@@ -54,7 +63,7 @@ class GRPO(Algorithm):
                 f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
             )
         scores = (traj.rewards * traj.valid).sum((0, 2))  # [B]
-        adv = group_normalized_scores(scores, group_size)
+        adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards)
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
             keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
