@@ -29,6 +29,7 @@ from rlinf.policies.base import Policy
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
 from rlinf.strategies import (
+    backward_sync,
     deepspeed_engine,
     deepspeed_step,
     export_policy,
@@ -366,7 +367,8 @@ class RLModule(pl.LightningModule):
         )
         loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
-        self.manual_backward(loss)
+        with backward_sync(self.trainer.strategy, enabled=item["last"]):  # DDP all-reduces once per minibatch
+            self.manual_backward(loss)
         metrics["train/loss"] = loss.detach()
         n = len(item["idx"])
         for key, value in metrics.items():

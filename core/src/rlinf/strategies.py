@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Literal
 
 import torch
@@ -219,6 +219,16 @@ def deepspeed_engine(strategy) -> Any:
     if isinstance(strategy, _LightningDeepSpeedStrategy):
         return strategy.model
     return None
+
+
+def backward_sync(strategy, enabled: bool):
+    """Context for a micro-batch backward: with ``enabled=False`` DDP keeps the gradients local
+    (``no_sync``) so that a minibatch's micro-batches are all-reduced once, at its last backward.
+    Other strategies reduce on their own schedule (FSDP2 every backward, DeepSpeed at the boundary)."""
+    model = getattr(strategy, "model", None)
+    if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return nullcontext()  # (Lightning's block_backward_sync would also catch DeepSpeed's engine)
+    return model.no_sync()
 
 
 def set_accumulation_boundary(strategy, is_last: bool) -> None:
