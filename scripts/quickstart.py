@@ -76,11 +76,12 @@ class Runner:
         return f"{s // 60:02d}:{s % 60:02d}"
 
 
-def eval_table(run_dir: Path) -> dict:
+def eval_results(run_dir: Path) -> list[dict]:
+    """The run's eval results (``eval/eval_epoch<N>.json``), oldest first."""
     files = sorted((run_dir / "eval").glob("eval_epoch*.json"), key=lambda p: int(p.stem.split("epoch")[1]))
     if not files:
         raise SystemExit(f"quickstart: no eval results under {run_dir / 'eval'}")
-    return json.loads(files[-1].read_text())
+    return [json.loads(p.read_text()) for p in files]
 
 
 def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
@@ -93,7 +94,8 @@ def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
-def learning_curve(rl_dir: Path, sft: dict, evals: list[dict], path: Path) -> Path | None:
+def learning_curve(train: list[float], sft: dict, evals: list[dict], path: Path) -> Path | None:
+    """Plot training-rollout success per GRPO step and the held-out evals (step 0: the SFT policy)."""
     try:
         import matplotlib
 
@@ -102,9 +104,8 @@ def learning_curve(rl_dir: Path, sft: dict, evals: list[dict], path: Path) -> Pa
     except ImportError:
         print("quickstart: matplotlib missing (pip install matplotlib): no learning-curve PNG", file=sys.stderr)
         return None
-    train = scalars(rl_dir, "env/success_once")
     epochs = list(range(1, len(train) + 1))
-    values = [100 * v for _, v in train]
+    values = [100 * v for v in train]
     smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(epochs, values, color="tab:blue", alpha=0.3, label="training rollouts (success_once)")
@@ -187,24 +188,22 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---------------------------------------------------------------- results
     sft_dir, rl_dir = out / "tensorboard" / "sft_eval" / "version_0", out / "tensorboard" / "rl" / "version_0"
-    sft = eval_table(sft_dir)
-    evals = [json.loads(p.read_text()) for p in sorted((rl_dir / "eval").glob("eval_epoch*.json"),
-                                                        key=lambda p: int(p.stem.split("epoch")[1]))]  # fmt: skip
+    sft, evals = eval_results(sft_dir)[-1], eval_results(rl_dir)
     rl = evals[-1]
+    train = [v for _, v in scalars(rl_dir, "env/success_once")]
     lines = ["| task | SFT | SFT + GRPO | change |", "|---|---|---|---|"]
     for task in args.tasks:
         a = sft["per_task"].get(task, {}).get("success_once", float("nan"))
         b = rl["per_task"].get(task, {}).get("success_once", float("nan"))
         lines.append(f"| {task} | {100 * a:.1f}% | {100 * b:.1f}% | {100 * (b - a):+.1f} |")
     a, b = sft["metrics"]["eval/success_once"], rl["metrics"]["eval/success_once"]
+    lines.append(f"| **all** | **{100 * a:.1f}%** | **{100 * b:.1f}%** | **{100 * (b - a):+.1f}** |")
+    table = "\n".join(lines)
     n = int(rl["metrics"].get("eval/num_trajectories", 0))
-    train = [v for _, v in scalars(rl_dir, "env/success_once")]
     k = min(5, len(train))
     train_line = (f"Training rollouts (success_once): {100 * sum(train[:k]) / k:.0f}% over the first {k} GRPO steps -> "
                   f"{100 * sum(train[-k:]) / k:.0f}% over the last {k}." if k else "")  # fmt: skip
-    lines.append(f"| **all** | **{100 * a:.1f}%** | **{100 * b:.1f}%** | **{100 * (b - a):+.1f}** |")
-    table = "\n".join(lines)
-    curve = learning_curve(rl_dir, sft, evals, out / "learning_curve.png")
+    curve = learning_curve(train, sft, evals, out / "learning_curve.png")
     videos = sorted((out / "videos").rglob("*.mp4"))
     total = time.perf_counter() - run.t0
     timing = "\n".join(f"- {k}: {v:.0f} s" for k, v in run.times.items()) + f"\n- total: {total:.0f} s"

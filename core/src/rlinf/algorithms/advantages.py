@@ -58,6 +58,16 @@ def gae(
     return advantages, advantages + values[:-1]
 
 
+SCORE_SCALES = ("group", "batch", "none")
+
+
+def check_score_scale(scale: str) -> str:
+    """``scale`` if it is one of :data:`SCORE_SCALES`, else a ``ValueError`` naming them."""
+    if scale not in SCORE_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCORE_SCALES)}; got {scale!r}")
+    return scale
+
+
 def group_normalized_scores(
     scores: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
 ) -> torch.Tensor:
@@ -76,14 +86,13 @@ def group_normalized_scores(
     """
     if scores.shape[0] % group_size:
         raise ValueError(f"{scores.shape[0]} trajectories do not split into groups of {group_size}")
+    check_score_scale(scale)
     grouped = scores.view(-1, group_size)
     centered = grouped - grouped.mean(-1, keepdim=True)
     if scale == "group":
         centered = centered / (grouped.std(-1, unbiased=True, keepdim=True) + eps)
     elif scale == "batch":
         centered = centered / (scores.std(unbiased=True) + eps)
-    elif scale != "none":
-        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
     return centered.reshape(-1)
 
 

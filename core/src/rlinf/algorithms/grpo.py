@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from rlinf.algorithms.advantages import group_filter_mask, group_normalized_scores
+from rlinf.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
 from rlinf.algorithms.base import Algorithm
 from rlinf.rollout.trajectory import Trajectory
 
@@ -48,9 +48,7 @@ class GRPO(Algorithm):
         self.filter_rewards = filter_rewards
         self.rewards_lower_bound = rewards_lower_bound
         self.rewards_upper_bound = rewards_upper_bound
-        if scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
-        self.scale_rewards = scale_rewards
+        self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
 
     def _advantages(self, traj: Trajectory, group_size: int):
         if group_size < 2:
