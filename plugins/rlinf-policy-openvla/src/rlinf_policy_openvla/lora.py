@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rlinf.meta import is_meta_init
+
 try:
     import peft
 except ImportError as exc:  # pragma: no cover
@@ -63,6 +65,8 @@ def apply_lora(
     config.inference_mode = False
     config.modules_to_save = sorted(set(config.modules_to_save or []) | set(save)) or None
     model = get_peft_model(vla, config)
+    if is_meta_init():  # architecture only: the adapter's weights are not read
+        return model
     state = _adapter_weights(path)
     try:
         result = set_peft_model_state_dict(model, state)
