@@ -79,6 +79,14 @@ def test_meta_build_reads_no_weights(released, tmp_path):
     assert policy.vla.value_head.mlp[0].weight.is_meta
 
 
+def test_official_oft_with_proprio_on_meta(released):
+    path = released("openvla-oft-official-libero")
+    with meta_init():
+        policy = OpenVLAOFTPolicy(model_path=str(path), unnorm_key="libero_spatial", use_proprio=True)
+    assert policy.unnorm_key == "libero_spatial_no_noops" and policy.proprio_dim == 8
+    assert tuple(policy.vla.proprio_projector.fc1.weight.shape) == (4096, 8)
+
+
 def test_tiny_checkpoint_writes_the_released_form(tiny_oft):
     text = json.loads((tiny_oft / "config.json").read_text())["text_config"]
     assert {"model_type", "pad_token_id", "torch_dtype", "vocab_size"} <= set(text)
