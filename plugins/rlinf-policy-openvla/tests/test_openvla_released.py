@@ -1,6 +1,7 @@
 """Released checkpoints' config.json (minimal text_config) build the real openvla-7b architecture on the meta device."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,16 @@ def test_tiny_checkpoint_writes_the_released_form(tiny_oft):
     assert {"model_type", "pad_token_id", "torch_dtype", "vocab_size"} <= set(text)
     assert "rms_norm_eps" not in text and "max_position_embeddings" not in text  # defaults are left out
     assert read_spec(tiny_oft).llm_dim == text["hidden_size"]
+
+
+def test_bad_text_config_is_one_line(tiny_oft, tmp_path):
+    import shutil
+
+    from rlinf_policy_openvla.checkpoint import CheckpointError
+
+    bad = Path(shutil.copytree(tiny_oft, tmp_path / "bad"))
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["text_config"]["model_type"] = "mistral"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="text_config.model_type 'mistral' not supported"):
+        read_spec(bad).llm_dim
