@@ -199,3 +199,56 @@ def test_per_suite_success_from_prefixed_task_names():
     suites = _per_suite(per_task)
     assert suites["libero_spatial"] == {"success_once": 0.5, "num_trajectories": 4}
     assert suites["libero_goal"]["success_once"] == 0.5
+
+
+# ---- critic warm-up: the actor's LR schedule starts when the actor starts training
+WARMUP_CRITIC, WARMUP_LR, STEPS_PER_EPOCH, EPOCHS = 10, 2, 8, 2
+
+
+class LRRecorder(pl.Callback):
+    """The learning rate of every parameter group at each optimizer step, keyed by the step."""
+
+    def __init__(self) -> None:
+        self.lrs: dict[int, dict[str, float]] = {}
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.lrs[trainer.global_step] = {g["name"]: g["lr"] for g in optimizer.param_groups}
+
+
+def _module():
+    optim = OptimConfig(lr=1.0, value_lr=0.5, lr_scheduler="linear", lr_warmup_steps=WARMUP_LR, min_lr=0.0,
+                        critic_warmup_steps=WARMUP_CRITIC)
+    return make_module("ppo", num_envs=4, steps=4, global_batch_size=4, micro_batch_size=4, optim=optim)
+
+
+def _expected(step: int, total: int, start: int) -> float:
+    if step < start:
+        return 0.0
+    j = step - start
+    if j < WARMUP_LR:
+        return (j + 1) / WARMUP_LR
+    return 1.0 - min(1.0, (j - WARMUP_LR) / max(1, total - start - WARMUP_LR))
+
+
+def test_actor_schedule_starts_after_critic_warmup_and_survives_resume(tmp_path):
+    saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_top_k=-1, save_on_train_epoch_end=True)
+    rec = LRRecorder()
+    module = _module()
+    trainer = make_trainer(tmp_path / "a", EPOCHS, enable_checkpointing=True, callbacks=[saver, rec])
+    trainer.fit(module)
+    total = EPOCHS * STEPS_PER_EPOCH
+    assert module.optimizer_steps_per_epoch == STEPS_PER_EPOCH and sorted(rec.lrs) == list(range(total))
+    for step, lrs in rec.lrs.items():
+        assert lrs["actor"] == pytest.approx(_expected(step, total, WARMUP_CRITIC)), step
+        assert lrs["critic"] == pytest.approx(0.5 * _expected(step, total, 0)), step
+    # the actor gets its whole warm-up (0.5, 1.0) and decay (1.0, 0.75, 0.5, 0.25) once it trains
+    assert [rec.lrs[s]["actor"] for s in range(WARMUP_CRITIC, total)] == pytest.approx([0.5, 1, 1, 0.75, 0.5, 0.25])
+
+    # resume after the first RL step (still inside the critic warm-up): the same learning rates follow
+    (first,) = (tmp_path / "ckpt").glob("epoch=0-*.ckpt")
+    resumed_rec = LRRecorder()
+    resumed = make_trainer(tmp_path / "b", EPOCHS, callbacks=[resumed_rec])
+    resumed.fit(_module(), ckpt_path=first)
+    assert sorted(resumed_rec.lrs) == list(range(STEPS_PER_EPOCH, total))
+    for step, lrs in resumed_rec.lrs.items():
+        assert lrs == pytest.approx(rec.lrs[step]), step

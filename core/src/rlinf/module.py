@@ -29,12 +29,12 @@ from rlinf.policies.base import Policy
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
 from rlinf.strategies import (
-    backward_sync,
     deepspeed_engine,
     deepspeed_step,
     export_policy,
     rollout_mode,
     set_accumulation_boundary,
+    set_grad_sync,
     shard_policy,
 )
 
@@ -237,7 +237,13 @@ class RLModule(pl.LightningModule):
         )
         max_epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
         total = max(1, max_epochs * self.optimizer_steps_per_epoch)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg, total))
+        # the actor's schedule (warm-up, decay) starts when the actor starts training, after the critic
+        # warm-up (RLinf rebuilds the optimizer there); the critic's runs from step 0
+        start = max(0, cfg.critic_warmup_steps)
+        lambdas = [_lr_lambda(cfg, max(1, total - start), start=start)]
+        if value_params:
+            lambdas.append(_lr_lambda(cfg, total))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ rollout
@@ -354,6 +360,13 @@ class RLModule(pl.LightningModule):
         return schedule
 
     # ------------------------------------------------------------------ update
+    def on_train_batch_start(self, batch: int, batch_idx: int) -> None:
+        # before Lightning's DDP forward: non-final micro-batches keep their gradients local
+        set_grad_sync(self.trainer.strategy, self.schedule[batch_idx]["last"])
+
+    def on_train_batch_end(self, outputs: Any, batch: int, batch_idx: int) -> None:
+        set_grad_sync(self.trainer.strategy, True)
+
     def training_step(self, batch: int, batch_idx: int):
         item = self.schedule[batch_idx]
         mb = self.samples.select(item["idx"])
@@ -367,8 +380,7 @@ class RLModule(pl.LightningModule):
         )
         loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
-        with backward_sync(self.trainer.strategy, enabled=item["last"]):  # DDP all-reduces once per minibatch
-            self.manual_backward(loss)
+        self.manual_backward(loss)  # under DDP, all-reduced only at a minibatch's last micro-batch (set_grad_sync)
         metrics["train/loss"] = loss.detach()
         n = len(item["idx"])
         for key, value in metrics.items():
@@ -592,11 +604,15 @@ def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
 
 
-def _lr_lambda(cfg: OptimConfig, total_steps: int):
+def _lr_lambda(cfg: OptimConfig, total_steps: int, start: int = 0):
+    """LR factor per optimizer step: 0 before ``start``, then warm-up and decay over ``total_steps`` steps."""
     warm = max(0, cfg.lr_warmup_steps)
     floor = cfg.min_lr / cfg.lr if cfg.lr > 0 else 0.0
 
     def fn(step: int) -> float:
+        if step < start:
+            return 0.0
+        step -= start
         if warm and step < warm:
             return (step + 1) / warm
         if cfg.lr_scheduler == "constant":
