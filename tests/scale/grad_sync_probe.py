@@ -22,12 +22,14 @@ class GradSyncProbe(pl.Callback):
     def __init__(self, out_dir: str) -> None:
         self.out_dir = Path(out_dir)
         self.buckets: list[int] = []  # bucket indices all-reduced since the last optimizer step
+        self.calls: list[int] = []  # the micro-batch (batch_idx) of each bucket all-reduce since the last step
         self.steps: list[dict] = []
         self.batch_idx = -1
 
     def on_fit_start(self, trainer, pl_module) -> None:
         def counting_hook(state, bucket):
             self.buckets.append(bucket.index())
+            self.calls.append(self.batch_idx)
             return allreduce_hook(state, bucket)
 
         trainer.strategy.model.register_comm_hook(None, counting_hook)
@@ -45,7 +47,8 @@ class GradSyncProbe(pl.Callback):
         policy = pl_module.policy
         params = [p for p in policy.parameters() if p.requires_grad]
         out = policy.evaluate(
-            mb.obs, dict(mb.records), temperature=pl_module.rollout_cfg.temperature_train, compute_entropy=True
+            mb.obs, dict(mb.records), temperature=pl_module.rollout_cfg.temperature_train, compute_entropy=True,
+            compute_values=pl_module.algorithm.uses_critic,
         )
         loss, _ = pl_module.algorithm.loss(out, mb, items[-1]["denom"], items[-1]["value_denom"])
         grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -59,8 +62,10 @@ class GradSyncProbe(pl.Callback):
             "distinct_buckets": len(set(self.buckets)),
             "grad_max_abs_err": float((got - want).abs().max()),
             "grad_max_abs": float(want.abs().max()),
+            "allreduce_batch_idx": self.calls,
+            "batch_idx": [first, self.batch_idx],
         })
-        self.buckets = []
+        self.buckets, self.calls = [], []
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -29,12 +29,12 @@ from rlinf.policies.base import Policy
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
 from rlinf.strategies import (
+    backward_sync,
     deepspeed_engine,
     deepspeed_step,
     export_policy,
     rollout_mode,
     set_accumulation_boundary,
-    set_grad_sync,
     shard_policy,
 )
 
@@ -360,13 +360,6 @@ class RLModule(pl.LightningModule):
         return schedule
 
     # ------------------------------------------------------------------ update
-    def on_train_batch_start(self, batch: int, batch_idx: int) -> None:
-        # before Lightning's DDP forward: non-final micro-batches keep their gradients local
-        set_grad_sync(self.trainer.strategy, self.schedule[batch_idx]["last"])
-
-    def on_train_batch_end(self, outputs: Any, batch: int, batch_idx: int) -> None:
-        set_grad_sync(self.trainer.strategy, True)
-
     def training_step(self, batch: int, batch_idx: int):
         item = self.schedule[batch_idx]
         mb = self.samples.select(item["idx"])
@@ -380,7 +373,8 @@ class RLModule(pl.LightningModule):
         )
         loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
-        self.manual_backward(loss)  # under DDP, all-reduced only at a minibatch's last micro-batch (set_grad_sync)
+        with backward_sync(self.trainer.strategy, enabled=item["last"]):  # DDP all-reduces once per minibatch
+            self.manual_backward(loss)
         metrics["train/loss"] = loss.detach()
         n = len(item["idx"])
         for key, value in metrics.items():

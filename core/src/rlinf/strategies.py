@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Literal
 
 import torch
@@ -221,18 +221,19 @@ def deepspeed_engine(strategy) -> Any:
     return None
 
 
-def set_grad_sync(strategy, enabled: bool) -> None:
-    """Whether the next DDP forward + backward all-reduces gradients (``enabled=False``: what ``no_sync`` does).
-
-    DDP arms its gradient reducer in ``forward`` when ``require_backward_grad_sync`` is set, and
-    Lightning runs ``training_step`` inside DDP's forward; a ``no_sync`` entered in ``training_step``
-    therefore comes too late and every micro-batch would still all-reduce. The RL module sets this
-    in ``on_train_batch_start`` (before the forward) and restores it in ``on_train_batch_end``.
+def backward_sync(strategy, enabled: bool):
+    """Context for a micro-batch backward: with ``enabled=False`` DDP keeps the gradients local
+    (``no_sync``) so that a minibatch's micro-batches are all-reduced once, at its last backward.
     Other strategies reduce on their own schedule (FSDP2 every backward, DeepSpeed at the boundary).
-    """
+
+    Wrapping only the backward suffices with manual optimization: Lightning's DDP forward redirection
+    keeps DDP's forward from arming the gradient reducer (``require_backward_grad_sync`` is off
+    after the inner forward), so it is armed only by ``manual_backward`` when sync is on here
+    (checked with a comm hook in tests/scale: one all-reduce per bucket per optimizer step)."""
     model = getattr(strategy, "model", None)
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        model.require_backward_grad_sync = enabled
+    if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return nullcontext()  # (Lightning's block_backward_sync would also catch DeepSpeed's engine)
+    return model.no_sync()
 
 
 def set_accumulation_boundary(strategy, is_last: bool) -> None:
