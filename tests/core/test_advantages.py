@@ -136,7 +136,8 @@ def test_grpo_batch_scaling_uses_the_std_over_all_ranks():
 
     G = 4
     # rank 0 has near-tied groups, rank 1 spread-out ones: per-rank stds differ a lot from the global one
-    per_rank = [torch.tensor([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 2.0, 1.9]), torch.tensor([0.0, 5.0, 10.0, 3.0, 8.0, 1.0, 9.0, 4.0])]
+    per_rank = [torch.tensor([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 2.0, 1.9]),
+                torch.tensor([0.0, 5.0, 10.0, 3.0, 8.0, 1.0, 9.0, 4.0])]
     reducer, out = ThreadReducer(2), [None, None]
 
     def run(rank):

@@ -84,7 +84,8 @@ def _config(
 
 
 def _fit(
-    tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None, callbacks=()
+    tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None,
+    callbacks=(),
 ) -> list[dict]:
     extras = (env_extra or {}, rollout_extra or {}, model_extra or {}, list(callbacks))
     config = _config(tmp_path, strategy, algorithm, *extras)
