@@ -22,8 +22,9 @@ class RolloutConfig:
         pipeline_stage_num: split the envs into this many stages that step while the policy infers
             another stage. Simulators that hold the GIL overlap with inference only in worker
             processes (the env's ``num_workers >= 1``).
-        recompute_logprobs: recompute the old log-probs with the training forward after the rollout
-            (guards against rollout/training numeric mismatch) and log the mismatch.
+        recompute_logprobs: recompute the old log-probs with the training forward (train mode, same
+            precision context) after the rollout, use them as the ratio's denominator, and log the
+            largest difference to the rollout's as ``rollout/logprob_mismatch``.
         show_progress: show rollout progress on rank 0.
     """
 

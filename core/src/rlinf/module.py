@@ -262,6 +262,7 @@ class RLModule(pl.LightningModule):
         metrics["time/rollout"] = rollout_time
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
         if ro.recompute_logprobs:
+            self.policy.train()  # recompute in the mode the update runs in (dropout etc.)
             with self.trainer.precision_plugin.forward_context():
                 metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
@@ -538,18 +539,24 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ metrics
     def _episode_metrics(self, records: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-        """Means over all episodes finished on all ranks (exact, not a mean of rank means)."""
-        vals = torch.zeros(len(EPISODE_KEYS) + 1, dtype=torch.float64)
+        """Means over all episodes finished on all ranks (exact, not a mean of rank means): the
+        standard keys plus the env's declared ``episode_metrics`` (each over the episodes that carry it)."""
+        env = self.eval_env if prefix == "eval" else self.env
+        extra = [k for k in getattr(env, "episode_metrics", ()) if k not in EPISODE_KEYS]
+        keys = [*EPISODE_KEYS, *extra]
+        sums = torch.zeros(len(keys), dtype=torch.float64)
+        counts = torch.zeros(len(keys), dtype=torch.float64)
         for r in records:
-            for i, key in enumerate(EPISODE_KEYS):
-                vals[i] += float(r[key])
-        vals[-1] = len(records)
-        vals = self.reducer.sum(vals)
-        count = float(vals[-1])
-        out = {f"{prefix}/num_trajectories": count}
-        if count > 0:
-            for i, key in enumerate(EPISODE_KEYS):
-                out[f"{prefix}/{key}"] = float(vals[i] / count)
+            for i, key in enumerate(keys):
+                if key in r:
+                    sums[i] += float(r[key])
+                    counts[i] += 1
+        totals = self.reducer.sum(torch.cat([sums, counts, torch.tensor([float(len(records))], dtype=torch.float64)]))
+        sums, counts, n = totals[: len(keys)], totals[len(keys) : -1], float(totals[-1])
+        out = {f"{prefix}/num_trajectories": n}
+        for i, key in enumerate(keys):
+            if counts[i] > 0:
+                out[f"{prefix}/{key}"] = float(sums[i] / counts[i])
         return out
 
     # ------------------------------------------------------------------ checkpoints / export
