@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from rlinf.algorithms.base import Algorithm, Reducer
+from rlinf.checkpointing import restore_frozen
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.envs.base import Env
 from rlinf.policies.base import Policy
@@ -88,6 +89,8 @@ class RLModule(pl.LightningModule):
             accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
             which has its own ``offload_optimizer``).
     """
+
+    restores_frozen_weights = True  # RLCheckpoint may leave frozen parameters out (see rlinf.checkpointing)
 
     def __init__(
         self,
@@ -568,6 +571,7 @@ class RLModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_frozen(self, checkpoint)  # trainable-only checkpoints (LoRA): frozen weights from model_path
         state = checkpoint.get("rlinf", {})
         self._optim_steps_done = state.get("optim_steps_done", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
