@@ -86,9 +86,16 @@ class RLCheckpoint(ModelCheckpoint):
 
 
 def frozen_keys(module: torch.nn.Module) -> list[str]:
-    """State-dict keys of the parameters that do not train (every name of a tied parameter)."""
+    """State-dict keys of the frozen parameters that come from ``model_path`` (every name of a tied parameter).
+
+    Critic parameters (named ``value_head``, e.g. PEFT's frozen ``value_head.original_module`` copy) are
+    initialised fresh, not read from ``model_path``, so they stay in the checkpoint.
+    """
     state = module.state_dict(keep_vars=True)
-    return [k for k, v in state.items() if isinstance(v, torch.nn.Parameter) and not v.requires_grad]
+    return [
+        k for k, v in state.items()
+        if isinstance(v, torch.nn.Parameter) and not v.requires_grad and "value_head" not in k
+    ]
 
 
 def _fingerprint(state: dict[str, torch.Tensor], keys: list[str]) -> torch.Tensor:

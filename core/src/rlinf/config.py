@@ -55,7 +55,8 @@ class OptimConfig:
         lr_scheduler: ``constant``, ``cosine`` or ``linear`` decay to ``min_lr`` after warm-up.
         lr_warmup_steps: linear warm-up, in optimizer steps.
         min_lr: final learning rate of the decaying schedules.
-        critic_warmup_steps: optimizer steps during which only the critic trains.
+        critic_warmup_steps: optimizer steps during which only the critic trains; the actor's schedule
+            (``lr_warmup_steps``, decay) starts after them (its learning rate is 0 until then).
     """
 
     lr: float = 1e-4

@@ -554,7 +554,8 @@ class RLModule(pl.LightningModule):
                 if key in r:
                     sums[i] += float(r[key])
                     counts[i] += 1
-        totals = self.reducer.sum(torch.cat([sums, counts, torch.tensor([float(len(records))], dtype=torch.float64)]))
+        n_records = torch.tensor([float(len(records))], dtype=torch.float64)
+        totals = self.reducer.sum(torch.cat([sums, counts, n_records]))
         sums, counts, n = totals[: len(keys)], totals[len(keys) : -1], float(totals[-1])
         out = {f"{prefix}/num_trajectories": n}
         for i, key in enumerate(keys):
