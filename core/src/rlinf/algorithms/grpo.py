@@ -54,7 +54,10 @@ class GRPO(Algorithm):
         # scale_rewards: batch divides by one std over every score of the step on every rank
         self._batch_std = None
         if self.scale_rewards == "batch":
-            self._batch_std = global_std(torch.cat([_scores(t) for t in trajs]), reduce)
+            scores = torch.cat([_scores(t) for t in trajs])
+            total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
+            if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
+                self._batch_std = global_std(scores, reduce)
         return super().compute(trajs, group_size, reduce)
 
     def _advantages(self, traj: Trajectory, group_size: int):
