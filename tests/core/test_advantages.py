@@ -88,3 +88,66 @@ def test_group_filter_drops_all_success_and_all_fail_groups():
     scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
     keep = group_filter_mask(scores, 2, 0.1, 0.9)
     assert keep.tolist() == [False, False, False, False, True, True]
+
+
+class ThreadReducer:
+    """All-reduce between threads (one per simulated rank): every rank gets the sum / max of all ranks' values."""
+
+    def __init__(self, world: int) -> None:
+        import threading
+
+        self.world, self.local = world, threading.local()
+        self.barrier = threading.Barrier(world)
+        self.slots: list = [None] * world
+
+    def _reduce(self, x: torch.Tensor, op) -> torch.Tensor:
+        self.slots[self.local.rank] = x.clone()
+        self.barrier.wait()
+        out = op(torch.stack(self.slots))
+        self.barrier.wait()
+        return out
+
+    def sum(self, x):
+        return self._reduce(x, lambda t: t.sum(0))
+
+    def max(self, x):
+        return self._reduce(x, lambda t: t.max(0).values)
+
+
+def _grpo_traj(scores: torch.Tensor, group_size: int):
+    from rlinf.envs.observation import Observation
+    from rlinf.rollout.trajectory import Trajectory
+
+    B = scores.shape[0]
+    obs = Observation(main_images=torch.zeros(B, 2, 2, 3, dtype=torch.uint8), task_descriptions=["t"] * B)
+    ones = torch.ones(1, B, 1, dtype=torch.bool)
+    return Trajectory(
+        obs=[obs], records=[{"action_tokens": torch.zeros(B, 1, 1, dtype=torch.long)}],
+        logprobs=torch.zeros(1, B, 1, 1), values=None, rewards=scores.view(1, B, 1).float(),
+        terminations=ones, truncations=~ones, valid=ones, bootstrap_values=torch.zeros(1, B, 1),
+        reset_state_ids=torch.arange(B // group_size).repeat_interleave(group_size).view(1, B),
+    )
+
+
+def test_grpo_batch_scaling_uses_the_std_over_all_ranks():
+    import threading
+
+    from rlinf.algorithms import GRPO
+
+    G = 4
+    # rank 0 has near-tied groups, rank 1 spread-out ones: per-rank stds differ a lot from the global one
+    per_rank = [torch.tensor([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 2.0, 1.9]),
+                torch.tensor([0.0, 5.0, 10.0, 3.0, 8.0, 1.0, 9.0, 4.0])]
+    reducer, out = ThreadReducer(2), [None, None]
+
+    def run(rank):
+        reducer.local.rank = rank
+        samples, _ = GRPO(scale_rewards="batch").compute([_grpo_traj(per_rank[rank], G)], G, reducer)
+        out[rank] = samples.adv.view(-1)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    everything = torch.cat(per_rank)
+    want = group_normalized_scores(everything, G, scale="batch")  # one process holding every rank's scores
+    torch.testing.assert_close(torch.cat(out), want)

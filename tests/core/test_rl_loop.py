@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -72,6 +73,25 @@ def test_grpo_rollout_logprobs_equal_training_recompute(tmp_path):
     trainer.fit(module)
     mismatch = scalars(trainer, "rollout/logprob_mismatch")
     assert mismatch and max(mismatch) < 1e-5
+
+
+def test_logprob_recompute_runs_in_train_mode_like_the_update(tmp_path):
+    rollout = RolloutConfig(max_steps_per_rollout_epoch=8, recompute_logprobs=True, show_progress=False)
+    module = make_module("grpo", rollout=rollout, optim=OptimConfig(lr=0.0))
+    module.policy.trunk.append(torch.nn.Dropout(0.5))  # train-mode forward differs from the rollout's
+    modes = []
+    original = module.policy.evaluate
+
+    def spy(*args, **kw):
+        modes.append(module.policy.training)
+        return original(*args, **kw)
+
+    module.policy.evaluate = spy
+    trainer = make_trainer(tmp_path, 1)
+    trainer.fit(module)
+    assert modes and all(modes), "recompute and update both in train mode"
+    (mismatch,) = scalars(trainer, "rollout/logprob_mismatch")
+    assert mismatch > 1e-2, "dropout active in the recompute shows up in the mismatch"
 
 
 def test_lr_schedule_steps_per_optimizer_step_and_shuffle_is_fresh(tmp_path):
@@ -199,3 +219,88 @@ def test_per_suite_success_from_prefixed_task_names():
     suites = _per_suite(per_task)
     assert suites["libero_spatial"] == {"success_once": 0.5, "num_trajectories": 4}
     assert suites["libero_goal"]["success_once"] == 0.5
+
+
+# ---- critic warm-up: the actor's LR schedule starts when the actor starts training
+WARMUP_CRITIC, WARMUP_LR, STEPS_PER_EPOCH, EPOCHS = 10, 2, 8, 2
+
+
+class LRRecorder(pl.Callback):
+    """The learning rate of every parameter group at each optimizer step, keyed by the step."""
+
+    def __init__(self) -> None:
+        self.lrs: dict[int, dict[str, float]] = {}
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.lrs[trainer.global_step] = {g["name"]: g["lr"] for g in optimizer.param_groups}
+
+
+def _module():
+    optim = OptimConfig(lr=1.0, value_lr=0.5, lr_scheduler="linear", lr_warmup_steps=WARMUP_LR, min_lr=0.0,
+                        critic_warmup_steps=WARMUP_CRITIC)
+    return make_module("ppo", num_envs=4, steps=4, global_batch_size=4, micro_batch_size=4, optim=optim)
+
+
+def _expected(step: int, total: int, start: int) -> float:
+    if step < start:
+        return 0.0
+    j = step - start
+    if j < WARMUP_LR:
+        return (j + 1) / WARMUP_LR
+    return 1.0 - min(1.0, (j - WARMUP_LR) / max(1, total - start - WARMUP_LR))
+
+
+def test_actor_schedule_starts_after_critic_warmup_and_survives_resume(tmp_path):
+    saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_top_k=-1, save_on_train_epoch_end=True)
+    rec = LRRecorder()
+    module = _module()
+    trainer = make_trainer(tmp_path / "a", EPOCHS, enable_checkpointing=True, callbacks=[saver, rec])
+    trainer.fit(module)
+    total = EPOCHS * STEPS_PER_EPOCH
+    assert module.optimizer_steps_per_epoch == STEPS_PER_EPOCH and sorted(rec.lrs) == list(range(total))
+    for step, lrs in rec.lrs.items():
+        assert lrs["actor"] == pytest.approx(_expected(step, total, WARMUP_CRITIC)), step
+        assert lrs["critic"] == pytest.approx(0.5 * _expected(step, total, 0)), step
+    # the actor gets its whole warm-up (0.5, 1.0) and decay (1.0, 0.75, 0.5, 0.25) once it trains
+    assert [rec.lrs[s]["actor"] for s in range(WARMUP_CRITIC, total)] == pytest.approx([0.5, 1, 1, 0.75, 0.5, 0.25])
+
+    # resume after the first RL step (still inside the critic warm-up): the same learning rates follow
+    (first,) = (tmp_path / "ckpt").glob("epoch=0-*.ckpt")
+    resumed_rec = LRRecorder()
+    resumed = make_trainer(tmp_path / "b", EPOCHS, callbacks=[resumed_rec])
+    resumed.fit(_module(), ckpt_path=first)
+    assert sorted(resumed_rec.lrs) == list(range(STEPS_PER_EPOCH, total))
+    for step, lrs in resumed_rec.lrs.items():
+        assert lrs == pytest.approx(rec.lrs[step]), step
+
+
+class EdgeReachEnv(ReachEnv):
+    """ReachEnv whose episodes also record whether the agent touched the arena's edge."""
+
+    episode_metrics = ("edge_once",)
+
+    def _step(self, actions, live):
+        out = super()._step(actions, live)
+        edge = ((self.pos <= 0.0) | (self.pos >= 1.0)).any(1)
+        for slot in np.nonzero(live)[0]:
+            ep = self._episodes[slot]
+            ep.extras["edge_once"] = max(ep.extras.get("edge_once", 0.0), float(edge[slot]))
+        return out
+
+
+def test_env_declared_episode_metrics_are_logged_for_train_and_eval(tmp_path):
+    module = make_module("ppo", num_envs=4, steps=8)
+    module.env = EdgeReachEnv(num_envs=4, max_episode_steps=8, auto_reset=True, step_size=0.5)
+    trainer = make_trainer(tmp_path, 1, check_val_every_n_epoch=1)
+    trainer.fit(module)
+    for tag in ("env/edge_once", "eval/edge_once"):
+        values = scalars(trainer, tag)
+        assert len(values) == 1 and 0.0 <= values[0] <= 1.0, tag
+    records = [{**r, "edge_once": e} for r, e in zip([_record()] * 3, (1.0, 0.0, 1.0))] + [_record()]
+    metrics = module._episode_metrics(records, "env")
+    assert metrics["env/edge_once"] == pytest.approx(2 / 3), "mean over the episodes that carry the key"
+    assert metrics["env/num_trajectories"] == 4
+
+
+def _record():
+    return {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0, "episode_len": 3, "reward": 0.3}

@@ -22,7 +22,9 @@ RLINF = Path(sys.executable).with_name("rlinf")
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 
 
-def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict) -> Path:
+def _config(
+    tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict, model_extra: dict, callbacks: list
+) -> Path:
     grpo = algorithm == "GRPO"
     env = {
         "num_envs": 8,
@@ -46,7 +48,10 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
                 "init_args": {"save_dir": str(tmp_path / "runs"), "name": "scale"},
             },
             "enable_progress_bar": False,
-            "callbacks": [{"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}}],
+            "callbacks": [
+                {"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}},
+                *callbacks,
+            ],
         },
         "model": {
             "class_path": "RLModule",
@@ -69,6 +74,7 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
                 "optim": {"lr": 0.05, "clip_grad": 1.0},
                 "global_batch_size": 16,
                 "micro_batch_size": 4,  # 2 micro-batches per minibatch: gradient accumulation
+                **model_extra,
             },
         },
     }
@@ -77,8 +83,12 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
     return path
 
 
-def _fit(tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None) -> list[dict]:
-    config = _config(tmp_path, strategy, algorithm, env_extra or {}, rollout_extra or {})
+def _fit(
+    tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None,
+    callbacks=(),
+) -> list[dict]:
+    extras = (env_extra or {}, rollout_extra or {}, model_extra or {}, list(callbacks))
+    config = _config(tmp_path, strategy, algorithm, *extras)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -134,6 +144,21 @@ def test_ddp_two_ranks_with_pipeline_stages_and_worker_envs(tmp_path):
     assert len(epoch["pools"]) == 2, "two pipeline stages per rank"
     pids = [p for r in records for stage in r["epochs"][0]["worker_pids"] for p in stage]
     assert len(set(pids)) == 4, "each stage of each rank has its own env worker process"
+
+
+@pytest.mark.slow
+def test_ddp_all_reduces_once_per_optimizer_step_with_the_full_minibatch_gradient(tmp_path):
+    probe = {"class_path": "grad_sync_probe.GradSyncProbe", "init_args": {"out_dir": str(tmp_path / "probe")}}
+    _fit(tmp_path, "ddp", "PPO", model_extra={"optim": {"lr": 0.05, "clip_grad": None}}, callbacks=[probe])
+    for rank in range(2):
+        steps = json.loads((tmp_path / "probe" / f"gradsync_rank{rank}.json").read_text())
+        assert len(steps) == 4, "2 RL steps x 2 minibatches"
+        for step in steps:
+            assert step["micro_batches"] == 2, "the test needs gradient accumulation"
+            # one all-reduce per bucket per optimizer step, not one per micro-batch
+            assert step["bucket_allreduces"] == step["distinct_buckets"] >= 1, step
+            assert step["allreduce_batch_idx"] == [step["batch_idx"][1]], "all-reduced at the last micro-batch"
+            assert step["grad_max_abs"] > 0 and step["grad_max_abs_err"] <= 1e-6 * max(1.0, step["grad_max_abs"]), step
 
 
 @pytest.fixture(scope="module")

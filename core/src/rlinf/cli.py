@@ -85,18 +85,34 @@ def check_config_class_paths(argv: list[str], registry: Registry) -> None:
 def _cli_class():
     from lightning.pytorch.cli import LightningCLI
 
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from rlinf.checkpointing import RLCheckpoint
+
     class RLinfCLI(LightningCLI):
-        """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval)."""
+        """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval, and a
+        ``checkpoint:`` section configuring :class:`rlinf.checkpointing.RLCheckpoint`)."""
+
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.add_lightning_class_args(RLCheckpoint, "checkpoint")
+
+        def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
+            user = config.get("callbacks") or []
+            user = user if isinstance(user, list) else [user]
+            own_checkpoint = any(isinstance(c, ModelCheckpoint) for c in user)
+            if config.get("enable_checkpointing") is False or own_checkpoint:
+                callbacks = [c for c in callbacks if not isinstance(c, RLCheckpoint)]
+            return super()._instantiate_trainer(config, callbacks)
 
         def instantiate_trainer(self, **kwargs: Any):
             trainer = super().instantiate_trainer(**kwargs)
-            # An RL step is an epoch and eval is sparse: checkpoint at every epoch end (and keep
-            # last.ckpt), not only after validation, unless the user configured otherwise.
+            # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every
+            # epoch end (not only after validation) and links last.ckpt, unless configured otherwise.
             for cb in trainer.checkpoint_callbacks:
                 if getattr(cb, "_save_on_train_epoch_end", False) is None:
                     cb._save_on_train_epoch_end = True
                 if cb.save_last is None:
-                    cb.save_last = True
+                    cb.save_last = "link"
             return trainer
 
     return RLinfCLI

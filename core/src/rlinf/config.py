@@ -22,8 +22,9 @@ class RolloutConfig:
         pipeline_stage_num: split the envs into this many stages that step while the policy infers
             another stage. Simulators that hold the GIL overlap with inference only in worker
             processes (the env's ``num_workers >= 1``).
-        recompute_logprobs: recompute the old log-probs with the training forward after the rollout
-            (guards against rollout/training numeric mismatch) and log the mismatch.
+        recompute_logprobs: recompute the old log-probs with the training forward (train mode, same
+            precision context) after the rollout, use them as the ratio's denominator, and log the
+            largest difference to the rollout's as ``rollout/logprob_mismatch``.
         show_progress: show rollout progress on rank 0.
     """
 
@@ -54,7 +55,8 @@ class OptimConfig:
         lr_scheduler: ``constant``, ``cosine`` or ``linear`` decay to ``min_lr`` after warm-up.
         lr_warmup_steps: linear warm-up, in optimizer steps.
         min_lr: final learning rate of the decaying schedules.
-        critic_warmup_steps: optimizer steps during which only the critic trains.
+        critic_warmup_steps: optimizer steps during which only the critic trains; the actor's schedule
+            (``lr_warmup_steps``, decay) starts after them (its learning rate is 0 until then).
     """
 
     lr: float = 1e-4

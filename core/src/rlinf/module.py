@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from rlinf.algorithms.base import Algorithm, Reducer
+from rlinf.checkpointing import restore_frozen
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.envs.base import Env
 from rlinf.policies.base import Policy
@@ -88,6 +89,8 @@ class RLModule(pl.LightningModule):
             accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
             which has its own ``offload_optimizer``).
     """
+
+    restores_frozen_weights = True  # RLCheckpoint may leave frozen parameters out (see rlinf.checkpointing)
 
     def __init__(
         self,
@@ -237,7 +240,13 @@ class RLModule(pl.LightningModule):
         )
         max_epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
         total = max(1, max_epochs * self.optimizer_steps_per_epoch)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg, total))
+        # the actor's schedule (warm-up, decay) starts when the actor starts training, after the critic
+        # warm-up (RLinf rebuilds the optimizer there); the critic's runs from step 0
+        start = max(0, cfg.critic_warmup_steps)
+        lambdas = [_lr_lambda(cfg, max(1, total - start), start=start)]
+        if value_params:
+            lambdas.append(_lr_lambda(cfg, total))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ rollout
@@ -256,6 +265,7 @@ class RLModule(pl.LightningModule):
         metrics["time/rollout"] = rollout_time
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
         if ro.recompute_logprobs:
+            self.policy.train()  # recompute in the mode the update runs in (dropout etc.)
             with self.trainer.precision_plugin.forward_context():
                 metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
@@ -532,18 +542,25 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ metrics
     def _episode_metrics(self, records: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-        """Means over all episodes finished on all ranks (exact, not a mean of rank means)."""
-        vals = torch.zeros(len(EPISODE_KEYS) + 1, dtype=torch.float64)
+        """Means over all episodes finished on all ranks (exact, not a mean of rank means): the
+        standard keys plus the env's declared ``episode_metrics`` (each over the episodes that carry it)."""
+        env = self.eval_env if prefix == "eval" else self.env
+        extra = [k for k in getattr(env, "episode_metrics", ()) if k not in EPISODE_KEYS]
+        keys = [*EPISODE_KEYS, *extra]
+        sums = torch.zeros(len(keys), dtype=torch.float64)
+        counts = torch.zeros(len(keys), dtype=torch.float64)
         for r in records:
-            for i, key in enumerate(EPISODE_KEYS):
-                vals[i] += float(r[key])
-        vals[-1] = len(records)
-        vals = self.reducer.sum(vals)
-        count = float(vals[-1])
-        out = {f"{prefix}/num_trajectories": count}
-        if count > 0:
-            for i, key in enumerate(EPISODE_KEYS):
-                out[f"{prefix}/{key}"] = float(vals[i] / count)
+            for i, key in enumerate(keys):
+                if key in r:
+                    sums[i] += float(r[key])
+                    counts[i] += 1
+        n_records = torch.tensor([float(len(records))], dtype=torch.float64)
+        totals = self.reducer.sum(torch.cat([sums, counts, n_records]))
+        sums, counts, n = totals[: len(keys)], totals[len(keys) : -1], float(totals[-1])
+        out = {f"{prefix}/num_trajectories": n}
+        for i, key in enumerate(keys):
+            if counts[i] > 0:
+                out[f"{prefix}/{key}"] = float(sums[i] / counts[i])
         return out
 
     # ------------------------------------------------------------------ checkpoints / export
@@ -555,6 +572,7 @@ class RLModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_frozen(self, checkpoint)  # trainable-only checkpoints (LoRA): frozen weights from model_path
         state = checkpoint.get("rlinf", {})
         self._optim_steps_done = state.get("optim_steps_done", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
@@ -592,11 +610,15 @@ def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
 
 
-def _lr_lambda(cfg: OptimConfig, total_steps: int):
+def _lr_lambda(cfg: OptimConfig, total_steps: int, start: int = 0):
+    """LR factor per optimizer step: 0 before ``start``, then warm-up and decay over ``total_steps`` steps."""
     warm = max(0, cfg.lr_warmup_steps)
     floor = cfg.min_lr / cfg.lr if cfg.lr > 0 else 0.0
 
     def fn(step: int) -> float:
+        if step < start:
+            return 0.0
+        step -= start
         if warm and step < warm:
             return (step + 1) / warm
         if cfg.lr_scheduler == "constant":

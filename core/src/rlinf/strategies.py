@@ -224,7 +224,12 @@ def deepspeed_engine(strategy) -> Any:
 def backward_sync(strategy, enabled: bool):
     """Context for a micro-batch backward: with ``enabled=False`` DDP keeps the gradients local
     (``no_sync``) so that a minibatch's micro-batches are all-reduced once, at its last backward.
-    Other strategies reduce on their own schedule (FSDP2 every backward, DeepSpeed at the boundary)."""
+    Other strategies reduce on their own schedule (FSDP2 every backward, DeepSpeed at the boundary).
+
+    Wrapping only the backward suffices with manual optimization: Lightning's DDP forward redirection
+    keeps DDP's forward from arming the gradient reducer (``require_backward_grad_sync`` is off
+    after the inner forward), so it is armed only by ``manual_backward`` when sync is on here
+    (checked with a comm hook in tests/scale: one all-reduce per bucket per optimizer step)."""
     model = getattr(strategy, "model", None)
     if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return nullcontext()  # (Lightning's block_backward_sync would also catch DeepSpeed's engine)

@@ -227,3 +227,4 @@ def test_arguments_are_checked_without_starting_the_simulator():
     env = ManiSkillEnv(tasks=["PickCube-v1", "PegInsertionSide-v1"])
     assert env.max_episode_steps == 100 and ManiSkillEnv().max_episode_steps == 50
     assert not env._built and env._sims == {}
+    assert env.episode_metrics == ("fail_once",), "fail_once is logged as env/fail_once and eval/fail_once"

@@ -94,3 +94,27 @@ def test_merge_and_export_matches_the_adapter(tmp_path, tiny_oft, obs):
     # exporting left the live adapter untouched: training continues from the same weights
     c = policy.evaluate(obs, out.record, temperature=1.5)
     torch.testing.assert_close(c.logprobs, a.logprobs, rtol=0, atol=0)
+
+
+def test_trainable_only_checkpoint_round_trip(tiny_oft, obs):
+    """What RLCheckpoint writes for a LoRA run: adapter + value head only; the base comes back from model_path."""
+    from rlinf.checkpointing import FROZEN_KEY, drop_frozen, restore_frozen
+
+    holder = torch.nn.ModuleDict({"policy": _lora_policy(tiny_oft)})  # state-dict keys as in RLModule
+    out = _train_step(holder["policy"], obs)
+    full = holder.state_dict()
+    ckpt = {"state_dict": dict(full)}
+    drop_frozen(holder, ckpt)
+    kept = set(ckpt["state_dict"])
+    assert kept and all(".lora_" in k or "value_head" in k or k not in dict(holder.named_parameters()) for k in kept)
+    assert any("base_layer" in k for k in ckpt[FROZEN_KEY]["keys"])
+    size = lambda keys: sum(full[k].numel() for k in keys)  # noqa: E731
+    assert size(kept) < 0.5 * size(full), "the frozen base is most of the model"
+
+    fresh = torch.nn.ModuleDict({"policy": _lora_policy(tiny_oft)})  # new adapter init, base from model_path
+    restore_frozen(fresh, ckpt)
+    fresh.load_state_dict(ckpt["state_dict"], strict=True)
+    a = holder["policy"].evaluate(obs, out.record, temperature=1.5, compute_values=True)
+    b = fresh["policy"].evaluate(obs, out.record, temperature=1.5, compute_values=True)
+    torch.testing.assert_close(b.logprobs, a.logprobs, rtol=0, atol=0)
+    torch.testing.assert_close(b.values, a.values, rtol=0, atol=0)

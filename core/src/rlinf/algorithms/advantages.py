@@ -69,7 +69,7 @@ def check_score_scale(scale: str) -> str:
 
 
 def group_normalized_scores(
-    scores: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
+    scores: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group", batch_std: float | None = None
 ) -> torch.Tensor:
     """GRPO advantages: ``(s − mean_group(s)) / (std + eps)``.
 
@@ -80,6 +80,7 @@ def group_normalized_scores(
         scale: which std divides: ``group`` (each group's, as in GRPO), ``batch`` (the std of all
             ``B`` scores: a group whose members scored almost alike keeps small advantages instead
             of noise blown up to ±1, which matters with dense rewards) or ``none`` (Dr. GRPO).
+        batch_std: with ``scale="batch"``, the std to use instead of ``scores.std()`` (e.g. over all ranks).
 
     Returns:
         ``[B]`` advantages (unbiased stds).
@@ -92,7 +93,8 @@ def group_normalized_scores(
     if scale == "group":
         centered = centered / (grouped.std(-1, unbiased=True, keepdim=True) + eps)
     elif scale == "batch":
-        centered = centered / (scores.std(unbiased=True) + eps)
+        std = scores.std(unbiased=True) if batch_std is None else batch_std
+        centered = centered / (std + eps)
     return centered.reshape(-1)
 
 

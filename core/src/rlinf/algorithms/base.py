@@ -190,6 +190,16 @@ def _global_mean(x: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> float:
     return float(total / count) if count > 0 else float("nan")
 
 
+def global_std(x: torch.Tensor, reduce: Reducer) -> float:
+    """Unbiased std of all entries of ``x`` on all ranks (two passes: global mean, then squared deviations)."""
+    x = x.double().flatten()
+    n = float(reduce.sum(torch.tensor(float(x.numel()), dtype=torch.float64)))
+    if n < 2:
+        return float("nan")
+    mean = reduce.sum(x.sum()) / n
+    return float((reduce.sum(((x - mean) ** 2).sum()) / (n - 1)).sqrt())
+
+
 def _global_extreme(x: torch.Tensor, mask: torch.Tensor, reduce: Reducer, largest: bool) -> float:
     m = mask.bool()
     sign = 1.0 if largest else -1.0

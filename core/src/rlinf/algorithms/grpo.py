@@ -7,8 +7,8 @@ from typing import Literal
 import torch
 
 from rlinf.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
-from rlinf.algorithms.base import Algorithm
-from rlinf.rollout.trajectory import Trajectory
+from rlinf.algorithms.base import Algorithm, Reducer, global_std
+from rlinf.rollout.trajectory import Samples, Trajectory
 
 
 class GRPO(Algorithm):
@@ -25,8 +25,8 @@ class GRPO(Algorithm):
         rewards_lower_bound: lower bound of a kept group's mean score.
         rewards_upper_bound: upper bound of a kept group's mean score.
         scale_rewards: the std that divides the centred scores: ``group`` (std_G, GRPO), ``batch``
-            (the std of all scores of the rollout on this rank; keeps near-tied groups' advantages
-            small, the better choice for dense rewards) or ``none`` (Dr. GRPO).
+            (the std of all scores of the RL step's rollouts on all ranks; keeps near-tied groups'
+            advantages small, the better choice for dense rewards) or ``none`` (Dr. GRPO).
         clip_ratio_high: upper clip range (DAPO's "clip higher" default 0.28).
         **kwargs: the other shared settings of :class:`Algorithm`.
     """
@@ -50,6 +50,16 @@ class GRPO(Algorithm):
         self.rewards_upper_bound = rewards_upper_bound
         self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
 
+    def compute(self, trajs: list[Trajectory], group_size: int, reduce: Reducer) -> tuple[Samples, dict[str, float]]:
+        # scale_rewards: batch divides by one std over every score of the step on every rank
+        self._batch_std = None
+        if self.scale_rewards == "batch":
+            scores = torch.cat([_scores(t) for t in trajs])
+            total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
+            if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
+                self._batch_std = global_std(scores, reduce)
+        return super().compute(trajs, group_size, reduce)
+
     def _advantages(self, traj: Trajectory, group_size: int):
         if group_size < 2:
             raise ValueError(
@@ -60,8 +70,10 @@ class GRPO(Algorithm):
             raise RuntimeError(
                 f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
             )
-        scores = (traj.rewards * traj.valid).sum((0, 2))  # [B]
-        adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards)
+        scores = _scores(traj)
+        adv = group_normalized_scores(
+            scores, group_size, scale=self.scale_rewards, batch_std=getattr(self, "_batch_std", None)
+        )
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
             keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
@@ -72,3 +84,8 @@ class GRPO(Algorithm):
         adv_b = adv.view(1, -1, *([1] * (mask.dim() - 2))).expand_as(mask) * mask
         self.last_scores = scores
         return adv_b, mask, None
+
+
+def _scores(traj: Trajectory) -> torch.Tensor:
+    """``[B]`` return of each env slot's first episode."""
+    return (traj.rewards * traj.valid).sum((0, 2))

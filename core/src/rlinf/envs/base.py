@@ -136,6 +136,9 @@ class Env:
     """
 
     action_dim: int = 7
+    #: extra per-episode metrics: numeric keys a subclass puts in its episodes' ``extras`` (e.g.
+    #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``.
+    episode_metrics: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Record the constructor arguments of the outermost class, for clone(): stage and

@@ -24,8 +24,9 @@ class ActOutput:
 
     Attributes:
         actions: ``float32 [B, C, D]`` env-scale action chunks.
-        logprobs: ``float32 [B, C, D]`` log-probs of the sampled action tokens under the
-            distribution they were drawn from (temperature-scaled, masked).
+        logprobs: ``float32 [B, C, D]`` log-probs of the chosen action tokens under the
+            temperature-scaled (masked) distribution, also when acting greedily: what
+            :meth:`Policy.evaluate` returns at the same temperature.
         values: ``float32 [B, 1]`` (chunk-level) or ``[B, C]`` (per sub-step) critic values,
             or ``None`` without a value head.
         record: the minimal tensors (each ``[B, ...]``) that :meth:`Policy.evaluate` needs besides

@@ -202,6 +202,13 @@ class PolicyPluginTests:
         b = self._act(policy, obs, do_sample=False).actions
         torch.testing.assert_close(a, b)
 
+    def test_greedy_logprobs_equal_evaluate_at_the_same_temperature(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=False, temperature=self.temperature)
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature)
+        torch.testing.assert_close(out.logprobs, ev.logprobs.detach(), rtol=1e-4, atol=1e-4)
+
     def test_save_load_round_trip(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)

@@ -99,13 +99,11 @@ class TinyVLAPolicy(Policy):
     @torch.no_grad()
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         feats = self._features(obs)
-        logits = self._logits(feats)
+        logp_all = F.log_softmax(self._logits(feats) / temperature, dim=-1)  # as evaluate(), greedy or not
         if do_sample:
-            logp_all = F.log_softmax(logits / temperature, dim=-1)
             tokens = torch.distributions.Categorical(logits=logp_all).sample()
         else:
-            logp_all = F.log_softmax(logits, dim=-1)
-            tokens = logits.argmax(-1)
+            tokens = logp_all.argmax(-1)
         logprobs = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return ActOutput(
             actions=self.bin_centers[tokens],

@@ -33,7 +33,7 @@ class ManiSkillEnv(Env):
     any sub-env (GRPO groups start identically). Actions are ManiSkill's ``pd_ee_delta_pose``
     (xyz and roll/pitch/yaw deltas of the end effector, then the gripper). Success ends an episode
     (unless ``ignore_terminations``), and so does ManiSkill's ``fail`` flag; episode records carry
-    ``fail_once``.
+    ``fail_once``, logged as ``env/fail_once`` and ``eval/fail_once``.
 
     On the CPU backend every sub-env is its own ManiSkill env (ManiSkill's CPU physics holds one
     env); use ``num_workers`` to spread them over processes. On the GPU backend each task is one
@@ -76,6 +76,8 @@ class ManiSkillEnv(Env):
         max_episode_steps: truncation limit; default the tasks' own (PickCube 50, PutOnPlate 80).
         **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``auto_reset``, ...).
     """
+
+    episode_metrics = ("fail_once",)
 
     action_dim = 7
 

@@ -253,15 +253,17 @@ class _PrismaticPolicy(Policy):
 
     @staticmethod
     def _choose(logits: torch.Tensor, do_sample: bool, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Bin indices and their log-probs from ``[..., n_bins]`` logits."""
+        """Bin indices and their log-probs from ``[..., n_bins]`` logits.
+
+        Greedy or not, the log-probs are under the temperature-scaled distribution, as :meth:`evaluate` computes them.
+        """
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (log-probs use softmax(logits / T)), got {temperature}")
+        logp = F.log_softmax(logits / temperature, dim=-1)
         if do_sample:
-            if temperature <= 0:
-                raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-            logp = F.log_softmax(logits / temperature, dim=-1)
             flat = logp.reshape(-1, logp.shape[-1]).exp()
             bins = torch.multinomial(flat, 1).view(logp.shape[:-1])
         else:
-            logp = F.log_softmax(logits, dim=-1)
             bins = logits.argmax(-1)
         return bins, logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
 
