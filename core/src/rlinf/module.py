@@ -153,6 +153,11 @@ class RLModule(pl.LightningModule):
                 raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
             if self.env.auto_reset:
                 raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
+        if getattr(self.algorithm, "loss_agg", "step_mean") == "trajectory_mean" and self.env.auto_reset:
+            raise ValueError(
+                "algorithm loss_agg: trajectory_mean weights whole episodes: set env auto_reset: false "
+                "(or use loss_agg: step_mean, as RLinf does with auto-reset)"
+            )
         if self.algorithm.uses_critic and not self.policy.has_value_head:
             raise ValueError(f"{type(self.algorithm).__name__} needs a critic: set the policy's add_value_head: true")
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
@@ -251,7 +256,7 @@ class RLModule(pl.LightningModule):
             trajs = self._collect_rollouts(ro, n_chunks)
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
-        samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer)
+        samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer, self.env.max_episode_steps)
         metrics["time/advantages"] = time.perf_counter() - t1
         metrics["time/rollout"] = rollout_time
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
@@ -337,10 +342,10 @@ class RLModule(pl.LightningModule):
             for size in self._minibatch_sizes(self.trainer.world_size):
                 mb_idx = perm[start : start + size]
                 start += size
-                denom = float(self.reducer.sum(mask[mb_idx].sum().double()))
+                denom = float(self.reducer.sum(self.algorithm.denominator(mask[mb_idx])))
                 vdenom = None
                 if self.samples.value_mask is not None:
-                    vdenom = float(self.reducer.sum(self.samples.value_mask[mb_idx].sum().double()))
+                    vdenom = float(self.reducer.sum(self.algorithm.denominator(self.samples.value_mask[mb_idx])))
                 world = self.trainer.world_size
                 micros = list(torch.split(mb_idx, self.micro_batch_size))
                 for j, micro in enumerate(micros):
