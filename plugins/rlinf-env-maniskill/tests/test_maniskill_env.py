@@ -227,3 +227,47 @@ def test_arguments_are_checked_without_starting_the_simulator():
     env = ManiSkillEnv(tasks=["PickCube-v1", "PegInsertionSide-v1"])
     assert env.max_episode_steps == 100 and ManiSkillEnv().max_episode_steps == 50
     assert not env._built and env._sims == {}
+
+
+def test_grasp_shaped_relative_reward_follows_rlinf():
+    """reward_mode grasp + relative_reward: per-step change of 0.1·grasped + 0.1·consecutive_grasp
+    + 1·(success ∧ grasped), checked against the simulator's own info at every step."""
+    from rlinf_env_maniskill._sim import grasp_shaped_reward
+
+    env = ManiSkillEnv(num_envs=1, reward_mode="grasp", relative_reward=True, **SMALL)
+    try:
+        env.reset(np.array([3]))
+        u = _sim(env, 0)
+        phase, grasp_step, prev, rewards, shaped = 0, 0, 0.0, [], []
+        for step in range(45):
+            tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
+            gripper = 1.0
+            if phase == 0:
+                target = cube + [0, 0, 0.05]
+                phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
+            if phase == 1:
+                target = cube
+                if np.linalg.norm(target - tcp) < 0.005:
+                    phase, grasp_step = 2, step
+            if phase >= 2:
+                gripper = -1.0
+                target = cube if step - grasp_step < 3 else goal
+            action = np.zeros((1, 1, 7), np.float32)
+            action[0, 0, :3] = np.clip((target - tcp) * 20.0, -1, 1)
+            action[0, 0, 6] = gripper
+            out = env.chunk_step(torch.from_numpy(action))
+            info = u.get_info()
+            now = float(grasp_shaped_reward(info, np.asarray(info["success"]).reshape(1), 1)[0])
+            assert out.rewards[0, 0].item() == pytest.approx(now - prev, abs=1e-6)
+            prev = now
+            rewards.append(out.rewards[0, 0].item())
+            shaped.append(now)
+            if out.dones[0].any():
+                break
+        assert out.success[0, 0]
+        assert 0.1 in [round(s, 6) for s in shaped]  # grasped before success
+        assert sum(rewards) == pytest.approx(1.1, abs=1e-5)  # telescopes to grasped (0.1) + success (1)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="reward_mode"):
+        ManiSkillEnv(reward_mode="shaped")
