@@ -87,6 +87,9 @@ class RLModule(pl.LightningModule):
         offload_optimizer: move the optimizer state to CPU during rollouts and evals (frees
             accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
             which has its own ``offload_optimizer``).
+        config_world_size: processes (GPUs) this config's sizes were written for (``num_envs`` is
+            per process, ``global_batch_size`` over all): on another world size, rank 0 prints one
+            line at the start of fit with the total envs and optimizer steps per RL step that change.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class RLModule(pl.LightningModule):
         micro_batch_size: int = 32,
         export_policy: bool = True,
         offload_optimizer: bool = False,
+        config_world_size: int | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -114,6 +118,7 @@ class RLModule(pl.LightningModule):
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
+        self.config_world_size = config_world_size
         self._validate()
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
@@ -184,6 +189,11 @@ class RLModule(pl.LightningModule):
                 env.shard(rank * S + s, world * S)
             self.collector = RolloutCollector(self._stage_envs, self.policy, self.algorithm.uses_critic)
             self.steps_per_epoch = self._count_training_steps(world)
+            note = world_size_note(
+                self.config_world_size, world, self.env.num_envs, self._samples_per_rank(), self.global_batch_size
+            )
+            if note and rank == 0:
+                print(note, file=sys.stderr, flush=True)
         if self.eval_env is None:
             self.eval_env = self.env.clone(is_eval=True, auto_reset=True, group_size=1)
         self.eval_env.shard(rank, world)
@@ -595,6 +605,24 @@ def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
             sums[suite][0] += row["success_once"] * row["num_trajectories"]
             sums[suite][1] += row["num_trajectories"]
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
+
+
+def world_size_note(
+    config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
+) -> str | None:
+    """One line saying what changes when a config written for ``config_world`` processes runs on ``world``."""
+    if not config_world or config_world == world:
+        return None
+
+    def steps(w: int) -> int:
+        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
+
+    return (
+        f"rlinf: this config was written for {config_world} processes but runs on {world}: "
+        f"{envs_per_rank * world} envs in total instead of {envs_per_rank * config_world}, "
+        f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
+        f"(scale num_envs by {config_world}/{world} to keep the totals)"
+    )
 
 
 def _lr_lambda(cfg: OptimConfig, total_steps: int):
