@@ -44,7 +44,8 @@ OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
 MANISKILL = {
     **ADAM, "global_batch_size": 640, "env.max_episode_steps": 80, "env.reward_mode": "grasp",
     "env.relative_reward": True, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
-    "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig",
+    "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
+    "eval_env.image_size": [480, 640],
 }
 MANISKILL_GRPO = {
     **MANISKILL, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
@@ -70,6 +71,7 @@ METAWORLD = {
 OOD = {
     "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
+    "eval_env.image_size": [480, 640],
 }
 LIBERO_130_EVAL = {
     "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,

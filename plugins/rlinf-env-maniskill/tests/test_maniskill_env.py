@@ -271,3 +271,25 @@ def test_grasp_shaped_relative_reward_follows_rlinf():
         env.close()
     with pytest.raises(ValueError, match="reward_mode"):
         ManiSkillEnv(reward_mode="shaped")
+
+
+BRIDGE_K = [[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]]  # ManiSkill's Bridge 3rd_view_camera, 640x480
+
+
+def test_camera_with_fixed_intrinsic_must_render_at_its_native_size():
+    """ManiSkill keeps a camera's pixel intrinsics when its size is overridden: the Bridge scenes'
+    640x480 camera rendered at 224x224 would show an off-centre crop. The env refuses, naming the size."""
+    from rlinf_env_maniskill._sim import check_camera_size
+
+    check_camera_size("T", "3rd_view_camera", BRIDGE_K, (480, 640))
+    check_camera_size("T", "base_camera", None, (224, 224))  # fov cameras scale with the size
+    with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
+        check_camera_size("T", "3rd_view_camera", BRIDGE_K, (224, 224))
+    # the same check on a real simulator: PickCube's camera given the Bridge intrinsics at 32x32
+    kw = {**SMALL, "make_kwargs": {"sensor_configs": {"intrinsic": BRIDGE_K, "fov": None, "width": 32, "height": 32}}}
+    env = ManiSkillEnv(num_envs=1, **kw)
+    try:
+        with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
+            env.reset(np.array([0]))
+    finally:
+        env.close()

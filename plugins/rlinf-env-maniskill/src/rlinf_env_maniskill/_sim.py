@@ -183,6 +183,12 @@ class SimBatch:
             cameras = list(self.u.scene.sensors)
             raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {cameras}")
         self.camera_name = camera  # looked up per render: a reconfiguring reset rebuilds the sensors
+        cfg = self.u.scene.sensors[camera].config
+        try:
+            check_camera_size(task, camera, getattr(cfg, "intrinsic", None), image_size)
+        except ValueError:
+            self.close()
+            raise
         shape = tuple(self.u.single_action_space.shape)
         if shape != (7,):
             self.close()
@@ -314,3 +320,25 @@ def grasp_shaped_reward(info: dict, success: np.ndarray, n: int) -> np.ndarray:
     grasped = _info_flag(info, key, n)
     consecutive = _info_flag(info, "consecutive_grasp", n)
     return (0.1 * grasped + 0.1 * consecutive + 1.0 * (success & grasped)).astype(np.float32)
+
+
+def check_camera_size(task: str, camera: str, intrinsic, image_size: tuple[int, int]) -> None:
+    """Fail when a camera with a fixed intrinsic matrix is rendered at another size.
+
+    ManiSkill keeps a camera's intrinsic matrix (in pixels) when its width/height are overridden, so
+    e.g. the Bridge scenes' ``3rd_view_camera`` (640x480) rendered at 224x224 shows an off-centre
+    crop, not the view the policy was trained on. Render at the native size; the policy resizes.
+    """
+    if intrinsic is None:
+        return
+    K = np.asarray(intrinsic, dtype=np.float64)
+    cx, cy = float(K[0, 2]), float(K[1, 2])
+    H, W = image_size
+    if abs(2 * cx - W) <= 0.05 * W and abs(2 * cy - H) <= 0.05 * H:
+        return
+    native = [int(round(2 * cy / 16) * 16), int(round(2 * cx / 16) * 16)]
+    raise ValueError(
+        f"ManiSkill task {task!r}: camera {camera!r} has a fixed intrinsic matrix for about {native[1]}x{native[0]} "
+        f"pixels (principal point {cx:.1f}, {cy:.1f}); rendered at {W}x{H} it shows another view. "
+        f"Set image_size: {native} (the policy resizes the images itself)"
+    )
