@@ -37,7 +37,8 @@ OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
     "rollout.max_steps_per_rollout_epoch": 4096, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
     "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "algorithm.gamma": 0.99,
     "algorithm.gae_lambda": 0.95, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
-    "algorithm.reward_type": "chunk_level", "policy.value_type": "chunk_level", "policy.attention_mode": "bidirectional",
+    "algorithm.reward_type": "chunk_level", "policy.value_type": "chunk_level",
+    "policy.attention_mode": "bidirectional",
     "policy.top_k": 50, "policy.is_lora": True, "policy.lora_rank": 32, "policy.center_crop": False,
     "policy.max_prompt_length": 50,
 }
@@ -75,7 +76,8 @@ OOD = {
 }
 LIBERO_130_EVAL = {
     "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral", "policy.unnorm_key": "libero_130_no_noops_trajall",
+    "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
+    "policy.unnorm_key": "libero_130_no_noops_trajall",
     "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
 }
 RL_EVAL = {"rollout.do_sample_eval": True, "rollout.temperature_eval": 1.6, "rollout.eval_rollout_epoch": 2}
@@ -83,10 +85,9 @@ SFT_EVAL = {"rollout.do_sample_eval": False, "rollout.eval_rollout_epoch": 1}
 
 V03 = "examples/embodiment/config/"
 UPSTREAM: dict[str, tuple[str, dict]] = {
-    "libero/spatial.yaml": (V03 + "libero_spatial_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16}),
-    "libero/object.yaml": (V03 + "libero_object_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16}),
-    "libero/goal.yaml": (V03 + "libero_goal_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16}),
-    "libero/libero_10.yaml": (V03 + "libero_10_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16}),
+    **{f"libero/{name}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16})
+       for name, up in (("spatial", "libero_spatial"), ("object", "libero_object"), ("goal", "libero_goal"),
+                        ("libero_10", "libero_10"))},
     "libero/libero_90.yaml": (V03 + "libero_90_grpo_openvlaoft.yaml", {
         **OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_90_no_noops_trajall"}),
     "libero/libero_130.yaml": (V03 + "libero_130_grpo_openvlaoft.yaml", {
@@ -107,9 +108,11 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         "algorithm.logprob_type": "token_level", "policy.attention_mode": "bidirectional"}),
     "metaworld/mt50_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
     "metaworld/ml45_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
-    **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {**OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
+    **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
        for split in ("vision", "semantic", "position")},
-    **{f"maniskill/maniskill_ood_{split}_openvlaoft.yaml": ("evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
+    **{f"maniskill/maniskill_ood_{split}_openvlaoft.yaml": (
+        "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
         **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
         "policy.add_value_head": True, "policy.is_lora": True}) for split in ("vision", "semantic", "position")},
     "maniskill/maniskill_ood_semantic_train_objects.yaml": ("evaluations/run_eval.sh", {

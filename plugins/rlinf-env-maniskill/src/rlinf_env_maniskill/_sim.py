@@ -315,7 +315,11 @@ def _info_flag(info: dict, key: str, n: int) -> np.ndarray:
 
 
 def grasp_shaped_reward(info: dict, success: np.ndarray, n: int) -> np.ndarray:
-    """RLinf's default ManiSkill reward ``[n]``: ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``."""
+    """RLinf's default ManiSkill reward ``[n]``.
+
+    ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``; RL4VLA's tasks report both grasp
+    flags as "so far in the episode", so the relative reward pays each once.
+    """
     key = "is_src_obj_grasped" if "is_src_obj_grasped" in info else "is_grasped"
     grasped = _info_flag(info, key, n)
     consecutive = _info_flag(info, "consecutive_grasp", n)
