@@ -88,6 +88,9 @@ class RLModule(pl.LightningModule):
         offload_optimizer: move the optimizer state to CPU during rollouts and evals (frees
             accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
             which has its own ``offload_optimizer``).
+        config_world_size: processes (GPUs) this config's sizes were written for (``num_envs`` is
+            per process, ``global_batch_size`` over all): on another world size, rank 0 prints one
+            line at the start of fit with the total envs and optimizer steps per RL step that change.
     """
 
     restores_frozen_weights = True  # RLCheckpoint may leave frozen parameters out (see rlinf.checkpointing)
@@ -104,6 +107,7 @@ class RLModule(pl.LightningModule):
         micro_batch_size: int = 32,
         export_policy: bool = True,
         offload_optimizer: bool = False,
+        config_world_size: int | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -117,6 +121,7 @@ class RLModule(pl.LightningModule):
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
+        self.config_world_size = config_world_size
         self._validate()
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
@@ -156,6 +161,11 @@ class RLModule(pl.LightningModule):
                 raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
             if self.env.auto_reset:
                 raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
+        if getattr(self.algorithm, "loss_agg", "step_mean") == "trajectory_mean" and self.env.auto_reset:
+            raise ValueError(
+                "algorithm loss_agg: trajectory_mean weights whole episodes: set env auto_reset: false "
+                "(or use loss_agg: step_mean, as RLinf does with auto-reset)"
+            )
         if self.algorithm.uses_critic and not self.policy.has_value_head:
             raise ValueError(f"{type(self.algorithm).__name__} needs a critic: set the policy's add_value_head: true")
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
@@ -182,6 +192,11 @@ class RLModule(pl.LightningModule):
                 env.shard(rank * S + s, world * S)
             self.collector = RolloutCollector(self._stage_envs, self.policy, self.algorithm.uses_critic)
             self.steps_per_epoch = self._count_training_steps(world)
+            note = world_size_note(
+                self.config_world_size, world, self.env.num_envs, self._samples_per_rank(), self.global_batch_size
+            )
+            if note and rank == 0:
+                print(note, file=sys.stderr, flush=True)
         if self.eval_env is None:
             self.eval_env = self.env.clone(is_eval=True, auto_reset=True, group_size=1)
         self.eval_env.shard(rank, world)
@@ -260,7 +275,7 @@ class RLModule(pl.LightningModule):
             trajs = self._collect_rollouts(ro, n_chunks)
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
-        samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer)
+        samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer, self.env.max_episode_steps)
         metrics["time/advantages"] = time.perf_counter() - t1
         metrics["time/rollout"] = rollout_time
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
@@ -347,10 +362,10 @@ class RLModule(pl.LightningModule):
             for size in self._minibatch_sizes(self.trainer.world_size):
                 mb_idx = perm[start : start + size]
                 start += size
-                denom = float(self.reducer.sum(mask[mb_idx].sum().double()))
+                denom = float(self.reducer.sum(self.algorithm.denominator(mask[mb_idx])))
                 vdenom = None
                 if self.samples.value_mask is not None:
-                    vdenom = float(self.reducer.sum(self.samples.value_mask[mb_idx].sum().double()))
+                    vdenom = float(self.reducer.sum(self.algorithm.denominator(self.samples.value_mask[mb_idx])))
                 world = self.trainer.world_size
                 micros = list(torch.split(mb_idx, self.micro_batch_size))
                 for j, micro in enumerate(micros):
@@ -608,6 +623,24 @@ def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
             sums[suite][0] += row["success_once"] * row["num_trajectories"]
             sums[suite][1] += row["num_trajectories"]
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
+
+
+def world_size_note(
+    config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
+) -> str | None:
+    """One line saying what changes when a config written for ``config_world`` processes runs on ``world``."""
+    if not config_world or config_world == world:
+        return None
+
+    def steps(w: int) -> int:
+        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
+
+    return (
+        f"rlinf: this config was written for {config_world} processes but runs on {world}: "
+        f"{envs_per_rank * world} envs in total instead of {envs_per_rank * config_world}, "
+        f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
+        f"(scale num_envs by {config_world}/{world} to keep the totals)"
+    )
 
 
 def _lr_lambda(cfg: OptimConfig, total_steps: int, start: int = 0):

@@ -245,3 +245,26 @@ def test_grpo_group_members_start_from_the_same_state():
     finally:
         env.close()
         clear_sim_cache()
+
+
+@pytest.mark.parametrize("gripper, expected", [("neutral", 0.0), ("open", -1.0)])
+def test_settle_steps_command_the_configured_gripper(env, gripper, expected):
+    """RLinf's experiment configs settle 15 zero-action steps with the gripper neutral
+    (reset_gripper_open: false); OpenVLA-OFT's eval holds the gripper open."""
+    env.reset(reset_state_ids=np.array([0, 1]))  # builds (or reuses) both simulators
+    sent = []
+    sims = [env.sim(e) for e in range(2)]
+    originals = [sim.env.step for sim in sims]
+    for sim, orig in zip(sims, originals):
+        sim.env.step = lambda a, _orig=orig: (sent.append(np.array(a, dtype=float)), _orig(a))[1]
+    try:
+        with configured(env, settle_steps=3, settle_gripper=gripper):
+            env.reset(reset_state_ids=np.array([0, 1]))
+    finally:
+        for sim, orig in zip(sims, originals):
+            sim.env.step = orig
+    assert len(sent) == 6
+    for action in sent:
+        np.testing.assert_array_equal(action, [0, 0, 0, 0, 0, 0, expected])
+    with pytest.raises(ValueError, match="settle_gripper"):
+        LiberoEnv(settle_gripper="closed")

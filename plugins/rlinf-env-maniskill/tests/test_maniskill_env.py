@@ -228,3 +228,69 @@ def test_arguments_are_checked_without_starting_the_simulator():
     assert env.max_episode_steps == 100 and ManiSkillEnv().max_episode_steps == 50
     assert not env._built and env._sims == {}
     assert env.episode_metrics == ("fail_once",), "fail_once is logged as env/fail_once and eval/fail_once"
+
+
+def test_grasp_shaped_relative_reward_follows_rlinf():
+    """reward_mode grasp + relative_reward: per-step change of 0.1·grasped + 0.1·consecutive_grasp
+    + 1·(success ∧ grasped), checked against the simulator's own info at every step."""
+    from rlinf_env_maniskill._sim import grasp_shaped_reward
+
+    env = ManiSkillEnv(num_envs=1, reward_mode="grasp", relative_reward=True, **SMALL)
+    try:
+        env.reset(np.array([3]))
+        u = _sim(env, 0)
+        phase, grasp_step, prev, rewards, shaped = 0, 0, 0.0, [], []
+        for step in range(45):
+            tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
+            gripper = 1.0
+            if phase == 0:
+                target = cube + [0, 0, 0.05]
+                phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
+            if phase == 1:
+                target = cube
+                if np.linalg.norm(target - tcp) < 0.005:
+                    phase, grasp_step = 2, step
+            if phase >= 2:
+                gripper = -1.0
+                target = cube if step - grasp_step < 3 else goal
+            action = np.zeros((1, 1, 7), np.float32)
+            action[0, 0, :3] = np.clip((target - tcp) * 20.0, -1, 1)
+            action[0, 0, 6] = gripper
+            out = env.chunk_step(torch.from_numpy(action))
+            info = u.get_info()
+            now = float(grasp_shaped_reward(info, np.asarray(info["success"]).reshape(1), 1)[0])
+            assert out.rewards[0, 0].item() == pytest.approx(now - prev, abs=1e-6)
+            prev = now
+            rewards.append(out.rewards[0, 0].item())
+            shaped.append(now)
+            if out.dones[0].any():
+                break
+        assert out.success[0, 0]
+        assert 0.1 in [round(s, 6) for s in shaped]  # grasped before success
+        assert sum(rewards) == pytest.approx(1.1, abs=1e-5)  # telescopes to grasped (0.1) + success (1)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="reward_mode"):
+        ManiSkillEnv(reward_mode="shaped")
+
+
+BRIDGE_K = [[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]]  # ManiSkill's Bridge 3rd_view_camera, 640x480
+
+
+def test_camera_with_fixed_intrinsic_must_render_at_its_native_size():
+    """ManiSkill keeps a camera's pixel intrinsics when its size is overridden: the Bridge scenes'
+    640x480 camera rendered at 224x224 would show an off-centre crop. The env refuses, naming the size."""
+    from rlinf_env_maniskill._sim import check_camera_size
+
+    check_camera_size("T", "3rd_view_camera", BRIDGE_K, (480, 640))
+    check_camera_size("T", "base_camera", None, (224, 224))  # fov cameras scale with the size
+    with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
+        check_camera_size("T", "3rd_view_camera", BRIDGE_K, (224, 224))
+    # the same check on a real simulator: PickCube's camera given the Bridge intrinsics at 32x32
+    kw = {**SMALL, "make_kwargs": {"sensor_configs": {"intrinsic": BRIDGE_K, "fov": None, "width": 32, "height": 32}}}
+    env = ManiSkillEnv(num_envs=1, **kw)
+    try:
+        with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
+            env.reset(np.array([0]))
+    finally:
+        env.close()

@@ -167,3 +167,58 @@ def test_env_can_be_stepped_from_different_threads():
         env.close()
         other.close()
     assert torch.equal(first, again)
+
+
+def test_corner4_is_rlinfs_moved_corner2():
+    """RLinf sets corner2's position to [0.75, 0.075, 0.7] "to align with SFT"; in MetaWorld 3 that
+    renders exactly what corner4 renders."""
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=48, trials_per_task=1)
+    corner4, moved = MetaWorldEnv(camera_name="corner4", **kw), MetaWorldEnv(camera_name="corner2", **kw)
+    try:
+        a = corner4.reset(np.array([0])).main_images
+        moved.reset(np.array([0]))
+        import mujoco
+
+        sim = moved._slots[0].env
+        sim.model.cam_pos[moved._camera_ids[0]] = [0.75, 0.075, 0.7]  # as RLinf, before its episode starts
+        mujoco.mj_forward(sim.model, sim.data)  # camera poses in world frame follow the model
+        moved._stale[:] = True
+        b = moved._observe(np.array([0])).main_images
+        unmoved = MetaWorldEnv(camera_name="corner2", **kw)
+        c = unmoved.reset(np.array([0])).main_images
+        unmoved.close()
+
+        def diff(x, y):
+            return (x.int() - y.int()).abs().float().mean().item()
+
+        assert diff(a, b) < 1.0  # same view up to a few anti-aliased pixels (0.16 / 255 measured)
+        assert diff(a, c) > 10.0
+    finally:
+        corner4.close()
+        moved.close()
+
+
+def test_7d_actions_drive_xyz_and_gripper_only():
+    """action_format 7d (RLinf's OpenVLA-OFT with 7-D norm stats): dims 0-2 and 6 reach the arm,
+    rotation dims 3-5 are ignored, as RLinf's prepare_actions_for_metaworld."""
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=16, trials_per_task=1, fast_render=True)
+    four, seven = MetaWorldEnv(**kw), MetaWorldEnv(action_format="7d", **kw)
+    try:
+        assert (four.action_dim, seven.action_dim) == (4, 7)
+        four.reset(np.array([0]))
+        seven.reset(np.array([0]))
+        expert7 = seven.expert_actions(3)
+        expert4 = four.expert_actions(3)
+        torch.testing.assert_close(expert7[..., [0, 1, 2, 6]], expert4)
+        assert expert7[..., 3:6].eq(0).all()
+        noisy = expert7.clone()
+        noisy[..., 3:6] = torch.tensor([0.9, -0.7, 0.5])  # rotations must change nothing
+        a, b = four.chunk_step(expert4), seven.chunk_step(noisy)
+        torch.testing.assert_close(a.obs.states, b.obs.states)
+        with pytest.raises(ValueError, match="D=7"):
+            seven.chunk_step(expert4)
+    finally:
+        four.close()
+        seven.close()
+    with pytest.raises(ValueError, match="action_format"):
+        MetaWorldEnv(action_format="6d", **kw)

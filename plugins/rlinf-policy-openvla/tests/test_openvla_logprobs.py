@@ -123,3 +123,19 @@ def test_two_images_use_the_wrist_view(tiny_oft, obs):
     assert not torch.allclose(policy.evaluate(other, out.record).logprobs, out.logprobs, atol=1e-4)
     with pytest.raises(ValueError, match="wrist_images"):
         _act(policy, obs, do_sample=True)
+
+
+@pytest.mark.parametrize("cls_fixture", ["tiny_oft", "tiny_openvla"])
+def test_top_k_sampling_and_recompute(request, obs, cls_fixture):
+    """top_k: samples only among the k likeliest bins; rollout log-probs equal the recompute under the
+    same top-k distribution (RLinf's TopKLogitsWarper in both places); entropy stays finite."""
+    path = str(request.getfixturevalue(cls_fixture))
+    cls = OpenVLAOFTPolicy if cls_fixture == "tiny_oft" else OpenVLAPolicy
+    policy = cls(model_path=path, num_action_chunks=2, top_k=3)
+    out = _act(policy, obs, do_sample=True, temperature=50.0)  # nearly uniform over the kept bins
+    ev = policy.evaluate(obs, out.record, temperature=50.0, compute_entropy=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
+    assert torch.isfinite(ev.entropy).all() and (ev.entropy <= math.log(3) + 1e-4).all()
+    assert (out.logprobs >= math.log(1 / 3) - 0.05).all()  # ~uniform over 3 bins, never over all 256
+    full = cls(model_path=path, num_action_chunks=2)
+    assert (full.evaluate(obs, out.record, temperature=50.0).logprobs < math.log(1 / 3) - 1).all()

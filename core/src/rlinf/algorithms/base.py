@@ -20,6 +20,7 @@ from rlinf.rollout.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
+LossAgg = Literal["step_mean", "trajectory_mean"]
 
 
 class Reducer:
@@ -65,6 +66,13 @@ class Algorithm:
         reward_type: ``action_level`` or ``chunk_level``.
         logprob_type: ``token_level``, ``action_level`` or ``chunk_level``.
         entropy_type: granularity of the entropy term.
+        loss_agg: how the per-entry losses are averaged. ``step_mean``: mean over the valid
+            entries of the minibatch (a long failed episode weighs more than a short success).
+            ``trajectory_mean``: RLinf's ``masked_mean_ratio``, which it applies whenever episodes do
+            not auto-reset: each entry is weighted ``max_episode_steps / n_i`` (``n_i``: valid
+            sub-steps of its trajectory) and the sum is divided by *all* stored entries, masked
+            ones included, so every trajectory counts equally and dropped (filtered) groups
+            scale the loss down as upstream. Needs ``auto_reset: false``.
     """
 
     uses_critic = False
@@ -79,6 +87,7 @@ class Algorithm:
         reward_type: RewardLevel = "action_level",
         logprob_type: Level = "token_level",
         entropy_type: Level = "token_level",
+        loss_agg: LossAgg = "step_mean",
     ) -> None:
         if clip_ratio_c is not None and clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 (or null to disable), got {clip_ratio_c}")
@@ -87,6 +96,9 @@ class Algorithm:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
+        if loss_agg not in ("step_mean", "trajectory_mean"):
+            raise ValueError(f"loss_agg must be 'step_mean' or 'trajectory_mean', got {loss_agg!r}")
+        self.loss_agg = loss_agg
         self.clip_ratio_low = clip_ratio_low
         self.clip_ratio_high = clip_ratio_high
         self.clip_ratio_c = clip_ratio_c
@@ -97,8 +109,13 @@ class Algorithm:
         self.entropy_type = entropy_type
 
     # ---------------------------------------------------------------- advantages
-    def compute(self, trajs: list[Trajectory], group_size: int, reduce: Reducer) -> tuple[Samples, dict[str, float]]:
-        """Advantages of every rollout epoch, as flat samples, plus ``rollout/*`` metrics."""
+    def compute(
+        self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
+    ) -> tuple[Samples, dict[str, float]]:
+        """Advantages of every rollout epoch, as flat samples, plus ``rollout/*`` metrics.
+
+        ``max_episode_steps`` (default: the rollout length N·C) scales the ``trajectory_mean`` weights.
+        """
         advs, masks, targets = [], [], []
         for traj in trajs:
             adv, mask, target = self._advantages(traj, group_size)
@@ -109,6 +126,8 @@ class Algorithm:
         mask = torch.cat([flatten_steps(m) for m in masks])
         adv = self._postprocess(adv, mask, reduce)
         samples = self._samples(trajs, adv, mask, targets)
+        if self.loss_agg == "trajectory_mean":
+            samples.loss_weight = torch.cat([flatten_steps(trajectory_weights(t, max_episode_steps)) for t in trajs])
         valid = mask.bool()
         rewards = torch.cat([flatten_steps(t.rewards) for t in trajs])
         reward_valid = torch.cat([flatten_steps(t.valid) for t in trajs])
@@ -147,6 +166,20 @@ class Algorithm:
         return samples
 
     # ---------------------------------------------------------------- loss
+    def denominator(self, mask: torch.Tensor) -> torch.Tensor:
+        """Local loss denominator of one minibatch's mask: its valid entries (``step_mean``) or
+        all its entries (``trajectory_mean``, as RLinf's ``masked_mean_ratio``)."""
+        if self.loss_agg == "trajectory_mean":
+            return torch.tensor(float(mask.numel()), dtype=torch.float64)
+        return mask.sum().double()
+
+    @staticmethod
+    def _weighted(mask: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """``mask [S, ...]`` times the per-sample loss weight ``[S]`` (if any)."""
+        if weight is None:
+            return mask
+        return mask * weight.to(mask.device, mask.dtype).view(-1, *([1] * (mask.dim() - 1)))
+
     def loss(
         self,
         out: EvaluateOutput,
@@ -157,13 +190,14 @@ class Algorithm:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss of one micro-batch.
 
-        ``denom`` is the number of valid entries of ``mask`` in the whole minibatch (divided by the
-        world size), so that accumulated micro-batch losses average over the minibatch.
+        ``denom`` is :meth:`denominator` of the whole minibatch's mask, summed over ranks and
+        divided by the world size, so that accumulated micro-batch losses average over the minibatch.
         """
         logp = reduce_level(out.logprobs, self.logprob_type)
         old = reduce_level(mb.old_logprobs.to(logp.device), self.logprob_type)
         adv = expand_to(mb.adv.to(logp.device), self.logprob_type)
-        mask = expand_to(mb.mask.to(logp.device), self.logprob_type).expand_as(logp)
+        weighted = self._weighted(mb.mask.to(logp.device), mb.loss_weight)
+        mask = expand_to(weighted, self.logprob_type).expand_as(logp)
         adv = adv.expand_as(logp)
         n_per_entry = mask[0].numel() / mb.mask[0].numel()
         policy_loss, stats = ppo_actor_loss(
@@ -175,12 +209,25 @@ class Algorithm:
         loss = policy_loss if actor_enabled else policy_loss * 0.0
         if out.entropy is not None:
             ent = reduce_level(out.entropy, self.entropy_type)
-            ent_mask = expand_to(mb.mask.to(ent.device), self.entropy_type).expand_as(ent)
+            ent_mask = expand_to(weighted.to(ent.device), self.entropy_type).expand_as(ent)
             entropy = masked_mean(ent, ent_mask, denom * ent_mask[0].numel() / mb.mask[0].numel())
             metrics["train/entropy_loss"] = entropy.detach()
             if self.entropy_bonus and actor_enabled:
                 loss = loss - self.entropy_bonus * entropy
         return loss, metrics
+
+
+def trajectory_weights(traj: Trajectory, max_episode_steps: int | None = None) -> torch.Tensor:
+    """RLinf's ``masked_mean_ratio`` weights ``T / n_b`` per chunk step, ``[N, B]``.
+
+    ``n_b`` = valid sub-steps of env slot ``b``'s episode (RLinf's ``loss_mask_sum``, counted before
+    group filtering, in sub-steps also for chunk-level rewards); ``T`` = ``max_episode_steps``
+    (default: the rollout length N·C).
+    """
+    N, B, C = traj.valid.shape
+    T = float(max_episode_steps or N * C)
+    n = traj.valid.sum((0, 2)).to(torch.float32).clamp(min=1.0)  # [B]
+    return (T / n).unsqueeze(0).expand(N, B).contiguous()
 
 
 def _global_mean(x: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> float:

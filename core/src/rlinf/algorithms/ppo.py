@@ -88,7 +88,7 @@ class PPO(Algorithm):
         values = out.values
         old = mb.old_values.to(values.device)
         target = mb.value_targets.to(values.device)
-        vmask = mb.value_mask.to(values.device)
+        vmask = self._weighted(mb.value_mask.to(values.device), mb.loss_weight)
         if values.shape != target.shape:
             raise ValueError(f"policy values have shape {tuple(values.shape)}, expected {tuple(target.shape)}")
         value_loss, stats = ppo_critic_loss(

@@ -115,7 +115,8 @@ class Samples:
     """Flat training samples (one per chunk step and env slot) of a whole rollout.
 
     ``adv``/``mask`` are ``[S, C]`` (action-level rewards) or ``[S]`` (chunk-level);
-    ``value_targets``/``value_mask``/``old_values`` are ``[S, Cv]``.
+    ``value_targets``/``value_mask``/``old_values`` are ``[S, Cv]``; ``loss_weight`` ``[S]`` is the
+    per-sample weight of ``loss_agg: trajectory_mean`` (None: unweighted).
     """
 
     obs: Observation
@@ -126,6 +127,7 @@ class Samples:
     old_values: torch.Tensor | None = None
     value_targets: torch.Tensor | None = None
     value_mask: torch.Tensor | None = None
+    loss_weight: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.old_logprobs.shape[0]
@@ -143,6 +145,7 @@ class Samples:
             old_values=pick(self.old_values),
             value_targets=pick(self.value_targets),
             value_mask=pick(self.value_mask),
+            loss_weight=pick(self.loss_weight),
         )
 
     def nbytes_per_sample(self) -> float:

@@ -28,8 +28,12 @@ import numpy as np
 GL_BACKENDS = ("egl", "osmesa")
 CAMERAS = {"main": "agentview", "wrist": "robot0_eye_in_hand"}
 PROPRIO_OBSERVABLES = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos")
-#: OpenVLA-OFT's "dummy action" used to let objects settle after a reset: no motion, gripper open.
-SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
+#: Actions that let objects settle after a reset: no arm motion; gripper open (OpenVLA-OFT's "dummy
+#: action", RLinf's reset_gripper_open: true) or neutral (0, RLinf's experiment configs).
+SETTLE_ACTIONS = {
+    "open": np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64),
+    "neutral": np.zeros(7, dtype=np.float64),
+}
 STATE_DIM = 8
 
 _FAST_RENDER = False  # read by the render-context patch while a simulator is being built
@@ -225,7 +229,7 @@ class LiberoSim:
         """robosuite's ``MjSim`` (``.model``, ``.data``, ``get_state()``, ...)."""
         return self._robosuite.sim
 
-    def reset_to(self, state: np.ndarray, settle_steps: int, placement_seed: int) -> None:
+    def reset_to(self, state: np.ndarray, settle_steps: int, placement_seed: int, settle_gripper: str = "open") -> None:
         """Soft-reset, load ``state`` (a flattened MuJoCo state) and take ``settle_steps`` still steps.
 
         LIBERO's reset re-samples the placement of fixtures (cabinets, stoves: bodies without a
@@ -244,8 +248,9 @@ class LiberoSim:
                 robot.gripper.current_action = np.zeros_like(robot.gripper.current_action)
         self.obs = self.env.set_init_state(state)
         self.steps = 0
+        action = SETTLE_ACTIONS[settle_gripper]
         for _ in range(settle_steps):
-            self.obs = self.env.step(SETTLE_ACTION)[0]
+            self.obs = self.env.step(action)[0]
 
     def step(self, action: np.ndarray) -> bool:
         """One 20 Hz control step; returns whether the task's goal holds."""

@@ -63,8 +63,11 @@ class LiberoEnv(Env):
         use_wrist_image: also render the wrist camera as ``wrist_images``.
         obs_mode: ``rgb`` (cameras rendered) or ``state`` (no renderer is built: cheaper
             simulators for state-based policies; ``main_images`` is then a black 1x1 placeholder).
-        settle_steps: still steps (arm holds, gripper open) after every reset so objects come to
-            rest, not counted in the episode (OpenVLA-OFT's eval waits 10).
+        settle_steps: still steps (zero arm motion) after every reset so objects come to rest, not
+            counted in the episode (OpenVLA-OFT's eval waits 10, RLinf 15).
+        settle_gripper: gripper command during the settle steps: ``open`` (-1, OpenVLA-OFT's dummy
+            action and RLinf's ``reset_gripper_open: true``) or ``neutral`` (0, RLinf's experiment
+            configs, ``reset_gripper_open: false``).
         gripper_action: how the 7th action dimension is read. ``robosuite``: as robosuite takes it
             (-1 open, +1 close). ``openvla``: in [0, 1] with 1 = open, binarised and inverted like
             the OpenVLA / OpenVLA-OFT LIBERO evals (use with those checkpoints; the policy must
@@ -102,6 +105,7 @@ class LiberoEnv(Env):
         use_wrist_image: bool = False,
         obs_mode: Literal["rgb", "state"] = "rgb",
         settle_steps: int = 10,
+        settle_gripper: Literal["open", "neutral"] = "open",
         gripper_action: Literal["robosuite", "openvla"] = "robosuite",
         reward_coef: float = 1.0,
         use_rel_reward: bool = True,
@@ -125,6 +129,8 @@ class LiberoEnv(Env):
             raise ValueError("use_wrist_image needs obs_mode: rgb")
         if settle_steps < 0:
             raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
+        if settle_gripper not in ("open", "neutral"):
+            raise ValueError(f"settle_gripper must be 'open' or 'neutral', got {settle_gripper!r}")
         if gripper_action not in GRIPPER_ACTIONS:
             raise ValueError(f"gripper_action must be one of {', '.join(GRIPPER_ACTIONS)}, got {gripper_action!r}")
         if sim_cache_size < 0 or scene_cache_size < 0:
@@ -137,6 +143,7 @@ class LiberoEnv(Env):
         self.use_wrist_image = use_wrist_image
         self.obs_mode = obs_mode
         self.settle_steps = settle_steps
+        self.settle_gripper = settle_gripper
         self.gripper_action = gripper_action
         self.reward_coef = reward_coef
         self.use_rel_reward = use_rel_reward
@@ -257,7 +264,9 @@ class LiberoEnv(Env):
         for e, t, trial in zip(env_ids, task_ids, self.trial_ids(reset_state_ids).tolist()):
             task = self.tasks[t]
             seed = zlib.crc32(f"{task.name}/{trial}".encode())
-            self._slots[e].reset_to(load_init_states(task.suite, task.index)[trial], self.settle_steps, seed)
+            self._slots[e].reset_to(
+                load_init_states(task.suite, task.index)[trial], self.settle_steps, seed, self.settle_gripper
+            )
             self._slot_task[e] = t
             self._prev_success[e] = False
 

@@ -136,7 +136,10 @@ class SimBatch:
         image_size: ``(height, width)`` of the camera images.
         camera: name of the ManiSkill sensor camera used as the main image.
         show_goal: keep goal markers that ManiSkill hides from cameras (e.g. PickCube's sphere).
-        reward_mode: ManiSkill reward mode (``sparse`` or ``normalized_dense``).
+        reward_mode: ManiSkill reward mode (``sparse`` or ``normalized_dense``), or ``grasp``:
+            RLinf's shaped reward ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``
+            from the task's info (RL4VLA's ``is_src_obj_grasped`` / ``consecutive_grasp``;
+            ManiSkill's ``is_grasped`` where the former is absent).
         sim_config: ManiSkill ``sim_config`` overrides (``sim_freq``, ``control_freq``, ...).
         make_kwargs: extra keyword arguments of ``gym.make``.
         control_mode: ManiSkill control mode (None: the task's default).
@@ -160,7 +163,7 @@ class SimBatch:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
             obs_mode="state_dict",
-            reward_mode=reward_mode,
+            reward_mode="sparse" if reward_mode == "grasp" else reward_mode,
             sim_backend="physx_cuda" if gpu else "physx_cpu",
             render_backend="gpu" if (gpu if render_gpu is None else render_gpu) else "cpu",
             sensor_configs=dict(height=image_size[0], width=image_size[1]),
@@ -175,10 +178,17 @@ class SimBatch:
             self.env = gym.make(task, **kwargs)
         self.u = self.env.unwrapped
         self.task, self.n, self.show_goal = task, n, show_goal
+        self.grasp_reward = reward_mode == "grasp"
         if camera not in self.u.scene.sensors:
             cameras = list(self.u.scene.sensors)
             raise ValueError(f"ManiSkill task {task!r} has no camera {camera!r}; its cameras: {cameras}")
         self.camera_name = camera  # looked up per render: a reconfiguring reset rebuilds the sensors
+        cfg = self.u.scene.sensors[camera].config
+        try:
+            check_camera_size(task, camera, getattr(cfg, "intrinsic", None), image_size)
+        except ValueError:
+            self.close()
+            raise
         shape = tuple(self.u.single_action_space.shape)
         if shape != (7,):
             self.close()
@@ -237,13 +247,12 @@ class SimBatch:
         reward = reward.float().reshape(n).cpu().numpy() if torch.is_tensor(reward) else np.full(n, reward, np.float32)
         success = self._flag(info, "success")
         fail = self._flag(info, "fail")
+        if self.grasp_reward:
+            reward = grasp_shaped_reward(info, success, n)
         return reward.astype(np.float32), success, fail
 
     def _flag(self, info: dict, key: str) -> np.ndarray:
-        value = info.get(key)
-        if value is None:
-            return np.zeros(self.n, bool)
-        return torch.as_tensor(value).reshape(self.n).cpu().numpy().astype(bool)
+        return _info_flag(info, key, self.n)
 
     def render(self, rows: list[int]) -> np.ndarray:
         """``uint8 [len(rows), H, W, 3]`` RGB images of the main camera."""
@@ -297,3 +306,43 @@ class SimBatch:
         with contextlib.suppress(Exception):
             self.env.close()
 
+
+def _info_flag(info: dict, key: str, n: int) -> np.ndarray:
+    value = info.get(key)
+    if value is None:
+        return np.zeros(n, bool)
+    return torch.as_tensor(value).reshape(n).cpu().numpy().astype(bool)
+
+
+def grasp_shaped_reward(info: dict, success: np.ndarray, n: int) -> np.ndarray:
+    """RLinf's default ManiSkill reward ``[n]``.
+
+    ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``; RL4VLA's tasks report both grasp
+    flags as "so far in the episode", so the relative reward pays each once.
+    """
+    key = "is_src_obj_grasped" if "is_src_obj_grasped" in info else "is_grasped"
+    grasped = _info_flag(info, key, n)
+    consecutive = _info_flag(info, "consecutive_grasp", n)
+    return (0.1 * grasped + 0.1 * consecutive + 1.0 * (success & grasped)).astype(np.float32)
+
+
+def check_camera_size(task: str, camera: str, intrinsic, image_size: tuple[int, int]) -> None:
+    """Fail when a camera with a fixed intrinsic matrix is rendered at another size.
+
+    ManiSkill keeps a camera's intrinsic matrix (in pixels) when its width/height are overridden, so
+    e.g. the Bridge scenes' ``3rd_view_camera`` (640x480) rendered at 224x224 shows an off-centre
+    crop, not the view the policy was trained on. Render at the native size; the policy resizes.
+    """
+    if intrinsic is None:
+        return
+    K = np.asarray(intrinsic, dtype=np.float64)
+    cx, cy = float(K[0, 2]), float(K[1, 2])
+    H, W = image_size
+    if abs(2 * cx - W) <= 0.05 * W and abs(2 * cy - H) <= 0.05 * H:
+        return
+    native = [int(round(2 * cy / 16) * 16), int(round(2 * cx / 16) * 16)]
+    raise ValueError(
+        f"ManiSkill task {task!r}: camera {camera!r} has a fixed intrinsic matrix for about {native[1]}x{native[0]} "
+        f"pixels (principal point {cx:.1f}, {cy:.1f}); rendered at {W}x{H} it shows another view. "
+        f"Set image_size: {native} (the policy resizes the images itself)"
+    )

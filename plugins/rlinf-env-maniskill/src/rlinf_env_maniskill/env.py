@@ -55,8 +55,10 @@ class ManiSkillEnv(Env):
             e.g. the WidowX controller of the Bridge scenes).
         show_goal: render goal markers that ManiSkill hides from cameras (PickCube's green
             sphere); an image-only policy cannot see the goal otherwise.
-        reward_mode: ``sparse`` (1 on success, -1 on ManiSkill's fail) or ``dense`` (ManiSkill's
-            normalized dense reward in [0, 1]).
+        reward_mode: ``sparse`` (1 on success, -1 on ManiSkill's fail), ``dense`` (ManiSkill's
+            normalized dense reward in [0, 1]) or ``grasp`` (RLinf's default ManiSkill reward
+            ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``, used with
+            ``relative_reward: true`` as RLinf's ``use_rel_reward``).
         relative_reward: reward the change of the reward since the previous step (RLinf's
             ``use_rel_reward``).
         action_format: ``normalized`` (ManiSkill's [-1, 1] scale: ±1 = ±10 cm / ±0.1 rad, gripper
@@ -90,7 +92,7 @@ class ManiSkillEnv(Env):
         camera: str = "base_camera",
         control_mode: str | None = "pd_ee_delta_pose",
         show_goal: bool = True,
-        reward_mode: Literal["sparse", "dense"] = "sparse",
+        reward_mode: Literal["sparse", "dense", "grasp"] = "sparse",
         relative_reward: bool = False,
         action_format: Literal["normalized", "bridge"] = "normalized",
         include_state: bool = False,
@@ -111,7 +113,7 @@ class ManiSkillEnv(Env):
         if len(size) not in (1, 2) or min(size) < 1:
             raise ValueError(f"image_size must be one positive int or [height, width], got {image_size}")
         for name, value, valid in (
-            ("reward_mode", reward_mode, ("sparse", "dense")),
+            ("reward_mode", reward_mode, ("sparse", "dense", "grasp")),
             ("action_format", action_format, ("normalized", "bridge")),
             ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
         ):
@@ -210,7 +212,7 @@ class ManiSkillEnv(Env):
                 image_size=self.image_size,
                 camera=self.camera,
                 show_goal=self.show_goal,
-                reward_mode="sparse" if self.reward_mode == "sparse" else "normalized_dense",
+                reward_mode={"dense": "normalized_dense"}.get(self.reward_mode, self.reward_mode),
                 sim_config=self.sim_config,
                 make_kwargs=self.make_kwargs,
                 control_mode=self.control_mode,

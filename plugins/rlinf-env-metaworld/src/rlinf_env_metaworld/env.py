@@ -12,6 +12,8 @@ from rlinf.envs.observation import Observation
 from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
 
 STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}
+#: dimensions of a 7-D VLA action that MetaWorld takes (xyz deltas, gripper); 3-5 are rotations
+XYZ_GRIPPER = [0, 1, 2, 6]
 
 
 class MetaWorldEnv(Env):
@@ -36,7 +38,9 @@ class MetaWorldEnv(Env):
         trial_seed: seed of the initial configurations; use another value for held-out scenes.
         image_size: side of the square RGB images, pixels.
         camera_name: main camera: ``corner``, ``corner2``, ``corner3``, ``corner4``, ``topview``,
-            ``behindGripper`` or ``gripperPOV``.
+            ``behindGripper`` or ``gripperPOV``. RLinf moves ``corner2`` to ``[0.75, 0.075, 0.7]``
+            "to align with SFT": in MetaWorld 3 that is exactly ``corner4`` (same orientation and
+            field of view), the view of RLinf's MetaWorld SFT checkpoint.
         wrist_camera_name: optional second camera returned as ``wrist_images`` (e.g. ``gripperPOV``).
         flip_corner_cameras: rotate ``corner*`` images by 180 degrees (they render upside down).
         fast_render: turn off shadows, anti-aliasing and reflections (~10x faster on CPU). Images
@@ -47,6 +51,9 @@ class MetaWorldEnv(Env):
         reward_type: ``sparse`` (1 while successful, else 0) or ``dense`` (metaworld's shaped
             reward divided by 10).
         reward_coef: multiplies every reward.
+        action_format: ``4d`` (xyz deltas + gripper, metaworld's own) or ``7d`` (a VLA's 7-D action,
+            e.g. RLinf's OpenVLA-OFT with 7-D ``meta_world_strict`` norm stats: dimensions 0-2 and
+            6 drive the arm, the rotation dimensions 3-5 are ignored, as RLinf does).
         gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``).
         **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
             ``seed``, ``is_eval``, ...).
@@ -70,6 +77,7 @@ class MetaWorldEnv(Env):
         state_type: Literal["proprio", "full", "none"] = "proprio",
         reward_type: Literal["sparse", "dense"] = "sparse",
         reward_coef: float = 1.0,
+        action_format: Literal["4d", "7d"] = "4d",
         gl_backend: str | None = None,
         **kwargs,
     ) -> None:
@@ -81,6 +89,8 @@ class MetaWorldEnv(Env):
             raise ValueError(f"state_type must be one of {', '.join(STATE_DIMS)}, got {state_type!r}")
         if reward_type not in ("sparse", "dense"):
             raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}")
+        if action_format not in ("4d", "7d"):
+            raise ValueError(f"action_format must be '4d' or '7d', got {action_format!r}")
         if image_size < 8:
             raise ValueError(f"image_size must be >= 8 pixels, got {image_size}")
         self.task_set = task_set
@@ -95,6 +105,8 @@ class MetaWorldEnv(Env):
         self.hide_goal = task_set == "ML45" and not tasks
         self.reward_type = reward_type
         self.reward_coef = reward_coef
+        self.action_format = action_format
+        self.action_dim = 7 if action_format == "7d" else 4
         self.gl_backend = gl_backend
         #: images rendered so far (one per camera per sub-env observation).
         self.num_renders = 0
@@ -170,7 +182,7 @@ class MetaWorldEnv(Env):
         success = np.zeros(B, bool)
         self._stale |= live
         for e in np.nonzero(live)[0]:
-            shaped, success[e] = self._slots[e].step(actions[e])
+            shaped, success[e] = self._slots[e].step(actions[e, XYZ_GRIPPER] if self.action_dim == 7 else actions[e])
             rewards[e] = float(success[e]) if self.reward_type == "sparse" else shaped / 10.0
         return rewards * self.reward_coef, success.copy(), success
 
@@ -207,7 +219,8 @@ class MetaWorldEnv(Env):
 
     # ------------------------------------------------------------------ scripted experts
     def expert_actions(self, chunk: int = 1) -> torch.Tensor:
-        """The scripted expert's next ``chunk`` actions per sub-env, ``float32 [B, chunk, 4]``.
+        """The scripted expert's next ``chunk`` actions per sub-env, ``float32 [B, chunk, action_dim]``
+        (``7d``: rotation dimensions 0).
 
         Uses metaworld's hand-written policies on the simulator state. For ``chunk > 1`` the
         expert is simulated ahead and the simulator rewound, so ``chunk_step`` of the result
@@ -220,7 +233,7 @@ class MetaWorldEnv(Env):
         out = np.zeros((self.num_envs, chunk, self.action_dim), np.float32)
         for e, ep in enumerate(self._episodes):
             if ep.live and self._slots[e] is not None:
-                out[e] = self._slots[e].expert_actions(chunk)
+                out[e][:, XYZ_GRIPPER if self.action_dim == 7 else slice(None)] = self._slots[e].expert_actions(chunk)
         return torch.from_numpy(out)
 
     def close(self) -> None:

@@ -251,15 +251,24 @@ class _PrismaticPolicy(Policy):
         tok = self.action_tokenizer
         return self.vla.lm_logits(hidden, tok.token_begin, tok.n_bins)
 
-    @staticmethod
-    def _choose(logits: torch.Tensor, do_sample: bool, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Bin indices and their log-probs from ``[..., n_bins]`` logits.
-
-        Greedy or not, the log-probs are under the temperature-scaled distribution, as :meth:`evaluate` computes them.
-        """
+    def _warp(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Sampling distribution's logits: ``/ temperature`` then top-k (others ``-inf``), as upstream."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (log-probs use softmax(logits / T)), got {temperature}")
-        logp = F.log_softmax(logits / temperature, dim=-1)
+        logits = logits / temperature
+        k = self.top_k
+        if 0 < k < logits.shape[-1]:
+            kth = logits.topk(k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return logits
+
+    def _choose(self, logits: torch.Tensor, do_sample: bool, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bin indices and their log-probs from ``[..., n_bins]`` logits.
+
+        Greedy or not, the log-probs are under the warped (temperature, top-k) distribution, as :meth:`evaluate`
+        computes them.
+        """
+        logp = F.log_softmax(self._warp(logits, temperature), dim=-1)
         if do_sample:
             flat = logp.reshape(-1, logp.shape[-1]).exp()
             bins = torch.multinomial(flat, 1).view(logp.shape[:-1])
@@ -320,11 +329,12 @@ class _PrismaticPolicy(Policy):
             )
         bins = self.action_tokenizer.tokens_to_bins(tokens).reshape(B, -1)
         logits, value_hidden = self._teacher_logits(obs, bins)
-        logp_all = F.log_softmax(logits / temperature, dim=-1)
+        logp_all = F.log_softmax(self._warp(logits, temperature), dim=-1)
         logprobs = logp_all.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
         entropy = None
         if compute_entropy:
-            entropy = self._shape(-(logp_all.exp() * logp_all).sum(-1))
+            p = logp_all.exp()
+            entropy = self._shape(-(p * torch.where(p > 0, logp_all, torch.zeros_like(logp_all))).sum(-1))
         values = self._values(value_hidden) if compute_values else None
         return EvaluateOutput(logprobs=self._shape(logprobs), entropy=entropy, values=values)
 
@@ -416,6 +426,8 @@ class OpenVLAPolicy(_PrismaticPolicy):
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
+            training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
 
     model_type = "openvla"
@@ -444,13 +456,15 @@ class OpenVLAPolicy(_PrismaticPolicy):
         center_crop: bool = False,
         normalization_type: NormalizationType = "bounds_q99",
         invert_gripper: bool = False,
+        top_k: int = 0,
     ) -> None:
         super().__init__()
         if use_proprio:
             raise ValueError("OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with use_proprio: true")
         if num_images_in_input != 1:
             raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for num_images_in_input > 1")
-        self._setup(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+        self.top_k = int(top_k)
+        self._setup(**{k: v for k, v in locals().items() if k not in ("self", "__class__", "top_k")})
 
     def _decode(self, obs, *, do_sample, temperature):
         vla = self.vla
@@ -542,6 +556,8 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
+            training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
 
     model_type = "openvla_oft"
@@ -571,9 +587,11 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         center_crop: bool = False,
         normalization_type: NormalizationType = "bounds_q99",
         invert_gripper: bool = False,
+        top_k: int = 0,
     ) -> None:
         super().__init__()
-        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode")}
+        self.top_k = int(top_k)
+        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode", "top_k")}
         self._setup(**args)
         self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early

@@ -1,0 +1,38 @@
+"""A config written for N GPUs run on fewer says what changes, in one line at the start of fit."""
+
+import lightning.pytorch as pl
+
+from rlinf.algorithms import GRPO
+from rlinf.config import RolloutConfig
+from rlinf.module import RLModule, world_size_note
+from rlinf.testing.toy_env import ReachEnv
+from rlinf.testing.toy_policy import TinyVLAPolicy
+
+
+def test_note_numbers_for_the_seeds_libero_sizes():
+    # libero/spatial.yaml: 8 envs per GPU, 16 rollout epochs x 64 chunk steps, global batch 16384, 8 GPUs
+    samples = 16 * 64 * 8
+    assert world_size_note(8, 8, 8, samples, 16384) is None
+    assert world_size_note(None, 2, 8, samples, 16384) is None
+    note = world_size_note(8, 2, 8, samples, 16384)
+    assert "\n" not in note
+    assert "16 envs in total instead of 64" in note
+    assert "1 optimizer steps per RL step instead of 4" in note
+
+
+def test_fit_prints_the_note_once_at_start(tmp_path, capsys):
+    env = ReachEnv(num_envs=4, group_size=2, max_episode_steps=4, auto_reset=False)
+    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2)
+    module = RLModule(
+        env=env, policy=policy, algorithm=GRPO(), global_batch_size=8, micro_batch_size=4, config_world_size=8,
+        rollout=RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False),
+    )
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        check_val_every_n_epoch=1000, default_root_dir=str(tmp_path),
+    )
+    trainer.fit(module)
+    err = [line for line in capsys.readouterr().err.splitlines() if "written for 8 processes" in line]
+    assert err == ["rlinf: this config was written for 8 processes but runs on 1: 4 envs in total instead of 32, "
+                   "1 optimizer steps per RL step instead of 8 (scale num_envs by 8/1 to keep the totals)"]

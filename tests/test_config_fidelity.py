@@ -1,0 +1,184 @@
+"""Drift guard: every seeds' config carries the values of the upstream RLinf experiment it reproduces.
+
+The table below is RLinf v0.3's ``examples/embodiment/config/*.yaml`` (with their ``env/`` and ``model/``
+includes and the code defaults they fall back to) as the seeds' runs effectively used them; e.g. Adam
+eps 1e-8 / weight decay 0.01 are torch's AdamW defaults, which RLinf passed regardless of the YAML until
+after the seeds' runs. A deliberate difference is documented in docs/configs.md and left out of the table.
+Change a value here only together with docs/configs.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+ADAM = {"optim.adam_eps": 1e-8, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999}
+OFT_LIBERO_GRPO = {
+    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 16384, "micro_batch_size": 32,
+    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 512,
+    "env.reward_coef": 5.0, "env.settle_steps": 15, "env.settle_gripper": "neutral", "eval_env.settle_steps": 15,
+    "rollout.max_steps_per_rollout_epoch": 512, "rollout.temperature_train": 1.6, "rollout.temperature_eval": 1.6,
+    "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.5, "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_c": 3.0, "algorithm.logprob_type": "token_level",
+    "algorithm.reward_type": "action_level", "policy.attention_mode": "bidirectional", "policy.top_k": -1,
+    "policy.is_lora": False, "policy.num_action_chunks": 8, "policy.center_crop": True,
+    "policy.max_prompt_length": 128,
+}
+OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
+    **ADAM, "optim.lr": 5e-6, "optim.value_lr": 3e-3, "optim.clip_grad": 1.0, "global_batch_size": 1024,
+    "micro_batch_size": 16, "total_envs": 64, "env.auto_reset": True, "env.max_episode_steps": 512,
+    "env.reward_coef": 5.0, "env.settle_steps": 10, "env.settle_gripper": "neutral",
+    "rollout.max_steps_per_rollout_epoch": 4096, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
+    "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "algorithm.gamma": 0.99,
+    "algorithm.gae_lambda": 0.95, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
+    "algorithm.reward_type": "chunk_level", "policy.value_type": "chunk_level",
+    "policy.attention_mode": "bidirectional",
+    "policy.top_k": 50, "policy.is_lora": True, "policy.lora_rank": 32, "policy.center_crop": False,
+    "policy.max_prompt_length": 50,
+}
+MANISKILL = {
+    **ADAM, "global_batch_size": 640, "env.max_episode_steps": 80, "env.reward_mode": "grasp",
+    "env.relative_reward": True, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
+    "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
+    "eval_env.image_size": [480, 640],
+}
+MANISKILL_GRPO = {
+    **MANISKILL, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
+    "rollout.max_steps_per_rollout_epoch": 80, "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean",
+    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_low": 0.2, "micro_batch_size": 40,
+}
+MANISKILL_PPO = {
+    **MANISKILL, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
+    "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "optim.lr": 1e-4, "optim.value_lr": 3e-3,
+    "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.add_value_head": True, "policy.top_k": 0,
+}
+METAWORLD = {
+    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 12800, "micro_batch_size": 32,
+    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 100,
+    "env.reward_coef": 5.0, "env.camera_name": "corner4", "env.action_format": "7d", "env.image_size": 480,
+    "eval_env.camera_name": "corner4", "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 100,
+    "rollout.temperature_train": 1.6, "rollout.temperature_eval": 0.6, "algorithm.class_path": "GRPO",
+    "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.1,
+    "algorithm.rewards_upper_bound": 1.0, "policy.num_action_chunks": 1, "policy.action_dim": 7,
+    "policy.unnorm_key": "meta_world_strict", "policy.center_crop": True, "policy.attention_mode": "bidirectional",
+    "policy.top_k": -1,
+}
+OOD = {
+    "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
+    "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
+    "eval_env.image_size": [480, 640],
+}
+LIBERO_130_EVAL = {
+    "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
+    "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
+    "policy.unnorm_key": "libero_130_no_noops_trajall",
+    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
+}
+RL_EVAL = {"rollout.do_sample_eval": True, "rollout.temperature_eval": 1.6, "rollout.eval_rollout_epoch": 2}
+SFT_EVAL = {"rollout.do_sample_eval": False, "rollout.eval_rollout_epoch": 1}
+
+V03 = "examples/embodiment/config/"
+UPSTREAM: dict[str, tuple[str, dict]] = {
+    **{f"libero/{name}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16})
+       for name, up in (("spatial", "libero_spatial"), ("object", "libero_object"), ("goal", "libero_goal"),
+                        ("libero_10", "libero_10"))},
+    "libero/libero_90.yaml": (V03 + "libero_90_grpo_openvlaoft.yaml", {
+        **OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_90_no_noops_trajall"}),
+    "libero/libero_130.yaml": (V03 + "libero_130_grpo_openvlaoft.yaml", {
+        **OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_130_no_noops_trajall"}),
+    **{f"libero/ppo_{s}.yaml": ("libero_10_ppo_openvlaoft.yaml", OFT_LIBERO_PPO)
+       for s in ("spatial", "object", "goal", "libero_10")},
+    "maniskill/maniskill_grpo_openvla.yaml": (V03 + "maniskill_grpo_openvla.yaml", {
+        **MANISKILL_GRPO, "optim.lr": 1e-5, "optim.clip_grad": 1.0, "policy.is_lora": False, "policy.top_k": 50,
+        "rollout.pipeline_stage_num": 2}),
+    "maniskill/maniskill_grpo_openvlaoft.yaml": (V03 + "maniskill_grpo_openvlaoft.yaml", {
+        **MANISKILL_GRPO, "optim.lr": 1e-4, "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.top_k": 0,
+        "policy.attention_mode": "bidirectional"}),
+    "maniskill/maniskill_ppo_openvla.yaml": (V03 + "maniskill_ppo_openvla.yaml", {
+        **MANISKILL_PPO, "algorithm.clip_ratio_high": 0.2, "algorithm.logprob_type": "action_level",
+        "rollout.pipeline_stage_num": 2}),
+    "maniskill/maniskill_ppo_openvlaoft.yaml": (V03 + "maniskill_ppo_openvlaoft.yaml", {
+        **MANISKILL_PPO, "micro_batch_size": 40, "algorithm.clip_ratio_high": 0.28,
+        "algorithm.logprob_type": "token_level", "policy.attention_mode": "bidirectional"}),
+    "metaworld/mt50_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
+    "metaworld/ml45_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
+    **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
+       for split in ("vision", "semantic", "position")},
+    **{f"maniskill/maniskill_ood_{split}_openvlaoft.yaml": (
+        "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
+        "policy.add_value_head": True, "policy.is_lora": True}) for split in ("vision", "semantic", "position")},
+    "maniskill/maniskill_ood_semantic_train_objects.yaml": ("evaluations/run_eval.sh", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "train"}}),
+    "maniskill/maniskill_ood_semantic_train_objects_openvlaoft.yaml": ("evaluations/run_eval.sh", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "train"}, "policy.attention_mode": "bidirectional"}),
+    **{f"libero/eval/libero_130_{kind}_{suite}.yaml": (V03 + "libero_130_grpo_openvlaoft.yaml", {
+        **LIBERO_130_EVAL, **(RL_EVAL if kind == "rl" else SFT_EVAL), "eval_env.task_suite_name": f"libero_{suite}"
+        if suite in ("spatial", "object", "goal") else suite})
+       for kind in ("rl", "sft") for suite in ("spatial", "object", "goal", "libero_10", "libero_90", "libero_130")},
+}
+# configs that are not seeds' experiments: CPU smoke tests and the quickstart
+NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
+             "metaworld/quickstart_grpo.yaml"}
+SEED_DIRS = ("libero", "maniskill", "metaworld")
+
+
+def _load(rel: str) -> dict:
+    return yaml.safe_load((CONFIGS / rel).read_text())
+
+
+def _value(cfg: dict, key: str):
+    """Read ``key`` (``section.name``, ``total_envs`` or a top-level RLModule argument) from a config."""
+    args = cfg["model"]["init_args"]
+    if key == "total_envs":
+        world = args.get("config_world_size") or cfg["trainer"].get("devices", 1)
+        return args["env"]["init_args"]["num_envs"] * world
+    section, _, name = key.partition(".")
+    if not name:
+        return args[section]
+    block = args.get(section, {})
+    if name == "class_path":
+        return block.get("class_path")
+    if "class_path" in block:
+        block = block.get("init_args", {})
+    if name not in block:
+        raise KeyError(f"{section} has no {name!r}")
+    return block[name]
+
+
+@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
+def test_config_carries_the_upstream_values(rel):
+    upstream_file, expected = UPSTREAM[rel]
+    cfg = _load(rel)
+    wrong = {}
+    for key, want in expected.items():
+        try:
+            got = _value(cfg, key)
+        except KeyError:
+            got = "<missing>"
+        if got != want and not (isinstance(want, float) and isinstance(got, (int, float)) and abs(got - want) <= 1e-12):
+            wrong[key] = (got, want)
+    assert not wrong, f"{rel} drifted from {upstream_file} (got, upstream): {wrong}; see docs/configs.md"
+
+
+@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
+def test_config_header_and_docs_name_the_upstream_file(rel):
+    upstream_file, _ = UPSTREAM[rel]
+    header = "".join(line for line in (CONFIGS / rel).read_text().splitlines(keepends=True) if line.startswith("#"))
+    name = Path(upstream_file).name
+    assert name.replace(".yaml", "") in header.replace("\n# ", ""), f"{rel}'s header does not name {name}"
+    docs = (ROOT / "docs" / "configs.md").read_text()
+    assert f"`configs/{rel}`" in docs, f"docs/configs.md has no row for configs/{rel}"
+
+
+def test_every_seeds_config_is_in_the_table():
+    shipped = {str(p.relative_to(CONFIGS)) for d in SEED_DIRS for p in (CONFIGS / d).rglob("*.yaml")}
+    missing = sorted(shipped - set(UPSTREAM) - NOT_SEEDS)
+    assert not missing, f"add the upstream values of {missing} to tests/test_config_fidelity.py and docs/configs.md"
