@@ -24,11 +24,18 @@ GPU_CONFIGS = sorted(
 POLICY = "model.init_args.policy.init_args"
 
 
+# eval configs of a policy exported by one of our fit configs (``<run name>/policy``): the kind it was trained from
+EXPORTED_FROM = {"libero_130_grpo_openvlaoft": "rlinf-openvla-oft-libero-130"}
+
+
 def released_kind(model_path: str) -> str:
     """The released checkpoint kind whose repo the config's ``model_path`` names (its last path component)."""
     from rlinf_policy_openvla.released import RELEASED
 
-    name = Path(model_path).name
+    path = Path(model_path)
+    if path.name == "policy" and path.parent.name in EXPORTED_FROM:
+        return EXPORTED_FROM[path.parent.name]
+    name = path.name
     for kind, spec in RELEASED.items():
         if any(repo.split("/")[-1] == name for repo in spec.repos):
             return kind

@@ -50,7 +50,9 @@ class GRPO(Algorithm):
         self.rewards_upper_bound = rewards_upper_bound
         self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
 
-    def compute(self, trajs: list[Trajectory], group_size: int, reduce: Reducer) -> tuple[Samples, dict[str, float]]:
+    def compute(
+        self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
+    ) -> tuple[Samples, dict[str, float]]:
         # scale_rewards: batch divides by one std over every score of the step on every rank
         self._batch_std = None
         if self.scale_rewards == "batch":
@@ -58,7 +60,7 @@ class GRPO(Algorithm):
             total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
             if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
                 self._batch_std = global_std(scores, reduce)
-        return super().compute(trajs, group_size, reduce)
+        return super().compute(trajs, group_size, reduce, max_episode_steps)
 
     def _advantages(self, traj: Trajectory, group_size: int):
         if group_size < 2:

@@ -92,8 +92,9 @@ RELEASED: dict[str, ReleasedKind] = {
         ("RLinf/RLinf-OpenVLAOFT-LIBERO-130-Base-Lora", "RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora"),
         OXE_KEYS + ("libero_130_no_noops_trajall", "libero_90_no_noops_trajall"),
     ),
+    "rlinf-openvla-oft-maniskill": ReleasedKind(("RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Main",), OXE_KEYS),
     "rlinf-openvla-oft-metaworld": ReleasedKind(
-        ("RLinf/RLinf-OpenVLAOFT-MetaWorld-SFT",), ("meta_world_strict",), action_dim=4, proprio_dim=4
+        ("RLinf/RLinf-OpenVLAOFT-MetaWorld-SFT",), ("meta_world_strict",)  # 7-D statistics (RLinf decodes 7-D)
     ),
     "openvla-oft-official-libero": ReleasedKind(
         ("moojink/openvla-7b-oft-finetuned-libero-spatial",),
