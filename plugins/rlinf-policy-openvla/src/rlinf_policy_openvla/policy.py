@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from rlinf.envs.observation import Observation
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
+from rlinf.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer, NormalizationType, resolve_unnorm_key
 from rlinf_policy_openvla.checkpoint import (
     RLINF_KEY,
@@ -30,7 +31,6 @@ from rlinf_policy_openvla.checkpoint import (
 )
 from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 ValueType = Literal["chunk_level", "action_level"]
 
@@ -78,8 +78,7 @@ class _PrismaticPolicy(Policy):
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
             raise ValueError(f"{name} has model_type {self.model_type!r}, got {model_type!r}; {hint}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r} not supported; use one of {', '.join(PRECISIONS)}")
+        prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
         saved = spec.rlinf
@@ -132,7 +131,8 @@ class _PrismaticPolicy(Policy):
         # --- network
         from rlinf_policy_openvla._modeling import build_vla, load_into
 
-        dtype = PRECISIONS[precision]
+        # LoRA: the loaded weights stay frozen (stored in the low dtype); full fine-tuning: fp32 masters
+        dtype = prec.frozen if is_lora else prec.trainable
         vla = build_vla(spec, proprio_dim=self.proprio_dim, value_dim=value_dim, meta=True)
         state = load_weights(path)
         if self.use_proprio and not any(k.startswith("proprio_projector.") for k in state):
@@ -145,7 +145,6 @@ class _PrismaticPolicy(Policy):
             state.update({f"proprio_projector.{k}": v for k, v in extra.items()})
         load_into(vla, state, str(path), dtype)
         del state
-        vla.to(dtype)
         for pname, param in vla.named_parameters():
             if pname.startswith(tuple(vla.unused_parameter_prefixes())):
                 param.requires_grad_(False)  # never used in forward: keeps DDP free of unused-parameter errors
@@ -166,6 +165,9 @@ class _PrismaticPolicy(Policy):
             raise ValueError("lora_path is set but is_lora is false; set is_lora: true to load the adapter")
         else:
             self.model = vla
+        apply_precision(self.model, prec)  # trainable params fp32 (except bf16-true), frozen ones in the low dtype
+        self.precision = prec.name
+        self.compute_dtype = prec.compute
 
     @staticmethod
     def _load_tokenizer(path: Path):
@@ -395,7 +397,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
         lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
         lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
-        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
+            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
+            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
@@ -515,7 +519,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
         lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
-        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
+            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
+            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
         attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
             it) or ``action_block`` (causal prompt, bidirectional action block).
         center_crop: OFT-style 90 % centre crop of the camera images.
