@@ -87,6 +87,8 @@ class RLModule(pl.LightningModule):
         offload_optimizer: move the optimizer state to CPU during rollouts and evals (frees
             accelerator memory for inference and simulators; no effect on CPU or with DeepSpeed,
             which has its own ``offload_optimizer``).
+        gpu_memory_gb: memory of one GPU the config is written for (GiB); only read by
+            ``rlinf memory`` to check that the estimate fits.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class RLModule(pl.LightningModule):
         micro_batch_size: int = 32,
         export_policy: bool = True,
         offload_optimizer: bool = False,
+        gpu_memory_gb: float = 80.0,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -114,6 +117,7 @@ class RLModule(pl.LightningModule):
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
+        self.gpu_memory_gb = gpu_memory_gb
         self._validate()
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None

@@ -325,6 +325,12 @@ class _PrismaticPolicy(Policy):
         logits, _ = self._teacher_logits(obs, bins)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), bins.reshape(-1))
 
+    def memory_profile(self):
+        """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf.memory`)."""
+        from rlinf_policy_openvla.memory import prismatic_profile
+
+        return prismatic_profile(self)
+
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
         return {
