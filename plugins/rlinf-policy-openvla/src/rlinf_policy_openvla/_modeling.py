@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 try:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 except ImportError as exc:  # pragma: no cover - exercised only without transformers
     raise ImportError(
         f"rlinf-policy-openvla needs transformers>=5 ({exc}); install it with `pip install 'transformers>=5,<6'`"
@@ -102,9 +102,7 @@ class PrismaticVLA(nn.Module):
         self.spec = spec
         self.vision_backbone = VisionBackbone(spec)
         self.projector = Projector(spec)
-        self.text_config = LlamaConfig.from_dict(
-            {k: v for k, v in spec.text_config.items() if k not in ("model_type", "architectures")}
-        )
+        self.text_config = spec.llama_config
         self.language_model = LlamaForCausalLM(self.text_config)
         if proprio_dim:
             self.proprio_projector = ProprioProjector(proprio_dim, spec.llm_dim)

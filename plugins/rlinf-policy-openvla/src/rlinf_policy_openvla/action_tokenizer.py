@@ -62,17 +62,21 @@ class ActionTokenizer:
         self.vocab_size = vocab_size
         self.n_bins = n_bins
         self.token_begin = vocab_size - n_bins
-        self.low = torch.tensor(action_stats[low_key], dtype=torch.float64)
-        self.high = torch.tensor(action_stats[high_key], dtype=torch.float64)
+        # lookup tables on the CPU (moved to the data's device on use), also when built under rlinf.meta.meta_init
+        cpu = torch.device("cpu")
+        self.low = torch.tensor(action_stats[low_key], dtype=torch.float64, device=cpu)
+        self.high = torch.tensor(action_stats[high_key], dtype=torch.float64, device=cpu)
         if self.low.shape != self.high.shape or self.low.dim() != 1:
             raise ValueError(f"action statistics {low_key}/{high_key} must be equal-length lists")
         mask = action_stats.get("mask")
-        self.mask = torch.ones_like(self.low, dtype=torch.bool) if mask is None else torch.tensor(mask, dtype=torch.bool)
+        self.mask = (
+            torch.ones_like(self.low, dtype=torch.bool) if mask is None else torch.tensor(mask, dtype=torch.bool, device=cpu)
+        )
         if self.mask.shape != self.low.shape:
             raise ValueError(f"action statistics mask has {self.mask.numel()} entries, {low_key} has {self.low.numel()}")
-        self.bins = torch.linspace(-1.0, 1.0, n_bins, dtype=torch.float64)
+        self.bins = torch.linspace(-1.0, 1.0, n_bins, dtype=torch.float64, device=cpu)
         self.bin_centers = (self.bins[:-1] + self.bins[1:]) / 2
-        j = torch.arange(n_bins)
+        j = torch.arange(n_bins, device=cpu)
         # value of slice position j: token id token_begin + j → centre index clip(n_bins - 1 - j, 0, n_bins - 2)
         self.bin_values = self.bin_centers[(n_bins - 1 - j).clamp(0, n_bins - 2)]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -51,9 +52,16 @@ class PrismaticSpec:
     def vision_dim(self) -> int:
         return sum(v.width for v in self.vision)
 
+    @cached_property
+    def llama_config(self):
+        """``transformers.LlamaConfig`` of ``text_config``: absent fields take LlamaConfig's defaults (Llama-2-7B),
+        as in the released checkpoints, which store only ``model_type``, ``pad_token_id``, ``torch_dtype`` and
+        ``vocab_size``."""
+        return llama_config(self.text_config)
+
     @property
     def llm_dim(self) -> int:
-        return int(self.text_config["hidden_size"])
+        return int(self.llama_config.hidden_size)
 
     @property
     def num_patches(self) -> int:
@@ -62,11 +70,25 @@ class PrismaticSpec:
     @property
     def action_vocab_size(self) -> int:
         """Text vocabulary without padding rows; the action ids are its last ``n_action_bins`` ids."""
-        return int(self.text_config["vocab_size"]) - self.pad_to_multiple_of
+        return int(self.llama_config.vocab_size) - self.pad_to_multiple_of
 
     @property
     def rlinf(self) -> dict:
         return dict(self.raw.get(RLINF_KEY) or {})
+
+
+def llama_config(text_config: dict):
+    """``LlamaConfig`` from a (possibly minimal) nested ``text_config``; one-line error on bad fields."""
+    from transformers import LlamaConfig
+
+    model_type = text_config.get("model_type", "llama")
+    if model_type != "llama":
+        raise CheckpointError(f"config.json: text_config.model_type {model_type!r} not supported; OpenVLA uses 'llama'")
+    fields_ = {k: v for k, v in text_config.items() if k not in ("model_type", "architectures", "transformers_version")}
+    try:
+        return LlamaConfig(**fields_)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"config.json: text_config is not a valid Llama config ({exc})") from None
 
 
 def check_model_dir(path: str | Path) -> Path:

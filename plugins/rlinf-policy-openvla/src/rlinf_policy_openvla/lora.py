@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from rlinf.meta import is_meta_init
 
 try:
     import peft
@@ -13,6 +16,7 @@ except ImportError as exc:  # pragma: no cover
     raise ImportError(f"LoRA needs peft ({exc}); install it with `pip install 'peft>=0.17'`") from exc
 
 ADAPTER = "default"
+log = logging.getLogger(__name__)
 
 
 def default_target_modules(vla: nn.Module) -> str:
@@ -33,6 +37,47 @@ def default_target_modules(vla: nn.Module) -> str:
     return "|".join([*towers, r"projector\.fc[123]", llm])
 
 
+def forward_path_split(vla: nn.Module, config) -> tuple[list[str], list[str]]:
+    """Module names a LoRA ``config`` targets, split into (on the forward path, never run).
+
+    Prismatic reads the second-to-last ViT block, so a target list like RLinf's (``proj``, ``qkv``,
+    ``fc1``, ``q``, ``kv``, ...) also matches the last block and SigLIP's attention pool: adapters
+    there never get gradients, which multi-rank DDP rejects ("Expected to have finished reduction").
+    """
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    unused = tuple(vla.unused_parameter_prefixes())
+    used, skipped = [], []
+    for name, module in vla.named_modules():
+        if name and not list(module.children()) and check_target_module_exists(config, name):
+            (skipped if (name + ".").startswith(unused) else used).append(name)
+    return used, skipped
+
+
+def _restrict_to_forward_path(vla: nn.Module, config, source: str) -> list[str]:
+    """Exclude targets off the forward path (``config.exclude_modules``); one-line error if nothing is left."""
+    used, skipped = forward_path_split(vla, config)
+    if not used:
+        example = f" (it only matches modules the forward never runs, e.g. {skipped[0]!r})" if skipped else ""
+        raise ValueError(
+            f"LoRA target_modules {config.target_modules!r} from {source} match no layer on the forward path{example};"
+            " target the projections of the ViT blocks before the last, the projector and the Llama layers"
+        )
+    if skipped:
+        log.info("LoRA: %d target modules are never run by the forward (e.g. %s); no adapter there", len(skipped), skipped[0])
+        config.exclude_modules = sorted(set(config.exclude_modules or []) | set(skipped))
+    return skipped
+
+
+def _freeze_unused(model, vla: nn.Module) -> None:
+    """Parameters of layers the forward never runs must not require grad (DDP); peft may re-enable some."""
+    unused = tuple(vla.unused_parameter_prefixes())
+    for name, param in vla.named_parameters():
+        plain = name.replace(".base_layer.", ".")
+        if plain.startswith(unused):
+            param.requires_grad_(False)
+
+
 def apply_lora(
     vla: nn.Module,
     *,
@@ -42,7 +87,12 @@ def apply_lora(
     lora_path: str | None,
     with_value_head: bool,
 ):
-    """Wrap ``vla`` in a trainable ``PeftModel`` (fresh adapter, or the one in ``lora_path``)."""
+    """Wrap ``vla`` in a trainable ``PeftModel`` (fresh adapter, or the one in ``lora_path``).
+
+    Adapters go only on modules the forward runs (see :func:`forward_path_split`); an adapter
+    loaded from ``lora_path`` that has weights for the others keeps them out (they never affect
+    the output).
+    """
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
     save = ["value_head"] if with_value_head else []
@@ -55,15 +105,23 @@ def apply_lora(
             target_modules=target_modules or default_target_modules(vla),
             modules_to_save=save or None,
         )
-        return get_peft_model(vla, config)
+        _restrict_to_forward_path(vla, config, "the policy config")
+        model = get_peft_model(vla, config)
+        _freeze_unused(model, vla)
+        return model
     path = Path(lora_path).expanduser()
     if not (path / "adapter_config.json").is_file():
         raise ValueError(f"lora_path {str(path)!r} has no adapter_config.json; expected a peft adapter directory")
     config = LoraConfig.from_pretrained(str(path))
     config.inference_mode = False
     config.modules_to_save = sorted(set(config.modules_to_save or []) | set(save)) or None
+    skipped = _restrict_to_forward_path(vla, config, str(path))
     model = get_peft_model(vla, config)
+    _freeze_unused(model, vla)
+    if is_meta_init():  # architecture only: the adapter's weights are not read
+        return model
     state = _adapter_weights(path)
+    state = {k: v for k, v in state.items() if not any(f"{m}.lora_" in k for m in skipped)}
     try:
         result = set_peft_model_state_dict(model, state)
     except RuntimeError as exc:  # size mismatches
@@ -108,4 +166,4 @@ def save_adapter(model, path: str | Path) -> None:
     model.save_pretrained(str(path), save_embedding_layers=False)
 
 
-__all__ = ["apply_lora", "default_target_modules", "merged_state_dict", "save_adapter", "peft"]
+__all__ = ["apply_lora", "default_target_modules", "forward_path_split", "merged_state_dict", "save_adapter", "peft"]

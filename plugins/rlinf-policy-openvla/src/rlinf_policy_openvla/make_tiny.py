@@ -40,11 +40,14 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(path: Path, n_action_bins: int, pad_multiple: int, target_text_pieces: int = 400) -> int:
+def build_tokenizer(
+    path: Path, n_action_bins: int, pad_multiple: int, target_text_pieces: int = 400, vocab_size: int | None = None
+) -> int:
     """Train a Llama-style SentencePiece BPE tokenizer (byte fallback, ``<s>``=1, ``</s>``=2) on a few
     prompts, append filler pieces so that the last ``n_action_bins`` ids of a vocabulary whose size is
-    a multiple of ``pad_multiple`` are unused private-use characters (the action ids), add ``<PAD>``
-    after it and write the tokenizer files. Returns the base vocabulary size."""
+    a multiple of ``pad_multiple`` (or exactly ``vocab_size``, e.g. Llama-2's 32000) are unused
+    private-use characters (the action ids), add ``<PAD>`` after it and write the tokenizer files.
+    Returns the base vocabulary size."""
     import sentencepiece as spm
     from sentencepiece import sentencepiece_model_pb2 as pb
     from transformers import LlamaTokenizer
@@ -72,10 +75,14 @@ def build_tokenizer(path: Path, n_action_bins: int, pad_multiple: int, target_te
     proto = pb.ModelProto()
     proto.ParseFromString(buf.getvalue())
     multiple = max(pad_multiple, 1)
-    vocab = -(-(len(proto.pieces) + n_action_bins) // multiple) * multiple
-    for i in range(vocab - len(proto.pieces)):
+    vocab = vocab_size or -(-(len(proto.pieces) + n_action_bins) // multiple) * multiple
+    if vocab < len(proto.pieces) + n_action_bins:
+        raise ValueError(f"vocab_size {vocab} leaves no room for {n_action_bins} action ids after the text pieces")
+    fillers = vocab - len(proto.pieces)
+    base = 0xE000 if fillers <= 0x1900 else 0xF0000  # private-use characters: never produced by prompts
+    for i in range(fillers):
         piece = proto.pieces.add()
-        piece.piece = chr(0xE000 + i)  # private-use characters: never produced by prompts
+        piece.piece = chr(base + i)
         piece.score = -1e4 - i
         piece.type = pb.ModelProto.SentencePiece.NORMAL
     path.mkdir(parents=True, exist_ok=True)
@@ -130,6 +137,33 @@ def _norm_stats(keys: list[str], action_dim: int, proprio_dim: int, seed: int) -
     return stats
 
 
+def write_side_files(path: Path, pad_token_id: int, image_size: int) -> None:
+    """``generation_config.json``, ``preprocessor_config.json`` and ``processor_config.json`` as Prismatic writes them."""
+    (path / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": pad_token_id}, indent=2) + "\n"
+    )
+    resize = {"antialias": True, "interpolation": 3, "max_size": None, "size": [image_size, image_size]}
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PrismaticImageProcessor",
+        "processor_class": "PrismaticProcessor",
+        "image_resize_strategy": "resize-naive",
+        "input_sizes": [[3, image_size, image_size]] * 2,
+        "interpolations": ["bicubic", "bicubic"],
+        "means": [list(DINO_MEAN), list(SIGLIP_MEAN)],
+        "stds": [list(DINO_STD), list(SIGLIP_STD)],
+        "tvf_crop_params": [{"output_size": [image_size, image_size]}] * 2,
+        "tvf_do_letterbox": False,
+        "tvf_letterbox_fill": None,
+        "tvf_normalize_params": [
+            {"inplace": False, "mean": list(DINO_MEAN), "std": list(DINO_STD)},
+            {"inplace": False, "mean": list(SIGLIP_MEAN), "std": list(SIGLIP_STD)},
+        ],
+        "tvf_resize_params": [resize, resize],
+        "use_fused_vision_backbone": True,
+    }, indent=2) + "\n")
+    (path / "processor_config.json").write_text(json.dumps({"processor_class": "PrismaticProcessor"}, indent=2) + "\n")
+
+
 def make_tiny(
     path: str | Path,
     *,
@@ -179,26 +213,20 @@ def make_tiny(
     """
     if kind not in ("oft", "openvla"):
         raise ValueError(f"kind must be 'oft' or 'openvla', got {kind!r}")
-    from transformers import LlamaConfig
-
     path = Path(path)
     vocab = build_tokenizer(path, n_action_bins, pad_to_multiple_of)
     stats = norm_stats or _norm_stats(list(norm_keys), action_dim, proprio_dim, seed)
-    text_config = LlamaConfig(
-        vocab_size=vocab + pad_to_multiple_of,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=2048,
-        rms_norm_eps=1e-6,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=vocab,
-        tie_word_embeddings=False,
-    ).to_dict()
-    text_config["architectures"] = ["LlamaForCausalLM"]
+    # the released form (transformers' diff against LlamaConfig defaults = Llama-2-7B) plus the tiny sizes
+    text_config = {
+        "model_type": "llama",
+        "pad_token_id": vocab,
+        "torch_dtype": "float32",
+        "vocab_size": vocab + pad_to_multiple_of,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+    }
     tower = {
         "image_size": image_size, "patch_size": patch_size, "width": vision_width, "depth": vision_depth,
         "heads": vision_heads, "mlp_dim": 4 * vision_width,
@@ -235,29 +263,7 @@ def make_tiny(
         },
     }
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (path / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": vocab}, indent=2) + "\n"
-    )
-    resize = {"antialias": True, "interpolation": 3, "max_size": None, "size": [image_size, image_size]}
-    (path / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "PrismaticImageProcessor",
-        "processor_class": "PrismaticProcessor",
-        "image_resize_strategy": "resize-naive",
-        "input_sizes": [[3, image_size, image_size]] * 2,
-        "interpolations": ["bicubic", "bicubic"],
-        "means": [list(DINO_MEAN), list(SIGLIP_MEAN)],
-        "stds": [list(DINO_STD), list(SIGLIP_STD)],
-        "tvf_crop_params": [{"output_size": [image_size, image_size]}] * 2,
-        "tvf_do_letterbox": False,
-        "tvf_letterbox_fill": None,
-        "tvf_normalize_params": [
-            {"inplace": False, "mean": list(DINO_MEAN), "std": list(DINO_STD)},
-            {"inplace": False, "mean": list(SIGLIP_MEAN), "std": list(SIGLIP_STD)},
-        ],
-        "tvf_resize_params": [resize, resize],
-        "use_fused_vision_backbone": True,
-    }, indent=2) + "\n")
-    (path / "processor_config.json").write_text(json.dumps({"processor_class": "PrismaticProcessor"}, indent=2) + "\n")
+    write_side_files(path, vocab, image_size)
     first = next(iter(stats))
     (path / "dataset_statistics.json").write_text(json.dumps({first: stats[first]}, indent=2) + "\n")
 

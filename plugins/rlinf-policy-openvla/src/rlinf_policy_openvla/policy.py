@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from rlinf.envs.observation import Observation
+from rlinf.meta import is_meta_init
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 from rlinf.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer, NormalizationType, resolve_unnorm_key
@@ -129,22 +130,15 @@ class _PrismaticPolicy(Policy):
         self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, max_prompt_length or saved.get("max_prompt_length"))
 
         # --- network
-        from rlinf_policy_openvla._modeling import build_vla, load_into
+        from rlinf_policy_openvla._modeling import build_vla
 
         # LoRA: the loaded weights stay frozen (stored in the low dtype); full fine-tuning: fp32 masters
         dtype = prec.frozen if is_lora else prec.trainable
         vla = build_vla(spec, proprio_dim=self.proprio_dim, value_dim=value_dim, meta=True)
-        state = load_weights(path)
-        if self.use_proprio and not any(k.startswith("proprio_projector.") for k in state):
-            extra = load_official_extra(path, "proprio_projector")
-            if extra is None:
-                raise CheckpointError(
-                    f"use_proprio=True but {path} has no proprio projector weights (proprio_projector.* in the"
-                    " safetensors or proprio_projector--*_checkpoint.pt)"
-                )
-            state.update({f"proprio_projector.{k}": v for k, v in extra.items()})
-        load_into(vla, state, str(path), dtype)
-        del state
+        if is_meta_init():  # architecture only: every tensor stays on the meta device, no weight file is read
+            vla.to(dtype)
+        else:
+            self._load_weights(vla, path, dtype)
         for pname, param in vla.named_parameters():
             if pname.startswith(tuple(vla.unused_parameter_prefixes())):
                 param.requires_grad_(False)  # never used in forward: keeps DDP free of unused-parameter errors
@@ -168,6 +162,21 @@ class _PrismaticPolicy(Policy):
         apply_precision(self.model, prec)  # trainable params fp32 (except bf16-true), frozen ones in the low dtype
         self.precision = prec.name
         self.compute_dtype = prec.compute
+
+    def _load_weights(self, vla, path: Path, dtype: torch.dtype) -> None:
+        from rlinf_policy_openvla._modeling import load_into
+
+        state = load_weights(path)
+        if self.use_proprio and not any(k.startswith("proprio_projector.") for k in state):
+            extra = load_official_extra(path, "proprio_projector")
+            if extra is None:
+                raise CheckpointError(
+                    f"use_proprio=True but {path} has no proprio projector weights (proprio_projector.* in the"
+                    " safetensors or proprio_projector--*_checkpoint.pt)"
+                )
+            state.update({f"proprio_projector.{k}": v for k, v in extra.items()})
+        load_into(vla, state, str(path), dtype)  # buffers (rotary frequencies) stay float32
+        del state
 
     @staticmethod
     def _load_tokenizer(path: Path):
@@ -566,7 +575,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode")}
         self._setup(**args)
         self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
-        attention_mask_4d(torch.ones(1, 2, dtype=torch.long), 1, self.attention_mode)  # validate early
+        attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
 
     def _settings(self) -> dict:
         return {**super()._settings(), "attention_mode": self.attention_mode}
