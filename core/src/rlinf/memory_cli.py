@@ -95,12 +95,18 @@ def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
     return samples * (image + 4 * 64 + per_token)
 
 
-def estimate_config(path: str | Path, gpu_memory_gb: float | None = None) -> tuple[MemoryEstimate, dict]:
-    """The estimate for a config file, and what it was computed from (for the report)."""
+def estimate_config(
+    path: str | Path, gpu_memory_gb: float | None = None, model_path: str | None = None
+) -> tuple[MemoryEstimate, dict]:
+    """The estimate for a config file (``model_path`` overrides the policy's), and what it was computed from."""
     cfg = yaml.safe_load(Path(path).read_text()) or {}
     trainer = cfg.get("trainer") or {}
     model = cfg.get("model") or {}
     model_args = _init_args(model)
+    if model_path is not None:
+        policy_node = dict(model_args.get("policy") or {})
+        policy_node["init_args"] = {**_init_args(policy_node), "model_path": str(model_path)}
+        model_args["policy"] = policy_node
     strategy = strategy_spec(trainer)
     policy = build_policy(model_args)
     counts = count_parameters(policy)
@@ -151,12 +157,13 @@ def memory_command(argv: list[str]) -> int:
     parser.add_argument("--config", "-c", required=True, help="training config (YAML)")
     parser.add_argument("--gpu_memory_gb", type=float, default=None,
                         help="memory of one GPU (default: the config's model.init_args.gpu_memory_gb, else 80)")
+    parser.add_argument("--model_path", default=None, help="override the policy's model_path (a checkpoint directory)")
     opts = parser.parse_args(argv)
     if not Path(opts.config).is_file():
         print(f"rlinf memory: error: config file {opts.config} not found", file=sys.stderr)
         return 2
     try:
-        est, info = estimate_config(opts.config, opts.gpu_memory_gb)
+        est, info = estimate_config(opts.config, opts.gpu_memory_gb, opts.model_path)
     except (ValueError, OSError, KeyError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"rlinf memory: error: {msg} (is model_path a real checkpoint directory?)", file=sys.stderr)
