@@ -109,6 +109,22 @@ class PrismaticVLA(nn.Module):
         if value_dim:
             self.value_head = ValueHead(spec.llm_dim, value_dim)
 
+    def set_gradient_checkpointing(self, enabled: bool) -> None:
+        """Recompute activations in the backward (train mode only): Llama decoder layers through transformers
+        (non-reentrant ``torch.utils.checkpoint``) and the ViT blocks of the vision towers."""
+        lm = self.language_model
+        new_api = hasattr(lm, "activation_checkpointing_enable")  # transformers >= 5.2x; older: gradient_checkpointing_*
+        if enabled and new_api:
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        elif enabled:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            (lm.activation_checkpointing_disable if new_api else lm.gradient_checkpointing_disable)()
+        for name in ("featurizer", "fused_featurizer"):
+            tower = getattr(self.vision_backbone, name, None)
+            if tower is not None:
+                tower.gradient_checkpointing = enabled
+
     # ---- pieces ---------------------------------------------------------------------------------
     def unused_parameter_prefixes(self) -> list[str]:
         out = []
@@ -168,13 +184,23 @@ class PrismaticVLA(nn.Module):
         """Llama trunk (no LM head). ``attn_mask`` (4-D bool, True = attend) overrides the causal 2-D ``mask``."""
         if position_ids is None:
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        return self.language_model.model(
-            inputs_embeds=embeds,
-            attention_mask=attn_mask if attn_mask is not None else mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-        )
+        # transformers drops the KV cache of checkpointed layers in train mode; without grad there is nothing to save
+        paused = []
+        if not torch.is_grad_enabled() and getattr(self.language_model.model, "gradient_checkpointing", False):
+            paused = [m for m in self.language_model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+        for layer in paused:
+            layer.gradient_checkpointing = False
+        try:
+            return self.language_model.model(
+                inputs_embeds=embeds,
+                attention_mask=attn_mask if attn_mask is not None else mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+            )
+        finally:
+            for layer in paused:
+                layer.gradient_checkpointing = True
 
     def lm_logits(self, hidden: torch.Tensor, begin: int, n_bins: int) -> torch.Tensor:
         """Logits of the action ids ``[begin, begin + n_bins)``, float32."""

@@ -70,6 +70,7 @@ class _PrismaticPolicy(Policy):
         lora_target_modules: str | list[str] | None,
         max_prompt_length: int | None,
         precision: str,
+        gradient_checkpointing: bool,
         center_crop: bool,
         normalization_type: NormalizationType,
         invert_gripper: bool,
@@ -142,6 +143,8 @@ class _PrismaticPolicy(Policy):
         for pname, param in vla.named_parameters():
             if pname.startswith(tuple(vla.unused_parameter_prefixes())):
                 param.requires_grad_(False)  # never used in forward: keeps DDP free of unused-parameter errors
+        self.gradient_checkpointing = bool(gradient_checkpointing)
+        vla.set_gradient_checkpointing(self.gradient_checkpointing)
 
         self.is_lora = bool(is_lora)
         if self.is_lora:
@@ -415,6 +418,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
             in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
+        gradient_checkpointing: recompute activations in the backward instead of keeping them (train
+            mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
+            vision towers. Saves most activation memory for about one extra forward pass per update.
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
@@ -442,6 +448,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
         lora_target_modules: str | list[str] | None = None,
         max_prompt_length: int | None = None,
         precision: str = "fp32",
+        gradient_checkpointing: bool = False,
         center_crop: bool = False,
         normalization_type: NormalizationType = "bounds_q99",
         invert_gripper: bool = False,
@@ -537,6 +544,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
             in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
+        gradient_checkpointing: recompute activations in the backward instead of keeping them (train
+            mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
+            vision towers. Saves most activation memory for about one extra forward pass per update.
         attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
             it) or ``action_block`` (causal prompt, bidirectional action block).
         center_crop: OFT-style 90 % centre crop of the camera images.
@@ -566,6 +576,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         lora_target_modules: str | list[str] | None = None,
         max_prompt_length: int | None = None,
         precision: str = "fp32",
+        gradient_checkpointing: bool = False,
         attention_mode: AttentionMode | None = None,
         center_crop: bool = False,
         normalization_type: NormalizationType = "bounds_q99",

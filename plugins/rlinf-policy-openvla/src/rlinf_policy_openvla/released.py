@@ -21,6 +21,7 @@ transformers' Llama layout; openvla-7b's published index totals 15,082,474,368 b
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,15 +215,28 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 # ---- directories --------------------------------------------------------------------------------------
-def write_released_dir(path: str | Path, kind: str) -> Path:
-    """Write a weightless directory in the layout of the released ``kind`` (see :data:`RELEASED`)."""
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json")
+
+
+def write_released_dir(path: str | Path, kind: str, tokenizer_from: str | Path | None = None) -> Path:
+    """Write a weightless directory in the layout of the released ``kind`` (see :data:`RELEASED`).
+
+    ``tokenizer_from``: copy the tokenizer files of an earlier released-form directory instead of
+    building them again (all kinds share Llama-2's vocabulary).
+    """
     from rlinf_policy_openvla.make_tiny import build_tokenizer, write_side_files
 
     spec = _kind(kind)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     config = released_config(kind)
-    pad = build_tokenizer(path, config["n_action_bins"], config["pad_to_multiple_of"], vocab_size=LLAMA2_VOCAB)
+    if tokenizer_from is not None:
+        for name in TOKENIZER_FILES:
+            shutil.copy2(Path(tokenizer_from) / name, path / name)
+        pad = LLAMA2_VOCAB
+    else:
+        pad = build_tokenizer(path, config["n_action_bins"], config["pad_to_multiple_of"], vocab_size=LLAMA2_VOCAB)
     write_side_files(path, pad, config["image_sizes"][0])
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (path / INDEX_NAME).write_text(json.dumps(_index(spec.num_shards), indent=2) + "\n")

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ class PatchEmbed(nn.Module):
 class TimmViT(nn.Module):
     """A ViT whose ``forward`` returns the second-to-last block's patch tokens ``[B, N, width]``."""
 
+    gradient_checkpointing = False  # recompute each block's activations in the backward (training only)
+
     def __init__(self, spec: ViTSpec) -> None:
         super().__init__()
         if spec.depth < 2:
@@ -200,6 +203,7 @@ class TimmViT(nn.Module):
             prefix.append(self.reg_token.expand(x.shape[0], -1, -1))
         if prefix:
             x = torch.cat([*prefix, x], dim=1)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks[: self.spec.depth - 1]:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
         return x[:, self.spec.num_prefix :]

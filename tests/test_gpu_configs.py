@@ -1,0 +1,158 @@
+"""Every shipped GPU config builds its policy at full size on the meta device (no weights, no GPU).
+
+Each config is parsed by the real ``rlinf`` CLI (LightningCLI + jsonargparse, plugins resolved by short
+name) with ``model_path`` pointing at a released-form directory of the checkpoint it names (written by
+``rlinf_policy_openvla.released``), and its policy is instantiated by jsonargparse under
+:func:`rlinf.meta.meta_init`. Checks: the architecture is the released one (parameter names, shapes,
+count) and LoRA adapters sit only on layers the forward runs. Add per-config checks with the
+``built_policy`` fixture: ``policy, cfg = built_policy(config)`` (``cfg`` = the parsed config as a dict).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CONFIGS = sorted(
+    p for p in (ROOT / "configs").rglob("*.yaml")
+    if not p.name.startswith("_") and (yaml.safe_load(p.read_text()).get("trainer") or {}).get("accelerator") == "gpu"
+)
+POLICY = "model.init_args.policy.init_args"
+
+
+def released_kind(model_path: str) -> str:
+    """The released checkpoint kind whose repo the config's ``model_path`` names (its last path component)."""
+    from rlinf_policy_openvla.released import RELEASED
+
+    name = Path(model_path).name
+    for kind, spec in RELEASED.items():
+        if any(repo.split("/")[-1] == name for repo in spec.repos):
+            return kind
+    raise AssertionError(f"model_path {model_path!r} names no released checkpoint in rlinf_policy_openvla.released")
+
+
+@pytest.fixture(scope="session")
+def released_dir(tmp_path_factory):
+    """``released_dir(kind)``: a released-form model directory (one per kind per session)."""
+    from rlinf_policy_openvla.released import write_released_dir
+
+    dirs: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in dirs:
+            dirs[kind] = write_released_dir(tmp_path_factory.mktemp(kind), kind, tokenizer_from=next(iter(dirs.values()), None))
+        return dirs[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def released_adapter(tmp_path_factory):
+    from rlinf_policy_openvla.released import write_released_adapter
+
+    return write_released_adapter(tmp_path_factory.mktemp("adapter"), "RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Lora")
+
+
+def _parse(config: Path, overrides: list[str]) -> dict:
+    """The config as the ``rlinf`` CLI parses it (no class is instantiated)."""
+    from rlinf import cli
+
+    cli.load_plugins()
+    import lightning.pytorch as pl
+
+    import rlinf.algorithms  # noqa: F401 - short names as in cli.main
+    import rlinf.module  # noqa: F401
+
+    class ParseOnly(cli._cli_class()):
+        def instantiate_classes(self) -> None:  # parsing and validation only
+            pass
+
+    parsed = ParseOnly(
+        pl.LightningModule, None, subclass_mode_model=True, run=False, args=["--config", str(config), *overrides],
+        seed_everything_default=0, trainer_defaults=cli.trainer_defaults(),
+    )
+    return parsed.config.as_dict()
+
+
+def _instantiate_policy(policy_cfg: dict):
+    """The policy built by jsonargparse from its parsed ``class_path`` / ``init_args``, on the meta device."""
+    from jsonargparse import ArgumentParser
+
+    from rlinf import Policy
+    from rlinf.meta import meta_init
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--policy", type=Policy)
+    with meta_init():
+        return parser.instantiate_classes(parser.parse_object({"policy": policy_cfg})).policy
+
+
+_BUILT: dict = {}
+
+
+@pytest.fixture
+def built_policy(released_dir, released_adapter):
+    """``built_policy(config) -> (policy, cfg)``: the config's policy at full size on meta, and the parsed config."""
+
+    def build(config: Path):
+        if config not in _BUILT:
+            raw = yaml.safe_load(config.read_text())["model"]["init_args"]["policy"]["init_args"]
+            overrides = [f"--{POLICY}.model_path={released_dir(released_kind(raw['model_path']))}"]
+            if raw.get("lora_path"):
+                overrides.append(f"--{POLICY}.lora_path={released_adapter}")
+            cfg = _parse(config, overrides)
+            _BUILT[config] = (_instantiate_policy(cfg["model"]["init_args"]["policy"]), cfg)
+        return _BUILT[config]
+
+    return build
+
+
+def _base_name(name: str) -> str | None:
+    """Released tensor name of a (peft-wrapped) parameter; None for adapters and heads a checkpoint may lack."""
+    if ".lora_" in name or name.startswith(("value_head.", "proprio_projector.")):
+        return None
+    return name.replace(".base_layer.", ".")
+
+
+@pytest.mark.parametrize("config", GPU_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in GPU_CONFIGS])
+def test_gpu_config_builds_the_released_architecture(config, built_policy):
+    from rlinf.meta import parameter_count
+    from rlinf_policy_openvla.released import OPENVLA_7B_PARAMETERS, released_tensor_shapes
+
+    policy, cfg = built_policy(config)
+    init = cfg["model"]["init_args"]["policy"]["init_args"]
+    vla = policy.vla
+    assert all(p.is_meta for p in vla.parameters()), "a tensor was materialised"
+    shapes = released_tensor_shapes()
+    built = {_base_name(n): tuple(p.shape) for n, p in vla.named_parameters() if _base_name(n)}
+    assert sorted(built) == sorted(shapes), "parameter names differ from the released checkpoint"
+    assert {k: v for k, v in built.items() if v != shapes[k]} == {}
+    assert sum(p.numel() for n, p in vla.named_parameters() if _base_name(n)) == OPENVLA_7B_PARAMETERS
+    assert parameter_count(vla) >= OPENVLA_7B_PARAMETERS
+    assert policy.has_value_head == bool(init.get("add_value_head"))
+
+    # LoRA: adapters only on layers the forward runs, nothing trainable off the forward path
+    unused = tuple(vla.unused_parameter_prefixes())
+    trainable = [n for n, p in vla.named_parameters() if p.requires_grad]
+    assert trainable and not [n for n in trainable if n.replace(".base_layer.", ".").startswith(unused)]
+    lora = [n for n in trainable if ".lora_" in n]
+    assert bool(lora) == bool(init.get("is_lora"))
+    if lora:
+        assert not [n for n in trainable if _base_name(n)], "LoRA run with trainable base weights"
+        assert any(n.startswith("language_model.model.layers.31.") for n in lora)
+
+
+def test_every_gpu_config_is_checked():
+    assert len(GPU_CONFIGS) >= 10
+    assert {released_kind(yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["init_args"]["model_path"])
+            for p in GPU_CONFIGS}  # each names a known released checkpoint (raises otherwise)
+
+
+def test_released_dir_copy_is_a_full_model_dir(released_dir, tmp_path):
+    path = released_dir("openvla-7b-rlvla-warmup")
+    copy = Path(shutil.copytree(path, tmp_path / "copy"))
+    assert (copy / "config.json").is_file() and (copy / "tokenizer.model").is_file()
