@@ -46,11 +46,13 @@ def _other_bytes(policy, mode: str, llm_tokens: int, views: int) -> int:
     c = 4 if mode == "fp32" else 2
     h, n = spec.llm_dim, policy.num_action_tokens
     patches = spec.vision[0].num_patches * views
-    pixels = sum(3 * t.image_size**2 * c for t in spec.vision) * views
+    pixels = sum(3 * t.image_size**2 * c for t in spec.vision) * views  # every tower's normalised input
+    if policy.is_lora:
+        pixels = 0  # a frozen patch embedding keeps nothing for backward
     vdim = spec.vision_dim
     proj = (9 * vdim + 2 * h) if spec.projector == "fused-gelu-mlp" else (vdim + 2 * h)
     norm = 8 if mode != "bf16" else 4  # final RMSNorm (its fp32 upcast and normalised output)
-    return pixels + c * proj * patches + norm * h * llm_tokens + c * h * n + 16 * spec.n_action_bins * n
+    return pixels + c * proj * patches + norm * h * llm_tokens + c * h * n + 8 * spec.n_action_bins * n
 
 
 def _lora_rank(policy) -> int:
