@@ -201,15 +201,17 @@ class MemoryEstimate:
     def format(self, title: str = "") -> str:
         lines = [title] if title else []
         for label, rows, total in (("training step", self.train, self.train_total),
-                                   ("rollout", self.rollout, self.rollout_total)):
+                                   ("rollout / eval", self.rollout, self.rollout_total)):
+            if not rows:
+                continue
             lines.append(f"per GPU, {label}:")
-            lines += [f"  {name:<44} {gib:8.2f} GiB" for name, gib in rows]
-            lines.append(f"  {'total':<44} {total:8.2f} GiB")
+            lines += [f"  {name:<54} {gib:8.2f} GiB" for name, gib in rows]
+            lines.append(f"  {'total':<54} {total:8.2f} GiB")
         verdict = "fits" if self.fits else "DOES NOT FIT"
         lines.append(f"peak {self.peak:.2f} GiB of {self.gpu_memory_gib:g} GiB per GPU: {verdict}")
         if self.host:
             lines.append("host RAM per node:")
-            lines += [f"  {name:<44} {gib:8.2f} GiB" for name, gib in self.host]
+            lines += [f"  {name:<54} {gib:8.2f} GiB" for name, gib in self.host]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -239,6 +241,7 @@ def estimate(
     other_bytes: dict[str, int] | None = None,
     buffer_bytes_per_node: float = 0.0,
     gpu_memory_gib: float = 80.0,
+    training: bool = True,
 ) -> MemoryEstimate:
     """Per-GPU memory of a training step and of a rollout (see the module docstring).
 
@@ -256,6 +259,7 @@ def estimate(
         other_bytes: per-sample activation bytes outside the stacks, by mode (``MemoryProfile.other_bytes``).
         buffer_bytes_per_node: rollout buffer in host RAM (all ranks of a node).
         gpu_memory_gib: memory of one GPU.
+        training: ``False`` for eval-only runs (``rlinf validate``): no gradients, no optimizer state.
     """
     N = max(1, strategy.world_size)
     est = MemoryEstimate(gpu_memory_gib=gpu_memory_gib)
@@ -296,7 +300,9 @@ def estimate(
     else:
         est.notes.append("the policy describes no transformer stacks: activations not estimated")
     rows.append(("CUDA context / workspaces (rule of thumb)", CUDA_OVERHEAD_GIB))
-    est.train = rows
+    est.train = rows if training else []
+    if not training:
+        offload_optimizer_in_rollout = True  # no optimizer state exists in an eval-only run
 
     # rollout: no gradients; FSDP2 gathers the whole policy once (rlinf.strategies.rollout_mode)
     ro: list[tuple[str, float]] = []
@@ -320,7 +326,7 @@ def estimate(
         ro.append((f"KV cache, batch {rollout_batch}", kv / GiB))
     ro.append(("CUDA context / workspaces (rule of thumb)", CUDA_OVERHEAD_GIB))
     est.rollout = ro
-    if buffer_bytes_per_node:
+    if buffer_bytes_per_node and training:
         est.host.append(("rollout buffer (all ranks of the node)", buffer_bytes_per_node / GiB))
     if strategy.offload_optimizer:
         est.host.append(("offloaded optimizer (per rank)", (4 * t / N + 8 * t / N + 4 * t / N) / GiB))

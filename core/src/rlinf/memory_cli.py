@@ -60,7 +60,7 @@ def strategy_spec(trainer: dict) -> StrategySpec:
 
 
 def build_policy(model_args: dict):
-    """The config's policy at full size on the meta device (GRPO: value head frozen, as RLModule does)."""
+    """The config's policy at full size on the meta device."""
     from rlinf.plugins.manager import load_plugins
 
     registry = load_plugins(warn=False)
@@ -69,12 +69,7 @@ def build_policy(model_args: dict):
         raise ValueError("the config has no model.init_args.policy.class_path")
     cls = registry.resolve("policy", node["class_path"])
     with _meta_init():
-        policy = cls(**_init_args(node))
-    algo = _class_name(model_args.get("algorithm"))
-    if algo == "GRPO":
-        for p in policy.value_parameters():
-            p.requires_grad_(False)
-    return policy
+        return cls(**_init_args(node))
 
 
 def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
@@ -95,20 +90,39 @@ def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
     return samples * (image + 4 * 64 + per_token)
 
 
+def config_stage(text: str) -> str:
+    """``validate`` for eval-only configs (their header says ``rlinf validate`` and never ``rlinf fit``), else ``fit``."""
+    return "validate" if "rlinf validate" in text and "rlinf fit" not in text else "fit"
+
+
 def estimate_config(
-    path: str | Path, gpu_memory_gb: float | None = None, model_path: str | None = None
+    path: str | Path, gpu_memory_gb: float | None = None, policy_overrides: dict | None = None,
+    stage: str | None = None,
 ) -> tuple[MemoryEstimate, dict]:
-    """The estimate for a config file (``model_path`` overrides the policy's), and what it was computed from."""
-    cfg = yaml.safe_load(Path(path).read_text()) or {}
-    trainer = cfg.get("trainer") or {}
-    model = cfg.get("model") or {}
-    model_args = _init_args(model)
-    if model_path is not None:
+    """The estimate for a config file (``policy_overrides``: policy init args, e.g. ``model_path``;
+    ``stage``: ``fit`` or ``validate``, default from the config's header, :func:`config_stage`)."""
+    text = Path(path).read_text()
+    cfg = yaml.safe_load(text) or {}
+    stage = stage or config_stage(text)
+    model_args = _init_args(cfg.get("model") or {})
+    if policy_overrides:
         policy_node = dict(model_args.get("policy") or {})
-        policy_node["init_args"] = {**_init_args(policy_node), "model_path": str(model_path)}
+        policy_node["init_args"] = {**_init_args(policy_node), **policy_overrides}
         model_args["policy"] = policy_node
+    cfg = {**cfg, "model": {**(cfg.get("model") or {}), "init_args": model_args}}
+    return estimate_policy(build_policy(model_args), cfg, gpu_memory_gb, stage)
+
+
+def estimate_policy(
+    policy, cfg: dict, gpu_memory_gb: float | None = None, stage: str = "fit"
+) -> tuple[MemoryEstimate, dict]:
+    """The estimate for an already built (meta) ``policy`` and its config dict (``trainer``, ``model``)."""
+    trainer = cfg.get("trainer") or {}
+    model_args = _init_args(cfg.get("model") or {})
+    if _class_name(model_args.get("algorithm")) == "GRPO":
+        for p in policy.value_parameters():  # RLModule.setup freezes the unused critic
+            p.requires_grad_(False)
     strategy = strategy_spec(trainer)
-    policy = build_policy(model_args)
     counts = count_parameters(policy)
     profile = policy.memory_profile() if hasattr(policy, "memory_profile") else None
     stacks = list(profile.stacks) if profile is not None else []
@@ -118,7 +132,8 @@ def estimate_config(
     env = _init_args(model_args.get("env"))
     ro = model_args.get("rollout") or {}
     stages = int(ro.get("pipeline_stage_num", 1))
-    rollout_batch = max(1, int(env.get("num_envs", 1)) // stages)
+    eval_envs = int(_init_args(model_args.get("eval_env")).get("num_envs", 0) or 0)
+    rollout_batch = max(1, int(env.get("num_envs", 1)) // stages, eval_envs)
     devices = trainer.get("devices", 1)
     per_node = int(devices) if str(devices).isdigit() else 1
     gpu = gpu_memory_gb or float(model_args.get("gpu_memory_gb") or DEFAULT_GPU_MEMORY_GB)
@@ -136,8 +151,10 @@ def estimate_config(
         other_bytes=profile.other_bytes if profile else None,
         buffer_bytes_per_node=_buffer_bytes_per_rank(model_args, policy) * per_node,
         gpu_memory_gib=gpu,
+        training=stage != "validate",
     )
     info = {
+        "stage": stage,
         "policy": type(policy).__name__,
         "parameters": counts.total,
         "trainable": counts.trainable,
@@ -158,12 +175,16 @@ def memory_command(argv: list[str]) -> int:
     parser.add_argument("--gpu_memory_gb", type=float, default=None,
                         help="memory of one GPU (default: the config's model.init_args.gpu_memory_gb, else 80)")
     parser.add_argument("--model_path", default=None, help="override the policy's model_path (a checkpoint directory)")
+    parser.add_argument("--stage", choices=["fit", "validate"], default=None,
+                        help="fit (training) or validate (eval only); default: validate if the config's header "
+                        "runs it with `rlinf validate` only")
     opts = parser.parse_args(argv)
     if not Path(opts.config).is_file():
         print(f"rlinf memory: error: config file {opts.config} not found", file=sys.stderr)
         return 2
     try:
-        est, info = estimate_config(opts.config, opts.gpu_memory_gb, opts.model_path)
+        overrides = {"model_path": opts.model_path} if opts.model_path else None
+        est, info = estimate_config(opts.config, opts.gpu_memory_gb, overrides, opts.stage)
     except (ValueError, OSError, KeyError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"rlinf memory: error: {msg} (is model_path a real checkpoint directory?)", file=sys.stderr)
