@@ -156,3 +156,21 @@ def test_released_dir_copy_is_a_full_model_dir(released_dir, tmp_path):
     path = released_dir("openvla-7b-rlvla-warmup")
     copy = Path(shutil.copytree(path, tmp_path / "copy"))
     assert (copy / "config.json").is_file() and (copy / "tokenizer.model").is_file()
+
+
+@pytest.mark.parametrize("config", GPU_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in GPU_CONFIGS])
+def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
+    """bf16 compute with fp32 master weights, and the per-GPU memory estimate (``rlinf memory``) fits."""
+    import torch
+
+    from rlinf.memory_cli import config_stage, estimate_policy
+
+    policy, cfg = built_policy(config)
+    trainable = {p.dtype for p in policy.parameters() if p.requires_grad}
+    assert trainable == {torch.float32}, f"trainable parameters in {trainable}: AdamW would update low-precision weights"
+    if cfg["trainer"]["precision"] == "bf16-mixed":
+        assert policy.compute_dtype == torch.bfloat16
+        assert {p.dtype for p in policy.parameters() if not p.requires_grad} <= {torch.bfloat16}
+    est, info = estimate_policy(policy, cfg, stage=config_stage(config.read_text()))
+    assert est.fits, est.format(f"{config.name} {info}")
+    assert est.gpu_memory_gib == cfg["model"]["init_args"]["gpu_memory_gb"]
