@@ -80,3 +80,15 @@ def test_rlmodule_states_gpu_memory():
     from rlinf.module import RLModule
 
     assert inspect.signature(RLModule).parameters["gpu_memory_gb"].default == pytest.approx(80.0)
+
+
+def test_eval_only_configs_hold_no_optimizer(tmp_path):
+    from rlinf.memory_cli import config_stage, estimate_config
+
+    assert config_stage("# Run with:  rlinf validate --config x.yaml") == "validate"
+    assert config_stage("# Run:   rlinf fit --config x.yaml (rlinf validate evaluates)") == "fit"
+    fit, _ = estimate_config("configs/toy/reach_ppo.yaml")
+    val, info = estimate_config("configs/toy/reach_ppo.yaml", stage="validate")
+    assert info["stage"] == "validate" and not val.train and fit.train
+    assert not any(name.startswith("AdamW") for name, _ in val.rollout)
+    assert any(name.startswith("AdamW") for name, _ in fit.rollout)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from rlinf.memory import MemoryEstimate, StrategySpec, count_parameters, estimate
+from rlinf.plugins.manager import PluginError
 
 DEFAULT_GPU_MEMORY_GB = 80.0
 
@@ -185,7 +186,7 @@ def memory_command(argv: list[str]) -> int:
     try:
         overrides = {"model_path": opts.model_path} if opts.model_path else None
         est, info = estimate_config(opts.config, opts.gpu_memory_gb, overrides, opts.stage)
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, TypeError, PluginError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"rlinf memory: error: {msg} (is model_path a real checkpoint directory?)", file=sys.stderr)
         return 2
