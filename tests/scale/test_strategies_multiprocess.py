@@ -22,7 +22,9 @@ RLINF = Path(sys.executable).with_name("rlinf")
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 
 
-def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict) -> Path:
+def _config(
+    tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict, trainer_extra: dict | None = None
+) -> Path:
     grpo = algorithm == "GRPO"
     env = {
         "num_envs": 8,
@@ -47,6 +49,7 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
             },
             "enable_progress_bar": False,
             "callbacks": [{"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}}],
+            **(trainer_extra or {}),
         },
         "model": {
             "class_path": "RLModule",
@@ -77,8 +80,10 @@ def _config(tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_e
     return path
 
 
-def _fit(tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None) -> list[dict]:
-    config = _config(tmp_path, strategy, algorithm, env_extra or {}, rollout_extra or {})
+def _fit(
+    tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, trainer_extra=None
+) -> list[dict]:
+    config = _config(tmp_path, strategy, algorithm, env_extra or {}, rollout_extra or {}, trainer_extra)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -164,3 +169,15 @@ def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
     records = _fit(tmp_path, strategy, "PPO")
     assert all(r["strategy"] == "DeepSpeedStrategy" and r["model_type"] == "DeepSpeedEngine" for r in records)
     _same_first_update(records, ddp_ppo)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", [
+    {"class_path": "rlinf.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
+    {"class_path": "rlinf.strategies.FSDP2Strategy"},
+], ids=["deepspeed", "fsdp2"])
+def test_sharded_strategies_train_under_bf16_mixed(tmp_path, strategy):
+    """precision: bf16-mixed — DeepSpeed's bf16 mode (bf16 module, fp32 master weights; rlinf adds the
+    autocast its plugin lacks for rollouts) and FSDP2's bf16 gathers (fp32 shards) both train."""
+    records = _fit(tmp_path, strategy, "PPO", trainer_extra={"precision": "bf16-mixed"})
+    assert all(r["strategy"] == strategy["class_path"].rsplit(".", 1)[1] for r in records)
