@@ -44,7 +44,8 @@ def released_dir(tmp_path_factory):
 
     def get(kind: str) -> Path:
         if kind not in dirs:
-            dirs[kind] = write_released_dir(tmp_path_factory.mktemp(kind), kind, tokenizer_from=next(iter(dirs.values()), None))
+            first = next(iter(dirs.values()), None)  # tokenizer files are the same for every kind
+            dirs[kind] = write_released_dir(tmp_path_factory.mktemp(kind), kind, tokenizer_from=first)
         return dirs[kind]
 
     return get

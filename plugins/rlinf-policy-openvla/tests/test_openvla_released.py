@@ -1,6 +1,7 @@
 """Released checkpoints' config.json (minimal text_config) build the real openvla-7b architecture on the meta device."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,8 +80,29 @@ def test_meta_build_reads_no_weights(released, tmp_path):
     assert policy.vla.value_head.mlp[0].weight.is_meta
 
 
+def test_official_oft_with_proprio_on_meta(released):
+    path = released("openvla-oft-official-libero")
+    with meta_init():
+        policy = OpenVLAOFTPolicy(model_path=str(path), unnorm_key="libero_spatial", use_proprio=True)
+    assert policy.unnorm_key == "libero_spatial_no_noops" and policy.proprio_dim == 8
+    assert tuple(policy.vla.proprio_projector.fc1.weight.shape) == (4096, 8)
+
+
 def test_tiny_checkpoint_writes_the_released_form(tiny_oft):
     text = json.loads((tiny_oft / "config.json").read_text())["text_config"]
     assert {"model_type", "pad_token_id", "torch_dtype", "vocab_size"} <= set(text)
     assert "rms_norm_eps" not in text and "max_position_embeddings" not in text  # defaults are left out
     assert read_spec(tiny_oft).llm_dim == text["hidden_size"]
+
+
+def test_bad_text_config_is_one_line(tiny_oft, tmp_path):
+    import shutil
+
+    from rlinf_policy_openvla.checkpoint import CheckpointError
+
+    bad = Path(shutil.copytree(tiny_oft, tmp_path / "bad"))
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["text_config"]["model_type"] = "mistral"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="text_config.model_type 'mistral' not supported"):
+        read_spec(bad).llm_dim

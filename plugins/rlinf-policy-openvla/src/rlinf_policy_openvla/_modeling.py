@@ -113,7 +113,7 @@ class PrismaticVLA(nn.Module):
         """Recompute activations in the backward (train mode only): Llama decoder layers through transformers
         (non-reentrant ``torch.utils.checkpoint``) and the ViT blocks of the vision towers."""
         lm = self.language_model
-        new_api = hasattr(lm, "activation_checkpointing_enable")  # transformers >= 5.2x; older: gradient_checkpointing_*
+        new_api = hasattr(lm, "activation_checkpointing_enable")  # newer transformers; older: gradient_checkpointing_*
         if enabled and new_api:
             lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         elif enabled:

@@ -69,9 +69,10 @@ class ActionTokenizer:
         if self.low.shape != self.high.shape or self.low.dim() != 1:
             raise ValueError(f"action statistics {low_key}/{high_key} must be equal-length lists")
         mask = action_stats.get("mask")
-        self.mask = (
-            torch.ones_like(self.low, dtype=torch.bool) if mask is None else torch.tensor(mask, dtype=torch.bool, device=cpu)
-        )
+        if mask is None:
+            self.mask = torch.ones_like(self.low, dtype=torch.bool)
+        else:
+            self.mask = torch.tensor(mask, dtype=torch.bool, device=cpu)
         if self.mask.shape != self.low.shape:
             raise ValueError(f"action statistics mask has {self.mask.numel()} entries, {low_key} has {self.low.numel()}")
         self.bins = torch.linspace(-1.0, 1.0, n_bins, dtype=torch.float64, device=cpu)

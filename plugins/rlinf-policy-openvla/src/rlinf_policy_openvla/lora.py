@@ -64,7 +64,7 @@ def _restrict_to_forward_path(vla: nn.Module, config, source: str) -> list[str]:
             " target the projections of the ViT blocks before the last, the projector and the Llama layers"
         )
     if skipped:
-        log.info("LoRA: %d target modules are never run by the forward (e.g. %s); no adapter there", len(skipped), skipped[0])
+        log.info("LoRA: %d target modules never run in the forward (e.g. %s): no adapter", len(skipped), skipped[0])
         config.exclude_modules = sorted(set(config.exclude_modules or []) | set(skipped))
     return skipped
 

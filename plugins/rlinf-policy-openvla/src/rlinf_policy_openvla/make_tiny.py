@@ -138,7 +138,7 @@ def _norm_stats(keys: list[str], action_dim: int, proprio_dim: int, seed: int) -
 
 
 def write_side_files(path: Path, pad_token_id: int, image_size: int) -> None:
-    """``generation_config.json``, ``preprocessor_config.json`` and ``processor_config.json`` as Prismatic writes them."""
+    """``generation_config.json``, ``preprocessor_config.json``, ``processor_config.json`` as Prismatic writes them."""
     (path / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": pad_token_id}, indent=2) + "\n"
     )

@@ -205,5 +205,6 @@ class TimmViT(nn.Module):
             x = torch.cat([*prefix, x], dim=1)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks[: self.spec.depth - 1]:
-            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
+            # like transformers: checkpoint `forward`, so module hooks (FSDP2 units) stay outside the recompute
+            x = checkpoint(block.forward, x, use_reentrant=False) if recompute else block(x)
         return x[:, self.spec.num_prefix :]
