@@ -2,7 +2,6 @@
 
 import json
 import shutil
-
 import warnings
 
 import pytest
