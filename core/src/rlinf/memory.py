@@ -320,7 +320,8 @@ def estimate(
             if name.startswith("bf16 weight copies"):  # autocast caches casts of trainable weights, no_grad too
                 ro.append(("bf16 weight copies cached by autocast", gib))
     if stacks:
-        ro.append((f"inference activations, batch {rollout_batch}", _inference_bytes(stacks, mode, rollout_batch) / GiB))
+        inference = _inference_bytes(stacks, mode, rollout_batch)
+        ro.append((f"inference activations, batch {rollout_batch}", inference / GiB))
     if kv_cache_tokens:
         kv = 2 * 2 * kv_cache_layers * kv_cache_width * kv_cache_tokens * rollout_batch
         ro.append((f"KV cache, batch {rollout_batch}", kv / GiB))

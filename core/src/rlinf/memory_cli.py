@@ -92,7 +92,7 @@ def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
 
 
 def config_stage(text: str) -> str:
-    """``validate`` for eval-only configs (their header says ``rlinf validate`` and never ``rlinf fit``), else ``fit``."""
+    """``validate`` for eval-only configs (the header says ``rlinf validate``, never ``rlinf fit``), else ``fit``."""
     return "validate" if "rlinf validate" in text and "rlinf fit" not in text else "fit"
 
 

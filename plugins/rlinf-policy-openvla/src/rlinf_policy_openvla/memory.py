@@ -18,7 +18,8 @@ def prismatic_profile(policy) -> MemoryProfile:
     patches = 0
     for name, tower in zip(("featurizer", "fused_featurizer"), spec.vision):
         stacks.append(Stack(
-            name=f"vision.{name}", kind="vit", layers=tower.depth - 1, tokens=(tower.num_patches + tower.num_prefix) * views,
+            name=f"vision.{name}", kind="vit", layers=tower.depth - 1,
+            tokens=(tower.num_patches + tower.num_prefix) * views,
             hidden=tower.width, ffn=tower.mlp_dim, heads=tower.heads, layer_scale=tower.layer_scale, lora_rank=lora,
             checkpointed=ckpt,
         ))
