@@ -7,7 +7,8 @@ A policy's ``precision`` setting (``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true``
 * ``bf16`` / ``fp16`` (mixed, the shipped GPU setting): forward passes run under
   ``torch.autocast`` in that dtype, **trainable parameters stay float32** (so gradients, AdamW
   state and the weight update are float32: the "master weights"), frozen weights (a LoRA base
-  model, unused layers) are stored in the low dtype to save memory.
+  model, unused layers) are stored in the low dtype to save memory. Use ``fp16`` with the
+  trainer's ``precision: 16-mixed`` (its gradient scaler guards fp16 gradients against underflow).
 * ``bf16-true``: every parameter, trainable ones included, is stored in bfloat16 and AdamW
   updates bfloat16 tensors. An update smaller than ~1/256 of a weight rounds away (at lr 2e-5
   most do), so this is only for memory-bound experiments; a warning says so once.
