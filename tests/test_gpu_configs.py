@@ -164,3 +164,31 @@ def test_released_dir_copy_is_a_full_model_dir(released_dir, tmp_path):
     path = released_dir("openvla-7b-rlvla-warmup")
     copy = Path(shutil.copytree(path, tmp_path / "copy"))
     assert (copy / "config.json").is_file() and (copy / "tokenizer.model").is_file()
+
+
+@pytest.mark.parametrize("config", GPU_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in GPU_CONFIGS])
+def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
+    """bf16 compute with fp32 master weights, and the per-GPU memory estimate (``rlinf memory``) fits."""
+    import torch
+
+    from rlinf.memory_cli import config_stage, estimate_policy
+
+    policy, cfg = built_policy(config)
+    trainable = {p.dtype for p in policy.parameters() if p.requires_grad}
+    assert trainable == {torch.float32}, f"trainable parameters in {trainable}: AdamW would round small updates away"
+    if cfg["trainer"]["precision"] == "bf16-mixed":
+        assert policy.compute_dtype == torch.bfloat16
+        assert {p.dtype for p in policy.parameters() if not p.requires_grad} <= {torch.bfloat16}
+    est, info = estimate_policy(policy, cfg, stage=config_stage(config.read_text()))
+    assert est.fits, est.format(f"{config.name} {info}")
+    assert est.gpu_memory_gib == cfg["model"]["init_args"]["gpu_memory_gb"]
+
+
+def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
+    from rlinf.cli import main
+
+    config = ROOT / "configs" / "libero" / "spatial.yaml"
+    assert main(["memory", "--config", str(config), "--model_path", str(released_dir("openvla-oft-sft-libero"))]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp2 x8" in out and "gathered policy for the rollout" in out and "fits" in out
+    assert "with ckpt" in out and "parameters: 7541237184" in out

@@ -23,7 +23,8 @@ TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 
 
 def _config(
-    tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict, model_extra: dict, callbacks: list
+    tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict, model_extra: dict, callbacks: list,
+    trainer_extra: dict | None = None,
 ) -> Path:
     grpo = algorithm == "GRPO"
     env = {
@@ -52,6 +53,7 @@ def _config(
                 {"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}},
                 *callbacks,
             ],
+            **(trainer_extra or {}),
         },
         "model": {
             "class_path": "RLModule",
@@ -85,10 +87,10 @@ def _config(
 
 def _fit(
     tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None,
-    callbacks=(),
+    callbacks=(), trainer_extra=None,
 ) -> list[dict]:
     extras = (env_extra or {}, rollout_extra or {}, model_extra or {}, list(callbacks))
-    config = _config(tmp_path, strategy, algorithm, *extras)
+    config = _config(tmp_path, strategy, algorithm, *extras, trainer_extra)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -189,3 +191,15 @@ def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
     records = _fit(tmp_path, strategy, "PPO")
     assert all(r["strategy"] == "DeepSpeedStrategy" and r["model_type"] == "DeepSpeedEngine" for r in records)
     _same_first_update(records, ddp_ppo)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", [
+    {"class_path": "rlinf.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
+    {"class_path": "rlinf.strategies.FSDP2Strategy"},
+], ids=["deepspeed", "fsdp2"])
+def test_sharded_strategies_train_under_bf16_mixed(tmp_path, strategy):
+    """precision: bf16-mixed — DeepSpeed's bf16 mode (bf16 module, fp32 master weights; rlinf adds the
+    autocast its plugin lacks for rollouts) and FSDP2's bf16 gathers (fp32 shards) both train."""
+    records = _fit(tmp_path, strategy, "PPO", trainer_extra={"precision": "bf16-mixed"})
+    assert all(r["strategy"] == strategy["class_path"].rsplit(".", 1)[1] for r in records)

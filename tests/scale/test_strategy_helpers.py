@@ -73,3 +73,11 @@ def test_deepspeed_step_freezes_actor_groups_during_critic_warmup():
     torch.testing.assert_close(w_actor.detach(), torch.ones(2))  # actor frozen (lr 0)
     torch.testing.assert_close(w_critic.detach(), torch.full((2,), 0.5))
     assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5], "learning rates restored"
+
+
+def test_fsdp_param_dtype_follows_trainer_precision():
+    from rlinf.strategies import FSDP2Strategy, fsdp_param_dtype
+
+    assert fsdp_param_dtype(FSDP2Strategy(), "bf16-mixed") == "bfloat16"  # fp32 shards, bf16 gathers
+    assert fsdp_param_dtype(FSDP2Strategy(), "32-true") is None
+    assert fsdp_param_dtype(FSDP2Strategy(param_dtype="float32"), "bf16-mixed") == "float32"

@@ -1,4 +1,4 @@
-"""The ``rlinf`` command: ``rlinf plugins`` plus LightningCLI's ``fit`` / ``validate`` / ... .
+"""The ``rlinf`` command: ``rlinf plugins``, ``rlinf memory`` plus LightningCLI's ``fit`` / ``validate`` / ... .
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
 their short name (``class_path: MetaWorldEnv``).
@@ -135,6 +135,10 @@ def main(args: list[str] | None = None) -> int | None:
     argv = list(sys.argv[1:] if args is None else args)
     if argv and argv[0] == "plugins":
         return plugins_command(argv[1:])
+    if argv and argv[0] == "memory":
+        from rlinf.memory_cli import memory_command
+
+        return memory_command(argv[1:])
     registry = load_plugins()
     try:
         check_config_class_paths(argv, registry)

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from rlinf.checkpointing import restore_frozen
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.envs.base import Env
 from rlinf.policies.base import Policy
+from rlinf.precision import compute_context
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
 from rlinf.strategies import (
@@ -91,6 +93,8 @@ class RLModule(pl.LightningModule):
         config_world_size: processes (GPUs) this config's sizes were written for (``num_envs`` is
             per process, ``global_batch_size`` over all): on another world size, rank 0 prints one
             line at the start of fit with the total envs and optimizer steps per RL step that change.
+        gpu_memory_gb: memory of one GPU the config is written for (GiB); only read by
+            ``rlinf memory`` to check that the estimate fits.
     """
 
     restores_frozen_weights = True  # RLCheckpoint may leave frozen parameters out (see rlinf.checkpointing)
@@ -108,6 +112,7 @@ class RLModule(pl.LightningModule):
         export_policy: bool = True,
         offload_optimizer: bool = False,
         config_world_size: int | None = None,
+        gpu_memory_gb: float = 80.0,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -122,6 +127,7 @@ class RLModule(pl.LightningModule):
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
         self.config_world_size = config_world_size
+        self.gpu_memory_gb = gpu_memory_gb
         self._validate()
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
@@ -281,7 +287,7 @@ class RLModule(pl.LightningModule):
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
         if ro.recompute_logprobs:
             self.policy.train()  # recompute in the mode the update runs in (dropout etc.)
-            with self.trainer.precision_plugin.forward_context():
+            with self._compute_context():
                 metrics["rollout/logprob_mismatch"] = self._recompute_old_logprobs(samples)
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
@@ -298,13 +304,25 @@ class RLModule(pl.LightningModule):
             reset = not self.env.auto_reset or self.collector.last_obs[0] is None
             progress = self._progress(f"rollout {self.current_epoch} [{r + 1}/{ro.rollout_epoch}]")
             # same precision context as training_step, so rollout and update log-probs agree
-            with self.trainer.precision_plugin.forward_context():
+            with self._compute_context():
                 traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
             trajs.append(traj)
             if not self.env.auto_reset:
                 for env in self._stage_envs:
                     env.flush_episodes()
         return trajs
+
+    def _compute_context(self):
+        """The trainer's precision context for rollouts, evals and updates (the same in all three, so
+        rollout and update log-probs agree). DeepSpeed's bf16/fp16 mode casts the module but has no
+        autocast; rlinf adds one so that float32 observations meet the half-precision weights."""
+        if self._trainer is None:
+            return nullcontext()
+        half = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16,
+                "16-true": torch.float16}.get(str(self.trainer.precision))
+        if half is not None and deepspeed_engine(self.trainer.strategy) is not None:
+            return compute_context(self.device, half)
+        return self.trainer.precision_plugin.forward_context()
 
     def _env_counters(self) -> dict[str, float]:
         """Env-level counters (worker restarts, dropped episodes), summed over stages and ranks."""
@@ -383,13 +401,14 @@ class RLModule(pl.LightningModule):
         item = self.schedule[batch_idx]
         mb = self.samples.select(item["idx"])
         actor_on = self._optim_steps_done >= self.optim_cfg.critic_warmup_steps
-        out = self.policy.evaluate(
-            mb.obs.to(self.device),
-            {k: v.to(self.device) for k, v in mb.records.items()},
-            temperature=self.rollout_cfg.temperature_train,
-            compute_entropy=True,
-            compute_values=self.algorithm.uses_critic,
-        )
+        with self._compute_context():
+            out = self.policy.evaluate(
+                mb.obs.to(self.device),
+                {k: v.to(self.device) for k, v in mb.records.items()},
+                temperature=self.rollout_cfg.temperature_train,
+                compute_entropy=True,
+                compute_values=self.algorithm.uses_critic,
+            )
         loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
         with backward_sync(self.trainer.strategy, enabled=item["last"]):  # DDP all-reduces once per minibatch
@@ -497,7 +516,7 @@ class RLModule(pl.LightningModule):
         records: list[dict[str, Any]] = []
         max_chunks = math.ceil(env.max_episode_steps / self.policy.num_action_chunks) + 1
         progress = self._progress("eval")
-        with rollout_mode(self, self.offload_optimizer):
+        with rollout_mode(self, self.offload_optimizer), self._compute_context():
             self._eval_passes(env, ro, max_chunks, progress, records)
         if was_training:
             self.policy.train()

@@ -49,8 +49,10 @@ class FSDP2Strategy(ModelParallelStrategy):
         wrap_modules: class names of the blocks that become FSDP units (default: the policy's
             ``_no_split_modules`` from Hugging Face models, else its direct children with
             parameters); the policy itself is always the root unit.
-        param_dtype: compute dtype of gathered parameters (``bfloat16`` on GPUs); gradients are
-            reduced in float32. ``null``: keep the parameters' dtype.
+        param_dtype: compute dtype of gathered parameters (``bfloat16`` on GPUs); the sharded
+            parameters, gradients and optimizer state stay float32 and gradients are reduced in
+            float32. ``null``: bf16 when the trainer's precision is ``bf16-mixed`` (fp16 for
+            ``16-mixed``), else the parameters' dtype.
         **kwargs: ``ModelParallelStrategy`` arguments (``save_distributed_checkpoint``,
             ``process_group_backend``, ``timeout``).
     """
@@ -177,7 +179,7 @@ def shard_policy(module) -> None:
     module._export_template = [_meta_copy(policy)]
     mesh = strategy.device_mesh["data_parallel"]
     kwargs: dict[str, Any] = {"mesh": mesh}
-    dtype = getattr(strategy, "param_dtype", None)
+    dtype = fsdp_param_dtype(strategy, getattr(trainer, "precision", None))
     if dtype is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_DTYPES[dtype], reduce_dtype=torch.float32)
     names = set(getattr(strategy, "wrap_modules", None) or [])
@@ -194,6 +196,15 @@ def shard_policy(module) -> None:
     for name in ("act", "evaluate", "sft_loss"):
         if callable(getattr(policy, name, None)):
             register_fsdp_forward_method(policy, name)
+
+
+def fsdp_param_dtype(strategy, trainer_precision: str | None) -> str | None:
+    """FSDP2 compute dtype of gathered parameters: the strategy's ``param_dtype``, else bf16/fp16
+    when the trainer runs ``bf16-mixed`` / ``16-mixed`` (sharded fp32 masters, one cast per gather)."""
+    dtype = getattr(strategy, "param_dtype", None)
+    if dtype is None and trainer_precision in ("bf16-mixed", "16-mixed"):
+        dtype = "bfloat16" if trainer_precision == "bf16-mixed" else "float16"
+    return dtype
 
 
 def _meta_copy(policy: nn.Module) -> nn.Module:

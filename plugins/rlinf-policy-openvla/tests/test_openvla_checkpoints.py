@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -104,11 +105,25 @@ def test_bf16_weights_and_precision(tmp_path, tiny_oft, obs):
     fp32 = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2)
     assert next(fp32.parameters()).dtype == torch.float32
     bf16 = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16")
-    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    # bf16 compute, fp32 master weights: trainable parameters fp32, frozen (unused) ones bf16
+    assert {p.dtype for p in bf16.parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in bf16.parameters() if not p.requires_grad} == {torch.bfloat16}
+    assert bf16.compute_dtype == torch.bfloat16
     with torch.no_grad():
         out = bf16.act(obs, do_sample=True)
     assert out.logprobs.dtype == torch.float32
     torch.testing.assert_close(bf16.evaluate(obs, out.record).logprobs, out.logprobs, rtol=0, atol=1e-5)
+    with torch.no_grad():  # the forward really computes in bf16 (autocast), not in the fp32 of the weights
+        assert not torch.equal(fp32.evaluate(obs, out.record).logprobs, bf16.evaluate(obs, out.record).logprobs)
+    import rlinf.precision
+
+    rlinf.precision._warned.clear()  # the warning is shown once per process
+    with pytest.warns(UserWarning, match="bf16-true stores trainable weights"):
+        pure = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16-true")
+    assert {p.dtype for p in pure.parameters()} == {torch.bfloat16}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not twice
+        OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16-true")
 
 
 def test_v4_style_text_config_and_timm_presets(tmp_path, tiny_oft):

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from rlinf.envs.observation import Observation
+from rlinf.precision import under_compute_dtype
 
 
 @dataclass
@@ -59,6 +60,16 @@ class Policy(nn.Module):
     action_dim: int
     num_action_chunks: int
     has_value_head: bool = False
+    #: autocast dtype of ``act`` / ``evaluate`` / ``sft_loss`` (set from the policy's ``precision``,
+    #: see :mod:`rlinf.precision`); ``None``: compute in the parameters' dtype
+    compute_dtype: torch.dtype | None = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("act", "evaluate", "sft_loss"):
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not getattr(fn, "_rlinf_compute_wrapped", False):
+                setattr(cls, name, under_compute_dtype(fn))
 
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         """Choose action chunks for a batch of observations (called under ``torch.no_grad``).

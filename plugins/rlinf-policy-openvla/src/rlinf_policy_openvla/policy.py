@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from rlinf.envs.observation import Observation
 from rlinf.meta import is_meta_init
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
+from rlinf.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer, NormalizationType, resolve_unnorm_key
 from rlinf_policy_openvla.checkpoint import (
     RLINF_KEY,
@@ -31,7 +32,6 @@ from rlinf_policy_openvla.checkpoint import (
 )
 from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 ValueType = Literal["chunk_level", "action_level"]
 
@@ -80,8 +80,7 @@ class _PrismaticPolicy(Policy):
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
             raise ValueError(f"{name} has model_type {self.model_type!r}, got {model_type!r}; {hint}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r} not supported; use one of {', '.join(PRECISIONS)}")
+        prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
         saved = spec.rlinf
@@ -134,7 +133,8 @@ class _PrismaticPolicy(Policy):
         # --- network
         from rlinf_policy_openvla._modeling import build_vla
 
-        dtype = PRECISIONS[precision]
+        # LoRA: the loaded weights stay frozen (stored in the low dtype); full fine-tuning: fp32 masters
+        dtype = prec.frozen if is_lora else prec.trainable
         vla = build_vla(spec, proprio_dim=self.proprio_dim, value_dim=value_dim, meta=True)
         if is_meta_init():  # architecture only: every tensor stays on the meta device, no weight file is read
             vla.to(dtype)
@@ -162,6 +162,9 @@ class _PrismaticPolicy(Policy):
             raise ValueError("lora_path is set but is_lora is false; set is_lora: true to load the adapter")
         else:
             self.model = vla
+        apply_precision(self.model, prec)  # trainable params fp32 (except bf16-true), frozen ones in the low dtype
+        self.precision = prec.name
+        self.compute_dtype = prec.compute
 
     def _load_weights(self, vla, path: Path, dtype: torch.dtype) -> None:
         from rlinf_policy_openvla._modeling import load_into
@@ -175,9 +178,8 @@ class _PrismaticPolicy(Policy):
                     " safetensors or proprio_projector--*_checkpoint.pt)"
                 )
             state.update({f"proprio_projector.{k}": v for k, v in extra.items()})
-        load_into(vla, state, str(path), dtype)
+        load_into(vla, state, str(path), dtype)  # buffers (rotary frequencies) stay float32
         del state
-        vla.to(dtype)
 
     @staticmethod
     def _load_tokenizer(path: Path):
@@ -347,6 +349,12 @@ class _PrismaticPolicy(Policy):
         logits, _ = self._teacher_logits(obs, bins)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), bins.reshape(-1))
 
+    def memory_profile(self):
+        """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf.memory`)."""
+        from rlinf_policy_openvla.memory import prismatic_profile
+
+        return prismatic_profile(self)
+
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
         return {
@@ -419,7 +427,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
         lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
         lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
-        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
+            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
+            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
         gradient_checkpointing: recompute activations in the backward instead of keeping them (train
             mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
             vision towers. Saves most activation memory for about one extra forward pass per update.
@@ -547,7 +557,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
         lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
-        precision: parameter dtype, ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
+            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
+            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
         gradient_checkpointing: recompute activations in the backward instead of keeping them (train
             mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
             vision towers. Saves most activation memory for about one extra forward pass per update.

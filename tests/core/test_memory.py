@@ -1,0 +1,94 @@
+"""rlinf.memory: placement arithmetic per strategy, the activation model, and ``rlinf memory``."""
+
+import pytest
+import torch
+from torch import nn
+
+from rlinf.cli import main
+from rlinf.memory import (
+    GiB,
+    Stack,
+    StrategySpec,
+    activation_bytes,
+    block_bytes_per_token,
+    count_parameters,
+    estimate,
+)
+
+
+def _model(trainable: bool = True) -> nn.Module:
+    m = nn.Sequential(nn.Linear(1024, 1024, bias=False), nn.Linear(1024, 256, bias=False))  # 1.25 Mi params
+    m[1].weight.requires_grad_(trainable)
+    m[1].to(torch.bfloat16)
+    return m
+
+
+def _rows(rows) -> dict[str, float]:
+    return {name.split(" (")[0]: gib * GiB for name, gib in rows}
+
+
+def test_count_parameters_by_role():
+    c = count_parameters(_model(trainable=False))
+    assert (c.trainable, c.trainable_bytes) == (1024 * 1024, 4 * 1024 * 1024)
+    assert (c.frozen, c.frozen_bytes) == (256 * 1024, 2 * 256 * 1024)
+    assert c.fp32_matmul == 1024 * 1024
+
+
+def test_placement_per_strategy():
+    c = count_parameters(_model(trainable=False))
+    t = c.trainable
+    kw = dict(micro_batch_size=1, rollout_batch=1, autocast=True)
+    ddp = _rows(estimate(c, [], strategy=StrategySpec("ddp", 8), **kw).train)
+    assert ddp["weights"] == 4 * t + 2 * 256 * 1024 and ddp["gradients"] == 4 * t and ddp["AdamW state"] == 8 * t
+    assert ddp["DDP gradient buckets"] == 4 * t and ddp["bf16 weight copies kept by autocast"] == 2 * t
+    fsdp = _rows(estimate(c, [], strategy=StrategySpec("fsdp2", 8, param_dtype_bytes=2), **kw).train)
+    assert fsdp["weight shards"] == (4 * t + 2 * 256 * 1024) / 8 and fsdp["AdamW state shards"] == 8 * t / 8
+    assert "bf16 weight copies kept by autocast" not in fsdp  # gathered in bf16 once per unit
+    zero = estimate(c, [], strategy=StrategySpec("deepspeed", 8, zero_stage=1), **kw)
+    rows = _rows(zero.train)
+    assert rows["weights"] == 2 * t + 2 * 256 * 1024  # DeepSpeed bf16: module in bf16 ...
+    assert rows["fp32 master + AdamW state partitions"] == 12 * t / 8  # ... fp32 master + Adam partitioned
+    off = estimate(c, [], strategy=StrategySpec("deepspeed", 8, zero_stage=2, offload_optimizer=True), **kw)
+    assert not any(name.startswith("fp32 master") for name, _ in off.train)
+    assert dict(off.host)["offloaded optimizer (per rank)"] > 0
+
+
+def test_activation_model_and_checkpointing():
+    llm = Stack("llm", "llama", layers=32, tokens=300, hidden=4096, ffn=11008, heads=32)
+    assert block_bytes_per_token(llm, "mixed") == 34 * 4096 + 8 * 11008 + 4 * 32 + 8
+    full = activation_bytes([llm], "mixed", batch=2)
+    ckpt = activation_bytes([Stack(**{**llm.__dict__, "checkpointed": True})], "mixed", batch=2)
+    assert full == 32 * 300 * 2 * block_bytes_per_token(llm, "mixed")
+    # checkpointed: fp32 block inputs of every layer + one block recomputed in backward
+    assert ckpt == 4 * 4096 * 300 * 2 * 32 + 300 * 2 * block_bytes_per_token(llm, "mixed")
+    assert ckpt < full / 9
+
+
+def test_rlinf_memory_command(capsys):
+    assert main(["memory", "--config", "configs/toy/reach_ppo.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "per GPU, training step:" in out and "fits" in out and "rollout buffer" in out
+    assert main(["memory", "--config", "configs/toy/reach_ppo.yaml", "--gpu_memory_gb", "0.5"]) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().out
+    assert main(["memory", "--config", "missing.yaml"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_rlmodule_states_gpu_memory():
+    import inspect
+
+    from rlinf.module import RLModule
+
+    assert inspect.signature(RLModule).parameters["gpu_memory_gb"].default == pytest.approx(80.0)
+
+
+def test_eval_only_configs_hold_no_optimizer(tmp_path):
+    from rlinf.memory_cli import config_stage, estimate_config
+
+    assert config_stage("# Run with:  rlinf validate --config x.yaml") == "validate"
+    assert config_stage("# Run:   rlinf fit --config x.yaml (rlinf validate evaluates)") == "fit"
+    fit, _ = estimate_config("configs/toy/reach_ppo.yaml")
+    val, info = estimate_config("configs/toy/reach_ppo.yaml", stage="validate")
+    assert info["stage"] == "validate" and not val.train and fit.train
+    assert not any(name.startswith("AdamW") for name, _ in val.rollout)
+    assert any(name.startswith("AdamW") for name, _ in fit.rollout)
