@@ -165,8 +165,9 @@ def default_callbacks(given: list, progress_bar: bool) -> list:
     return out
 
 
-def trainer_defaults() -> dict[str, Any]:
+def trainer_defaults(quiet: bool = False) -> dict[str, Any]:
     return {
+        "enable_model_summary": not quiet,  # quiet: rlinf's progress bar prints a one-line header instead
         "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
             "init_args": {"save_dir": "runs", "name": "rlinf"},
@@ -213,7 +214,7 @@ def main(args: list[str] | None = None) -> int | None:
         args=argv,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
-        trainer_defaults=trainer_defaults(),
+        trainer_defaults=trainer_defaults(quiet=not verbose),
     )
     return 0
 

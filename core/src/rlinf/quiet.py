@@ -13,6 +13,7 @@ KNOWN_WARNINGS = [
     r"The '\w+_dataloader' does not have many workers",  # RL batches come from the rollout, not a loader
     r".*Checkpoint directory .* exists and is not empty",
     r"You are using `torch.load` with `weights_only=False`",
+    r"The dirpath has changed from",  # validate --ckpt_path of an earlier run: expected, nothing to fix
 ]
 # deprecation warnings raised inside these libraries (not in the user's code)
 LIBRARY_MODULES = ["lightning", "torch", "jsonargparse", "transformers", "timm", "tensorboard", "google.protobuf",

@@ -97,7 +97,7 @@ class RLProgressBar(ProgressBar):
         self._last_history = -math.inf
         self._phase = ""
         self._last_line = ""
-        self._fit_t0 = self._step_t0 = time.perf_counter()
+        self._fit_t0 = self._step_t0 = self._last_step_end = time.perf_counter()
         self._steps_done = 0
         self._live = False  # between on_train_start and on_train_end, or during validate
 
@@ -155,6 +155,8 @@ class RLProgressBar(ProgressBar):
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_t0 = time.perf_counter()
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank calls it
+        self.print_lines([run_header(trainer, pl_module, log_dir)], stamp_first=True)
         self._live = True
         self._steps_done = 0
 
@@ -178,6 +180,7 @@ class RLProgressBar(ProgressBar):
             return
         now = time.perf_counter()
         self._steps_done += 1
+        self._last_step_end = now
         metrics = getattr(pl_module, "step_metrics", None)
         numbers = key_numbers(metrics) if metrics is not None else other_numbers(trainer.progress_bar_metrics)
         step = trainer.current_epoch + 1
@@ -201,6 +204,7 @@ class RLProgressBar(ProgressBar):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn != "fit":
+            self._phase = ""
             self._clear()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -220,7 +224,7 @@ class RLProgressBar(ProgressBar):
             head += " " + "━" * filled + "─" * (width - filled)
         timing = f"{fmt_duration(time.perf_counter() - self._fit_t0)} elapsed"
         if total and self._steps_done:
-            per_step = (time.perf_counter() - self._fit_t0) / self._steps_done
+            per_step = (self._last_step_end - self._fit_t0) / self._steps_done  # mean over finished steps
             timing += f", {per_step:.2f} s/step, ETA {fmt_duration(per_step * (total - self._steps_done))}"
         first = " │ ".join(p for p in (head, self._phase, timing) if p)
         return [first, f"  last: {self._last_line}"] if self._last_line else [first]
@@ -245,6 +249,19 @@ class RLProgressBar(ProgressBar):
             self._stream.write(CLEAR_LINE + (CURSOR_UP + CLEAR_LINE) * (self._drawn - 1))
             self._drawn = 0
             self._stream.flush()
+
+
+def run_header(trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None) -> str:
+    """``"fit RLModule (TinyVLAPolicy, 17.3 K trainable parameters): 80 RL steps on 1 device(s); logs: runs/x"``."""
+    from lightning.pytorch.utilities.model_summary import get_human_readable_count
+
+    policy = getattr(pl_module, "policy", None)
+    what = type(pl_module).__name__ + (f" ({type(policy).__name__}" if policy is not None else " (")
+    trainable = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
+    what += f", {get_human_readable_count(trainable).strip()} trainable parameters)"
+    unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
+    steps = f"{trainer.max_epochs} {unit}" if trainer.max_epochs and trainer.max_epochs > 0 else f"unbounded {unit}"
+    return f"fit {what}: {steps} on {trainer.world_size} device(s); logs: {log_dir}"
 
 
 def _now() -> str:
