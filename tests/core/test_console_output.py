@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlinf.callbacks.eval_report import eval_table
-from rlinf.cli import _pop_verbose
+from rlinf.cli import _pop_verbose, main
 from rlinf.quiet import install_quiet_filters
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,19 +110,18 @@ def test_log_file_gets_one_timestamped_line_per_step_and_eval(file_run):
     assert re.search(r"fit RLModule \(TinyVLAPolicy, [\d.]+ K trainable parameters\): 2 RL steps", stdout)
 
 
-def test_plot_command_writes_png_from_finished_run(file_run, tmp_path):
+def test_plot_command_writes_png_from_finished_run(file_run, tmp_path, capsys):
     _, _, run_dir = file_run
     out = tmp_path / "curve.png"
-    proc = subprocess.run([*RLINF, "plot", str(run_dir), "--out", str(out)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    assert main(["plot", str(run_dir), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    assert proc.stdout.strip() == str(out)
+    assert capsys.readouterr().out.strip() == str(out)
 
 
-def test_plot_command_on_a_dir_without_events_is_one_line(tmp_path):
-    proc = subprocess.run([*RLINF, "plot", str(tmp_path)], capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "no TensorBoard events" in proc.stderr
+def test_plot_command_on_a_dir_without_events_is_one_line(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no TensorBoard events" in err
 
 
 def test_eval_table_is_compact_for_130_tasks():
