@@ -24,7 +24,7 @@ class RolloutConfig:
             processes (the env's ``num_workers >= 1``).
         recompute_logprobs: recompute the old log-probs with the training forward after the rollout
             (guards against rollout/training numeric mismatch) and log the mismatch.
-        show_progress: show rollout progress on rank 0.
+        show_progress: show the rollout and eval phases (chunk steps, episodes) in rlinf's progress bar.
     """
 
     rollout_epoch: int = 1

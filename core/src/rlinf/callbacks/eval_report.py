@@ -10,11 +10,16 @@ from lightning.pytorch.callbacks import Callback
 from rlinf.callbacks.progress import console_lines
 
 
-def eval_table(last_eval: dict[str, Any], max_tasks: int = 12, worst: int = 8) -> list[str]:
+def _short(name: str, max_len: int) -> str:
+    return name if len(name) <= max_len else name[: max_len - 1] + "…"
+
+
+def eval_table(last_eval: dict[str, Any], max_tasks: int = 12, worst: int = 8, max_name: int = 60) -> list[str]:
     """Console lines of an eval's per-task success (``RLModule.last_eval``).
 
     Up to ``max_tasks`` tasks every task is listed; beyond that (LIBERO-130) the per-suite rows and
-    the ``worst`` lowest-success tasks. The last row is the mean over all episodes.
+    the ``worst`` lowest-success tasks. The last row is the mean over all episodes. Names longer
+    than ``max_name`` (LIBERO instructions) are cut; ``eval/eval_epoch<N>.md`` has them in full.
     """
     per_task: dict[str, dict] = last_eval.get("per_task", {})
     per_suite: dict[str, dict] = last_eval.get("per_suite", {})
@@ -31,7 +36,8 @@ def eval_table(last_eval: dict[str, Any], max_tasks: int = 12, worst: int = 8) -
     total = {"success_once": metrics.get("eval/success_once", float("nan")),
              "num_trajectories": int(metrics.get("eval/num_trajectories", 0))}  # fmt: skip
     rows.append(("all", total))
-    width = max(24, *(len(name) for name, _ in rows))
+    rows = [(_short(name, max_name) if row else name, row) for name, row in rows]
+    width = max(24, *(len(name) for name, row in rows if row))
     lines = [f"  {'task':<{width}}  {'success':>8}  {'episodes':>8}"]
     for name, row in rows:
         if not row:

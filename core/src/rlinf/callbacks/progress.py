@@ -260,6 +260,7 @@ def run_header(trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str 
     trainable = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
     what += f", {get_human_readable_count(trainable).strip()} trainable parameters)"
     unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
+    unit = unit[:-1] if trainer.max_epochs == 1 else unit
     steps = f"{trainer.max_epochs} {unit}" if trainer.max_epochs and trainer.max_epochs > 0 else f"unbounded {unit}"
     return f"fit {what}: {steps} on {trainer.world_size} device(s); logs: {log_dir}"
 

@@ -62,6 +62,7 @@ class RunSummary(Callback):
             return
         steps = trainer.current_epoch  # RL steps (epochs) completed, counting a resumed run's earlier ones
         unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
+        unit = unit[:-1] if steps == 1 else unit
         how = "interrupted after" if interrupted else "finished:"
         lines = ["", f"rlinf: fit {how} {steps} {unit} in {fmt_duration(time.perf_counter() - self._t0)}"]
         report = next((cb for cb in trainer.callbacks if isinstance(cb, EvalReport)), None)
