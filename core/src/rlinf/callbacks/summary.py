@@ -50,14 +50,17 @@ class RunSummary(Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
-            self._summarise(trainer, pl_module, interrupted=False)
+            log_dir = trainer.log_dir  # a broadcast under DDP: every rank calls it
+            self._summarise(trainer, pl_module, log_dir, interrupted=False)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, KeyboardInterrupt) and trainer.state.fn == "fit":
-            self._summarise(trainer, pl_module, interrupted=True)
+            # no broadcast here: the other ranks may already be gone
+            log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+            self._summarise(trainer, pl_module, log_dir, interrupted=True)
 
-    def _summarise(self, trainer: pl.Trainer, pl_module: pl.LightningModule, interrupted: bool) -> None:
-        log_dir = trainer.log_dir  # a broadcast under DDP: every rank calls it
+    def _summarise(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None,
+                   interrupted: bool) -> None:
         if not trainer.is_global_zero:
             return
         steps = trainer.current_epoch  # RL steps (epochs) completed, counting a resumed run's earlier ones
