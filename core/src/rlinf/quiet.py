@@ -14,6 +14,7 @@ KNOWN_WARNINGS = [
     r".*Checkpoint directory .* exists and is not empty",
     r"You are using `torch.load` with `weights_only=False`",
     r"The dirpath has changed from",  # validate --ckpt_path of an earlier run: expected, nothing to fix
+    r"It is recommended to use `self.log\(.*sync_dist=True\)",  # RLModule all-reduces its metrics itself
 ]
 # deprecation warnings raised inside these libraries (not in the user's code)
 LIBRARY_MODULES = ["lightning", "torch", "jsonargparse", "transformers", "timm", "tensorboard", "google.protobuf",

@@ -208,6 +208,8 @@ class RLProgressBar(ProgressBar):
             self._clear()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._live = False
+        self._phase = ""
         self._clear()
 
     # ------------------------------------------------------------------ drawing

@@ -56,7 +56,7 @@ class RunSummary(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, KeyboardInterrupt) and trainer.state.fn == "fit":
             # no broadcast here: the other ranks may already be gone
-            log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+            log_dir = getattr(trainer.logger, "log_dir", None) or trainer.default_root_dir
             self._summarise(trainer, pl_module, log_dir, interrupted=True)
 
     def _summarise(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None,
@@ -64,10 +64,12 @@ class RunSummary(Callback):
         if not trainer.is_global_zero:
             return
         steps = trainer.current_epoch  # RL steps (epochs) completed, counting a resumed run's earlier ones
-        unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
-        unit = unit[:-1] if steps == 1 else unit
-        how = "interrupted after" if interrupted else "finished:"
-        lines = ["", f"rlinf: fit {how} {steps} {unit} in {fmt_duration(time.perf_counter() - self._t0)}"]
+        unit = "RL step" if hasattr(pl_module, "step_metrics") else "epoch"
+        took = fmt_duration(time.perf_counter() - self._t0)
+        if interrupted:  # the step in flight may or may not have been checkpointed: the resume line says where
+            lines = ["", f"rlinf: fit interrupted in {unit} {steps + 1} after {took}"]
+        else:
+            lines = ["", f"rlinf: fit finished: {steps} {unit}{'s' if steps != 1 else ''} in {took}"]
         report = next((cb for cb in trainer.callbacks if isinstance(cb, EvalReport)), None)
         lines += [f"  {line}" for line in best_and_last(report.history if report else [])]
         step_metrics = getattr(pl_module, "step_metrics", None) or {}
