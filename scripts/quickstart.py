@@ -3,7 +3,7 @@
     python scripts/quickstart.py [--out outputs/quickstart] [--rl-steps 64] [--demos-per-task 3]
 
 Installs nothing (``bash scripts/quickstart.sh`` installs, then runs this). Stages, each a
-subprocess with its log under ``OUT/logs``:
+subprocess with its log under ``OUT/logs`` (rlinf's per-step and eval lines are echoed to the console):
 
 1. ``make_tiny``: a tiny random OpenVLA-OFT checkpoint in the real layout (4-D actions).
 2. ``collect``: MetaWorld's scripted experts record a few demos per task (trial seed 0).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from rlinf.plot import by_rl_step, read_scalars
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "metaworld"
 TASKS = ["button-press-topdown-v3", "drawer-close-v3"]
+STAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # rlinf's plain progress lines in a log
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,7 +68,21 @@ class Runner:
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env, cwd=self.out)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
+                                    text=True, bufsize=1)  # fmt: skip
+            echo = False
+            for line in proc.stdout:
+                f.write(line)
+                f.flush()
+                # rlinf's timestamped step / eval lines (and an eval's table rows) also go to the console
+                if STAMPED.match(line):
+                    echo = " eval" in line[:30]
+                    print(f"    {line[11:]}", end="", flush=True)
+                elif echo and line.startswith("  "):
+                    print(f"    {line}", end="", flush=True)
+                else:
+                    echo = False
+            proc.wait()
         self.times[name] = time.perf_counter() - t
         if proc.returncode != 0:
             tail = log.read_text().splitlines()[-25:]
