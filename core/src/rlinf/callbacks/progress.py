@@ -100,6 +100,7 @@ class RLProgressBar(ProgressBar):
         self._fit_t0 = self._step_t0 = self._last_step_end = time.perf_counter()
         self._steps_done = 0
         self._live = False  # between on_train_start and on_train_end, or during validate
+        self._unit = "step"  # "step": an RLModule's RL step; "epoch": any other module's epoch
 
     # ------------------------------------------------------------------ Lightning's ProgressBar API
     def disable(self) -> None:
@@ -159,20 +160,22 @@ class RLProgressBar(ProgressBar):
         self.print_lines([run_header(trainer, pl_module, log_dir)], stamp_first=True)
         self._live = True
         self._steps_done = 0
+        self._unit = "step" if hasattr(pl_module, "step_metrics") else "epoch"
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._step_t0 = time.perf_counter()
-        self.set_phase("rollout" if hasattr(pl_module, "step_metrics") else "training", force=True)
+        self.set_phase("rollout" if self._unit == "step" else "training", force=True)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
-        total = getattr(pl_module, "steps_per_epoch", None) or self.total_train_batches
-        of = f"/{total}" if isinstance(total, int) or (isinstance(total, float) and math.isfinite(total)) else ""
-        unit = "micro-batches" if hasattr(pl_module, "step_metrics") else "batches"
-        self.set_phase(f"update {batch_idx + 1}{of} {unit}" if unit == "micro-batches"
-                       else f"training {batch_idx + 1}{of} {unit}")  # fmt: skip
+        if self._unit == "step":  # RLModule: the step's micro-batch count is known once the rollout is in
+            self.set_phase(f"update {batch_idx + 1}/{pl_module.steps_per_epoch} micro-batches")
+            return
+        total = self.total_train_batches
+        of = f"/{int(total)}" if math.isfinite(total) else ""
+        self.set_phase(f"training {batch_idx + 1}{of} batches")
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if not hasattr(pl_module, "step_metrics"):
+        if self._unit == "epoch":
             self.set_phase(f"validation {batch_idx + 1} batches")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -185,9 +188,8 @@ class RLProgressBar(ProgressBar):
         numbers = key_numbers(metrics) if metrics is not None else other_numbers(trainer.progress_bar_metrics)
         step = trainer.current_epoch + 1
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-        name = "step" if metrics is not None else "epoch"
-        head = f"{name} {step}/{total}" if total else f"{name} {step}"
-        timing = f"{now - self._step_t0:.2f} s/{name}"
+        head = f"{self._unit} {step}/{total}" if total else f"{self._unit} {step}"
+        timing = f"{now - self._step_t0:.2f} s/{self._unit}"
         self._last_line = " | ".join(p for p in (head, numbers, timing) if p)
         last = total is not None and step >= total
         if self.timestamped:
@@ -219,7 +221,7 @@ class RLProgressBar(ProgressBar):
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         if trainer.state.fn != "fit":
             return [self._phase] if self._phase else []
-        head = f"step {step}/{total}" if total else f"step {step}"
+        head = f"{self._unit} {step}/{total}" if total else f"{self._unit} {step}"
         if total:
             width = 20
             filled = int(width * min(1.0, self._steps_done / total))
@@ -227,7 +229,7 @@ class RLProgressBar(ProgressBar):
         timing = f"{fmt_duration(time.perf_counter() - self._fit_t0)} elapsed"
         if total and self._steps_done:
             per_step = (self._last_step_end - self._fit_t0) / self._steps_done  # mean over finished steps
-            timing += f", {per_step:.2f} s/step, ETA {fmt_duration(per_step * (total - self._steps_done))}"
+            timing += f", {per_step:.2f} s/{self._unit}, ETA {fmt_duration(per_step * (total - self._steps_done))}"
         first = " │ ".join(p for p in (head, self._phase, timing) if p)
         return [first, f"  last: {self._last_line}"] if self._last_line else [first]
 
