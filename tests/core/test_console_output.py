@@ -29,7 +29,8 @@ def toy_args(save_dir: Path, config: str = "reach_grpo.yaml") -> list[str]:
     return ["fit", "--config", str(ROOT / "configs" / "toy" / config), "--trainer.max_epochs=2",
             "--trainer.check_val_every_n_epoch=2", f"--trainer.logger.init_args.save_dir={save_dir}",
             "--model.init_args.env.init_args.num_envs=16", "--model.init_args.global_batch_size=32",
-            "--model.init_args.micro_batch_size=16", "--model.init_args.rollout.max_steps_per_rollout_epoch=8"]  # fmt: skip
+            "--model.init_args.micro_batch_size=16",
+            "--model.init_args.rollout.max_steps_per_rollout_epoch=8"]  # fmt: skip
 
 
 def run_in_pty(args: list[str], cwd: Path, timeout: float = 240) -> str:

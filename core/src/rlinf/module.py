@@ -273,7 +273,8 @@ class RLModule(pl.LightningModule):
         for r in range(ro.rollout_epoch):
             reset = not self.env.auto_reset or self.collector.last_obs[0] is None
             label = f"rollout {r + 1}/{ro.rollout_epoch}" if ro.rollout_epoch > 1 else "rollout"
-            progress = self._progress(label, self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size)
+            env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
+            progress = self._progress(label, env_steps_per_chunk)
             # same precision context as training_step, so rollout and update log-probs agree
             with self.trainer.precision_plugin.forward_context():
                 traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)

@@ -166,7 +166,8 @@ class RLProgressBar(ProgressBar):
         self._step_t0 = time.perf_counter()
         self.set_phase("rollout" if self._unit == "step" else "training", force=True)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if self._unit == "step":  # RLModule: the step's micro-batch count is known once the rollout is in
             self.set_phase(f"update {batch_idx + 1}/{pl_module.steps_per_epoch} micro-batches")
             return
@@ -174,7 +175,8 @@ class RLProgressBar(ProgressBar):
         of = f"/{int(total)}" if math.isfinite(total) else ""
         self.set_phase(f"training {batch_idx + 1}{of} batches")
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._unit == "epoch":
             self.set_phase(f"validation {batch_idx + 1} batches")
 
