@@ -89,9 +89,8 @@ class RunSummary(Callback):
             rows.append(("checkpoints", _rel(ckpt.dirpath)))
         if log_dir:
             run = Path(log_dir)
-            for name in ("policy",):
-                if (run / name / "config.json").exists() or (run / name).is_dir():
-                    rows.append(("exported policy", _rel(run / name)))
+            if (run / "policy").is_dir():  # RLModule's export_policy
+                rows.append(("exported policy", _rel(run / "policy")))
             if (run / "eval").is_dir():
                 rows.append(("eval tables", _rel(run / "eval")))
         videos = sorted({str(Path(p).parent) for cb in trainer.callbacks for p in getattr(cb, "written", [])})
