@@ -3,7 +3,7 @@
     python scripts/quickstart.py [--out outputs/quickstart] [--rl-steps 64] [--demos-per-task 3]
 
 Installs nothing (``bash scripts/quickstart.sh`` installs, then runs this). Stages, each a
-subprocess with its log under ``OUT/logs``:
+subprocess with its log under ``OUT/logs`` (rlinf's per-step and eval lines are echoed to the console):
 
 1. ``make_tiny``: a tiny random OpenVLA-OFT checkpoint in the real layout (4-D actions).
 2. ``collect``: MetaWorld's scripted experts record a few demos per task (trial seed 0).
@@ -19,15 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from rlinf.plot import by_rl_step, read_scalars
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "metaworld"
 TASKS = ["button-press-topdown-v3", "drawer-close-v3"]
+STAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # rlinf's plain progress lines in a log
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,7 +68,21 @@ class Runner:
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env, cwd=self.out)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, cwd=self.out,
+                                    text=True, bufsize=1)  # fmt: skip
+            echo = False
+            for line in proc.stdout:
+                f.write(line)
+                f.flush()
+                # rlinf's timestamped step / eval lines (and an eval's table rows) also go to the console
+                if STAMPED.match(line):
+                    echo = " eval" in line[:30]
+                    print(f"    {line[11:]}", end="", flush=True)
+                elif echo and line.startswith("  "):
+                    print(f"    {line}", end="", flush=True)
+                else:
+                    echo = False
+            proc.wait()
         self.times[name] = time.perf_counter() - t
         if proc.returncode != 0:
             tail = log.read_text().splitlines()[-25:]
@@ -84,44 +102,17 @@ def eval_results(run_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in files]
 
 
-def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    from tensorboard.backend.event_processing import event_accumulator
+def learning_curve(rl_dir: Path, sft: dict, path: Path) -> Path | None:
+    """The RL run's learning curve (rlinf.plot), with the SFT policy's held-out eval at step 0."""
+    from rlinf.plot import PlotError, plot_learning_curve
 
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    if tag not in acc.Tags()["scalars"]:
-        return []
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
-
-
-def learning_curve(train: list[float], sft: dict, evals: list[dict], path: Path) -> Path | None:
-    """Plot training-rollout success per GRPO step and the held-out evals (step 0: the SFT policy)."""
+    baseline = {k: v for k, v in sft["metrics"].items() if k in ("eval/success_once", "eval/return")}
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("quickstart: matplotlib missing (pip install matplotlib): no learning-curve PNG", file=sys.stderr)
+        return plot_learning_curve(rl_dir, path, title="Tiny OpenVLA-OFT in MetaWorld: SFT, then GRPO",
+                                   baseline=baseline, baseline_label="the SFT policy (held-out eval)")  # fmt: skip
+    except PlotError as exc:
+        print(f"quickstart: no learning-curve PNG: {exc}", file=sys.stderr)
         return None
-    epochs = list(range(1, len(train) + 1))
-    values = [100 * v for v in train]
-    smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(epochs, values, color="tab:blue", alpha=0.3, label="training rollouts (success_once)")
-    ax.plot(epochs, smooth, color="tab:blue", label="training rollouts, 5-step mean")
-    ax.plot([0] + [e["epoch"] + 1 for e in evals], [100 * sft["metrics"]["eval/success_once"]]
-            + [100 * e["metrics"]["eval/success_once"] for e in evals], "o-", color="tab:red",
-            label="held-out eval (step 0 = SFT)")  # fmt: skip
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("success rate (%)")
-    ax.set_ylim(-2, 102)
-    ax.set_title("Tiny OpenVLA-OFT in MetaWorld: SFT, then GRPO")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
 
 
 def fresh_results_dir(out: Path) -> Path:
@@ -157,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
         f"--model.init_args.eval_env.init_args.trials_per_task={args.eval_trials}",
         f"--trainer.logger.init_args.save_dir={out / 'tensorboard'}",
         "--trainer.logger.init_args.version=0",
-        "--trainer.enable_progress_bar=false",
         f"--seed_everything={args.seed}",
     ]
     print(f"rlinf quickstart: tasks {', '.join(args.tasks)}; results in {out}", flush=True)
@@ -173,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--model.init_args.data_path={out / 'demos'}", f"--model.init_args.export_dir={out / 'sft_policy'}",
                 f"--trainer.max_epochs={args.sft_epochs}", f"--trainer.logger.init_args.save_dir={out / 'tensorboard'}",
                 "--trainer.logger.init_args.name=sft", "--trainer.logger.init_args.version=0",
-                "--trainer.enable_progress_bar=false", f"--seed_everything={args.seed}"])  # fmt: skip
+                f"--seed_everything={args.seed}"])  # fmt: skip
     grpo = str(CONFIGS / "quickstart_grpo.yaml")
     run("eval SFT on held-out scenes", [rlinf, "validate", "--config", grpo, *eval_overrides,
                                         f"--model.init_args.policy.init_args.model_path={out / 'sft_policy'}",
@@ -188,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---------------------------------------------------------------- results
     sft_dir, rl_dir = out / "tensorboard" / "sft_eval" / "version_0", out / "tensorboard" / "rl" / "version_0"
-    sft, evals = eval_results(sft_dir)[-1], eval_results(rl_dir)
-    rl = evals[-1]
-    train = [v for _, v in scalars(rl_dir, "env/success_once")]
+    sft, rl = eval_results(sft_dir)[-1], eval_results(rl_dir)[-1]
+    train = [v for _, v in by_rl_step(read_scalars(rl_dir), "env/success_once")]
     lines = ["| task | SFT | SFT + GRPO | change |", "|---|---|---|---|"]
     for task in args.tasks:
         a = sft["per_task"].get(task, {}).get("success_once", float("nan"))
@@ -203,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     k = min(5, len(train))
     train_line = (f"Training rollouts (success_once): {100 * sum(train[:k]) / k:.0f}% over the first {k} GRPO steps -> "
                   f"{100 * sum(train[-k:]) / k:.0f}% over the last {k}." if k else "")  # fmt: skip
-    curve = learning_curve(train, sft, evals, out / "learning_curve.png")
+    curve = learning_curve(rl_dir, sft, out / "learning_curve.png")
     videos = sorted((out / "videos").rglob("*.mp4"))
     total = time.perf_counter() - run.t0
     timing = "\n".join(f"- {k}: {v:.0f} s" for k, v in run.times.items()) + f"\n- total: {total:.0f} s"

@@ -1,7 +1,9 @@
-"""The ``rlinf`` command: ``rlinf plugins``, ``rlinf memory`` plus LightningCLI's ``fit`` / ``validate`` / ... .
+"""The ``rlinf`` command: ``rlinf plugins`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` / ``validate`` / ... .
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
-their short name (``class_path: MetaWorldEnv``).
+their short name (``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's
+tips and known library warnings too); rlinf's progress bar, eval tables and run summary are added
+to every trainer.
 """
 
 from __future__ import annotations
@@ -47,6 +49,37 @@ def plugins_command(argv: list[str]) -> int:
     return 1 if opts.check and registry.errors() else 0
 
 
+def plot_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rlinf plot", description="Write a run's learning-curve PNG from its "
+                                     "TensorBoard events.")  # fmt: skip
+    parser.add_argument("run_dir", help="the run's log dir (e.g. runs/reach_grpo/version_0)")
+    parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
+    parser.add_argument("--title", default=None, help="figure title (default RUN_DIR)")
+    opts = parser.parse_args(argv)
+    from rlinf.plot import PlotError, plot_learning_curve
+
+    try:
+        path = plot_learning_curve(opts.run_dir, opts.out, title=opts.title)
+    except PlotError as exc:
+        print(f"rlinf plot: error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def _pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
+    """Remove rlinf's bare ``--verbose`` flag (``validate --verbose=false`` stays Lightning's)."""
+    bools = {"true", "false", "0", "1", "yes", "no"}
+    out, verbose = [], False
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1].lower() if i + 1 < len(argv) else ""
+        if arg == "--verbose" and nxt not in bools:
+            verbose = True
+        else:
+            out.append(arg)
+    return out, verbose
+
+
 def _walk_class_paths(node: Any, parent_key: str | None, found: list[tuple[str, str]]) -> None:
     if isinstance(node, dict):
         cp = node.get("class_path")
@@ -90,8 +123,9 @@ def _cli_class():
     from rlinf.checkpointing import RLCheckpoint
 
     class RLinfCLI(LightningCLI):
-        """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval, and a
-        ``checkpoint:`` section configuring :class:`rlinf.checkpointing.RLCheckpoint`)."""
+        """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval, rlinf's
+        progress bar, eval report and run summary, and a ``checkpoint:`` section configuring
+        :class:`rlinf.checkpointing.RLCheckpoint`)."""
 
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_lightning_class_args(RLCheckpoint, "checkpoint")
@@ -104,7 +138,19 @@ def _cli_class():
                 callbacks = [c for c in callbacks if not isinstance(c, RLCheckpoint)]
             return super()._instantiate_trainer(config, callbacks)
 
+        quiet = True
+
+        def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any):
+            parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+            if self.quiet and "verbose" in self._subcommand_method_arguments.get(subcommand, {}):
+                parser.set_defaults(verbose=False)  # rlinf's eval table replaces Lightning's metric dump
+            return parser
+
         def instantiate_trainer(self, **kwargs: Any):
+            config = self._get(self.config_init, "trainer", default={})
+            given = config.get("callbacks") or []
+            given = list(given) if isinstance(given, list) else [given]
+            kwargs["callbacks"] = given + default_callbacks(given, config.get("enable_progress_bar") is not False)
             trainer = super().instantiate_trainer(**kwargs)
             # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every
             # epoch end (not only after validation) and links last.ckpt, unless configured otherwise.
@@ -118,8 +164,26 @@ def _cli_class():
     return RLinfCLI
 
 
-def trainer_defaults() -> dict[str, Any]:
+def default_callbacks(given: list, progress_bar: bool) -> list:
+    """rlinf's console callbacks that the user's callbacks do not already provide."""
+    from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
+
+    from rlinf.callbacks.eval_report import EvalReport
+    from rlinf.callbacks.progress import RLProgressBar
+    from rlinf.callbacks.summary import RunSummary
+
+    out = []
+    if progress_bar and not any(isinstance(cb, ProgressBar) for cb in given):
+        out.append(RLProgressBar())
+    for cls in (EvalReport, RunSummary):
+        if not any(isinstance(cb, cls) for cb in given):
+            out.append(cls())
+    return out
+
+
+def trainer_defaults(quiet: bool = False) -> dict[str, Any]:
     return {
+        "enable_model_summary": not quiet,  # quiet: rlinf's progress bar prints a one-line header instead
         "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
             "init_args": {"save_dir": "runs", "name": "rlinf"},
@@ -139,6 +203,13 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf.memory_cli import memory_command
 
         return memory_command(argv[1:])
+    if argv and argv[0] == "plot":
+        return plot_command(argv[1:])
+    argv, verbose = _pop_verbose(argv)
+    if not verbose:
+        from rlinf.quiet import install_quiet_filters
+
+        install_quiet_filters()
     registry = load_plugins()
     try:
         check_config_class_paths(argv, registry)
@@ -154,14 +225,16 @@ def main(args: list[str] | None = None) -> int | None:
         import rlinf.sft  # noqa: F401 - makes SFTModule resolvable
     except ImportError:
         pass
-    _cli_class()(
+    cli_class = _cli_class()
+    cli_class.quiet = not verbose
+    cli_class(
         pl.LightningModule,
         None,
         subclass_mode_model=True,
         args=argv,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
-        trainer_defaults=trainer_defaults(),
+        trainer_defaults=trainer_defaults(quiet=not verbose),
     )
     return 0
 

@@ -25,7 +25,7 @@ class RolloutConfig:
         recompute_logprobs: recompute the old log-probs with the training forward (train mode, same
             precision context) after the rollout, use them as the ratio's denominator, and log the
             largest difference to the rollout's as ``rollout/logprob_mismatch``.
-        show_progress: show rollout progress on rank 0.
+        show_progress: show the rollout and eval phases (chunk steps, episodes) in rlinf's progress bar.
     """
 
     rollout_epoch: int = 1

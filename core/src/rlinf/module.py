@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from collections import defaultdict
 from contextlib import nullcontext
@@ -135,6 +134,7 @@ class RLModule(pl.LightningModule):
         self.schedule: list[dict[str, Any]] = []
         self.reducer = _DistReducer()
         self.last_eval: dict[str, Any] = {}
+        self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
         self.skipped_steps = 0
         self._train_sums: dict[str, tuple[torch.Tensor | float, float]] = {}
         self._last_values: dict[str, float] = {}
@@ -273,6 +273,7 @@ class RLModule(pl.LightningModule):
     # ------------------------------------------------------------------ rollout
     def on_train_epoch_start(self) -> None:
         self._epoch_t0 = time.perf_counter()
+        self.step_metrics = {}
         ro = self.rollout_cfg
         n_chunks = ro.max_steps_per_rollout_epoch // self.policy.num_action_chunks
         self.policy.eval()
@@ -295,14 +296,16 @@ class RLModule(pl.LightningModule):
         self.schedule = self._build_schedule(len(samples))
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
-                self.log(key, float(value), on_step=False, on_epoch=True, batch_size=1)
+                self._log_step(key, float(value))
         self.policy.train()
 
     def _collect_rollouts(self, ro: RolloutConfig, n_chunks: int) -> list:
         trajs = []
         for r in range(ro.rollout_epoch):
             reset = not self.env.auto_reset or self.collector.last_obs[0] is None
-            progress = self._progress(f"rollout {self.current_epoch} [{r + 1}/{ro.rollout_epoch}]")
+            label = f"rollout {r + 1}/{ro.rollout_epoch}" if ro.rollout_epoch > 1 else "rollout"
+            env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
+            progress = self._progress(label, env_steps_per_chunk)
             # same precision context as training_step, so rollout and update log-probs agree
             with self._compute_context():
                 traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
@@ -336,22 +339,14 @@ class RLModule(pl.LightningModule):
         total = self.reducer.sum(torch.tensor([counts[k] for k in keys], dtype=torch.float64))
         return {k: float(v) for k, v in zip(keys, total)}
 
-    def _progress(self, label: str):
-        """A ``(done, total)`` callback printing progress on rank 0 (at most once a second)."""
-        if not self.rollout_cfg.show_progress or self.global_rank != 0:
+    def _progress(self, label: str, env_steps_per_chunk: int = 0):
+        """Rank 0's ``(done, total, episodes=None)`` callback of a rollout or eval, drawn by rlinf's
+        progress bar (``None`` without it or with ``rollout.show_progress: false``)."""
+        if not self.rollout_cfg.show_progress or self._trainer is None:
             return None
-        state = {"last": 0.0, "t0": time.perf_counter()}
+        from rlinf.callbacks.progress import phase_reporter
 
-        def show(done: int, total: int, unit: str = "chunk steps") -> None:
-            now = time.perf_counter()
-            final = total > 0 and done >= total
-            if final or now - state["last"] > 1.0:
-                state["last"] = now
-                of = f"/{total}" if total > 0 else ""
-                end = "\n" if final else "\r"
-                print(f"{label}: {done}{of} {unit} ({now - state['t0']:.1f}s)", end=end, file=sys.stderr, flush=True)
-
-        return show
+        return phase_reporter(self.trainer, label, env_steps_per_chunk)
 
     @torch.no_grad()
     def _recompute_old_logprobs(self, samples: Samples) -> float:
@@ -480,14 +475,18 @@ class RLModule(pl.LightningModule):
             sums = self.reducer.sum(torch.stack(rows).double())  # exact means over all ranks' micro-batches
             for key, (total, count) in zip(keys, sums.tolist()):
                 if count > 0 and math.isfinite(total / count):
-                    self.log(key, total / count, on_step=False, on_epoch=True, batch_size=1)
+                    self._log_step(key, total / count)
         for key, value in self._last_values.items():
-            self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
+            self._log_step(key, value)
         self._train_sums, self._last_values = {}, {}
+
+    def _log_step(self, key: str, value: float) -> None:
+        self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
+        self.step_metrics[key] = value
 
     def on_train_epoch_end(self) -> None:
         self._log_train_metrics()
-        self.log("time/step", time.perf_counter() - self._epoch_t0, on_step=False, on_epoch=True, batch_size=1)
+        self._log_step("time/step", time.perf_counter() - self._epoch_t0)
         self.samples = None
         self.schedule = []
 
@@ -534,7 +533,7 @@ class RLModule(pl.LightningModule):
                     obs = env.chunk_step(out.actions.cpu()).obs
                     records.extend(env.pop_episodes())
                     if progress is not None:
-                        progress(len(records), len(env.pool) * ro.eval_rollout_epoch, "episodes")
+                        progress(len(records), len(env.pool) * ro.eval_rollout_epoch)
                 env.flush_episodes()
                 records.extend(env.pop_episodes())
 

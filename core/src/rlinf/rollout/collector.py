@@ -64,6 +64,7 @@ class RolloutCollector:
         self.last_obs: list[Observation | None] = [None] * len(envs)
         self._pool = ThreadPoolExecutor(max_workers=len(envs)) if len(envs) > 1 else None
         self.times = RolloutTimes()
+        self.episodes_done = 0  # episodes that ended during the current collect()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -104,6 +105,7 @@ class RolloutCollector:
     def collect(self, num_chunk_steps: int, do_sample: bool, temperature: float, reset: bool, progress=None) -> Trajectory:
         """One rollout epoch. ``reset``: start new episodes (else continue from the last obs)."""
         self.times = RolloutTimes()
+        self.episodes_done = 0
         t_start = time.perf_counter()
         S = len(self.envs)
         bufs = [_StageBuffer() for _ in range(S)]
@@ -128,7 +130,7 @@ class RolloutCollector:
                 self._record_act(bufs[s], obs[s], out)
                 pending[s] = self._submit(s, out.actions.cpu())
             if progress is not None:
-                progress(k + 1, num_chunk_steps)
+                progress(k + 1, num_chunk_steps, episodes=self.episodes_done)
         for s in range(S):
             obs[s] = self._record_result(bufs[s], self._wait(pending[s]), do_sample, temperature)
             if self.need_values:
@@ -148,6 +150,7 @@ class RolloutCollector:
 
     def _record_result(self, buf: _StageBuffer, result: ChunkStepResult, do_sample: bool, temperature: float) -> Observation:
         buf.results.append(result)
+        self.episodes_done += int((result.dones & result.valid).any(-1).sum())
         boot = torch.zeros_like(result.rewards)
         if self.need_values and result.final_obs is not None:
             v = self._act(result.final_obs, do_sample, temperature).values.float().cpu()[:, 0]
