@@ -103,9 +103,9 @@ def test_lr_schedule_steps_per_optimizer_step_and_shuffle_is_fresh(tmp_path):
     orders = []
     original = module._build_schedule
 
-    def spy(n):
-        sched = original(n)
-        orders.append(torch.cat([s["idx"] for s in sched]))
+    def spy():
+        sched = original()
+        orders.append(torch.cat([s.idx for s in sched]))
         return sched
 
     module._build_schedule = spy
@@ -209,7 +209,7 @@ def test_logged_losses_do_not_depend_on_micro_batch_size(tmp_path):
 
 
 def test_per_suite_success_from_prefixed_task_names():
-    from rlinf.module import _per_suite
+    from rlinf.training.evaluation import per_suite as _per_suite
 
     per_task = {
         "libero_spatial/a": {"success_once": 1.0, "num_trajectories": 2},

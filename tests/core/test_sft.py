@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from rlinf.config import OptimConfig
 from rlinf.data.demos import DemoDataset, DemoWriter, read_meta
 from rlinf.sft import SFTModule
 from rlinf.testing.reach_demos import collect_reach_demos
@@ -66,7 +67,8 @@ def test_short_sft_run_lowers_loss_and_exports(demo_dir, tmp_path):
     policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, state_dim=4, add_value_head=False)
     ds = DemoDataset(demo_dir, num_action_chunks=2)
     before, l1_before = _mean_loss(policy, ds), _greedy_l1(policy, ds)
-    module = SFTModule(policy, str(demo_dir), batch_size=32, lr=1e-2, val_fraction=0.2, lr_scheduler="cosine", lr_warmup_steps=5)
+    module = SFTModule(policy, str(demo_dir), batch_size=32, val_fraction=0.2,
+                       optim=OptimConfig(lr=1e-2, lr_scheduler="cosine", lr_warmup_steps=5, clip_grad=None))
     trainer = pl.Trainer(max_epochs=40, accelerator="cpu", logger=pl.loggers.TensorBoardLogger(tmp_path, name="sft"),
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(module)
@@ -102,7 +104,7 @@ def test_runs_through_rlinf_fit(demo_dir, tmp_path, monkeypatch):
                            "init_args": {"action_dim": 2, "num_action_chunks": 2, "add_value_head": False}},
                 "data_path": str(demo_dir),
                 "batch_size": 64,
-                "lr": 1e-3,
+                "optim": {"lr": 1e-3},
                 "export_dir": str(tmp_path / "exported"),
             },
         },

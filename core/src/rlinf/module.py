@@ -9,20 +9,18 @@ from Lightning's strategies: every rank runs its own envs on its own share of in
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 import time
-from collections import defaultdict
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from rlinf.algorithms.base import Algorithm, Reducer
+from rlinf.algorithms.base import Algorithm
 from rlinf.checkpointing import restore_frozen
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.envs.base import Env
@@ -39,36 +37,19 @@ from rlinf.strategies import (
     set_accumulation_boundary,
     shard_policy,
 )
-
-EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
-MINIBATCH_NORMALISED = {"train/actor/policy_loss", "train/entropy_loss", "train/critic/value_loss", "train/loss"}
-
-
-class _Counter(IterableDataset):
-    """Yields 0..n-1; ``n`` is re-read every epoch."""
-
-    def __init__(self, module: RLModule) -> None:
-        self.module = module
-
-    def __iter__(self):
-        return iter(range(self.module.steps_per_epoch))
-
-
-class _DistReducer(Reducer):
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.SUM)
-        return y
-
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.MAX)
-        return y
-
+from rlinf.training.evaluation import eval_passes, per_suite, per_task, write_eval_table
+from rlinf.training.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
+from rlinf.training.optim import configure_adamw
+from rlinf.training.schedule import (
+    Denominators,
+    MicroBatch,
+    ScheduleDataset,
+    build_schedule,
+    count_micro_batches,
+    minibatch_denominators,
+    minibatch_sizes,
+    schedule_seed,
+)
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.
@@ -131,13 +112,13 @@ class RLModule(pl.LightningModule):
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
         self.samples: Samples | None = None
-        self.schedule: list[dict[str, Any]] = []
-        self.reducer = _DistReducer()
+        self.schedule: list[MicroBatch] = []
+        self.denominators: list[Denominators] = []  # per minibatch of this RL step, at its first training_step
+        self.reducer = DistReducer()
         self.last_eval: dict[str, Any] = {}
         self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
         self.skipped_steps = 0
-        self._train_sums: dict[str, tuple[torch.Tensor | float, float]] = {}
-        self._last_values: dict[str, float] = {}
+        self._train_metrics = MetricSums()
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
         self._stage_envs: list[Env] = []
@@ -162,18 +143,7 @@ class RLModule(pl.LightningModule):
                 f"env.num_envs ({self.env.num_envs}) must split into pipeline_stage_num ({S}) stages that are "
                 f"each a multiple of group_size ({self.env.group_size})"
             )
-        if type(self.algorithm).__name__ == "GRPO":
-            if self.env.group_size < 2:
-                raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
-            if self.env.auto_reset:
-                raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
-        if getattr(self.algorithm, "loss_agg", "step_mean") == "trajectory_mean" and self.env.auto_reset:
-            raise ValueError(
-                "algorithm loss_agg: trajectory_mean weights whole episodes: set env auto_reset: false "
-                "(or use loss_agg: step_mean, as RLinf does with auto-reset)"
-            )
-        if self.algorithm.uses_critic and not self.policy.has_value_head:
-            raise ValueError(f"{type(self.algorithm).__name__} needs a critic: set the policy's add_value_head: true")
+        self.algorithm.check(self.env, self.policy)
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
             raise ValueError("global_batch_size and micro_batch_size must be >= 1")
 
@@ -213,18 +183,10 @@ class RLModule(pl.LightningModule):
         return ro.rollout_epoch * n_chunks * self.env.num_envs
 
     def _minibatch_sizes(self, world: int) -> list[int]:
-        per_rank = max(1, self.global_batch_size // world)
-        total = self._samples_per_rank()
-        per_rank = min(per_rank, total)
-        sizes = [per_rank] * (total // per_rank)
-        if total % per_rank:
-            sizes.append(total % per_rank)
-        return sizes
+        return minibatch_sizes(self._samples_per_rank(), self.global_batch_size, world)
 
     def _count_training_steps(self, world: int) -> int:
-        micro = self.micro_batch_size
-        per_epoch = sum(math.ceil(m / micro) for m in self._minibatch_sizes(world))
-        return per_epoch * self.algorithm.update_epoch
+        return count_micro_batches(self._minibatch_sizes(world), self.micro_batch_size, self.algorithm.update_epoch)
 
     @property
     def optimizer_steps_per_epoch(self) -> int:
@@ -242,33 +204,25 @@ class RLModule(pl.LightningModule):
         return []
 
     def train_dataloader(self):
-        return DataLoader(_Counter(self), batch_size=None)
+        return DataLoader(ScheduleDataset(self._build_schedule), batch_size=None)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        return batch  # a MicroBatch indexes the CPU-side samples; training_step moves its slice
 
     def val_dataloader(self):
         return DataLoader(range(1), batch_size=None)
 
     # ------------------------------------------------------------------ optimizers
     def configure_optimizers(self):
-        cfg = self.optim_cfg
         value_ids = {id(p) for p in self.policy.value_parameters()}
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if id(p) not in value_ids], "lr": cfg.lr, "name": "actor"}]
-        value_params = [p for p in params if id(p) in value_ids]
-        if value_params:
-            groups.append({"params": value_params, "lr": cfg.value_lr or cfg.lr, "name": "critic"})
-        opt = torch.optim.AdamW(
-            groups, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay
-        )
         max_epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        total = max(1, max_epochs * self.optimizer_steps_per_epoch)
-        # the actor's schedule (warm-up, decay) starts when the actor starts training, after the critic
-        # warm-up (RLinf rebuilds the optimizer there); the critic's runs from step 0
-        start = max(0, cfg.critic_warmup_steps)
-        lambdas = [_lr_lambda(cfg, max(1, total - start), start=start)]
-        if value_params:
-            lambdas.append(_lr_lambda(cfg, total))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return configure_adamw(
+            self.optim_cfg,
+            [p for p in params if id(p) not in value_ids],
+            [p for p in params if id(p) in value_ids],
+            total_steps=max_epochs * self.optimizer_steps_per_epoch,
+        )
 
     # ------------------------------------------------------------------ rollout
     def on_train_epoch_start(self) -> None:
@@ -293,7 +247,7 @@ class RLModule(pl.LightningModule):
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
         self.samples = samples
-        self.schedule = self._build_schedule(len(samples))
+        self.denominators = []  # computed at the first training_step (the schedule may not exist yet)
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._log_step(key, float(value))
@@ -328,16 +282,7 @@ class RLModule(pl.LightningModule):
         return self.trainer.precision_plugin.forward_context()
 
     def _env_counters(self) -> dict[str, float]:
-        """Env-level counters (worker restarts, dropped episodes), summed over stages and ranks."""
-        counts: dict[str, float] = defaultdict(float)
-        for env in self._stage_envs:
-            for key, value in env.pop_metrics().items():
-                counts[key] += value
-        if not counts:
-            return {}
-        keys = sorted(counts)
-        total = self.reducer.sum(torch.tensor([counts[k] for k in keys], dtype=torch.float64))
-        return {k: float(v) for k, v in zip(keys, total)}
+        return summed_counters([env.pop_metrics() for env in self._stage_envs], self.reducer)
 
     def _progress(self, label: str, env_steps_per_chunk: int = 0):
         """Rank 0's ``(done, total, episodes=None)`` callback of a rollout or eval, drawn by rlinf's
@@ -363,38 +308,27 @@ class RLModule(pl.LightningModule):
             samples.old_logprobs[idx] = new
         return float(self.reducer.max(torch.tensor(worst, dtype=torch.float64)))
 
-    def _build_schedule(self, n: int) -> list[dict[str, Any]]:
-        """Micro-batch index lists for every update epoch, freshly shuffled per RL step and pass."""
-        seed = (self.trainer.world_size * 100_003 * (self.current_epoch + 1) + self.global_rank) * 7 + 12345
-        gen = torch.Generator().manual_seed(seed)
-        schedule = []
-        mask = self.samples.mask
-        for _ in range(self.algorithm.update_epoch):
-            perm = torch.randperm(n, generator=gen)
-            start = 0
-            for size in self._minibatch_sizes(self.trainer.world_size):
-                mb_idx = perm[start : start + size]
-                start += size
-                denom = float(self.reducer.sum(self.algorithm.denominator(mask[mb_idx])))
-                vdenom = None
-                if self.samples.value_mask is not None:
-                    vdenom = float(self.reducer.sum(self.algorithm.denominator(self.samples.value_mask[mb_idx])))
-                world = self.trainer.world_size
-                micros = list(torch.split(mb_idx, self.micro_batch_size))
-                for j, micro in enumerate(micros):
-                    schedule.append({
-                        "idx": micro,
-                        "denom": max(denom / world, 1.0),
-                        "value_denom": None if vdenom is None else max(vdenom / world, 1.0),
-                        "last": j == len(micros) - 1,
-                        "minibatch": len(mb_idx),
-                    })
-        return schedule
+    def _build_schedule(self) -> list[MicroBatch]:
+        """This RL step's micro-batches (called when the epoch's dataloader iterator starts, which can be
+        before ``on_train_epoch_start``: the indices need only sizes and the epoch; denominators come later)."""
+        world = self.trainer.world_size
+        self.schedule = build_schedule(
+            self._minibatch_sizes(world), self.micro_batch_size, self.algorithm.update_epoch,
+            schedule_seed(world, self.global_rank, self.current_epoch),
+        )
+        return self.schedule
 
     # ------------------------------------------------------------------ update
-    def training_step(self, batch: int, batch_idx: int):
-        item = self.schedule[batch_idx]
-        mb = self.samples.select(item["idx"])
+    def training_step(self, batch: MicroBatch, batch_idx: int):
+        if not self.denominators:
+            # Lightning starts the epoch's iterator (building the schedule) before on_train_epoch_start in
+            # the first epoch and after it in the others; here both the schedule and the samples exist
+            self.denominators = minibatch_denominators(
+                self.schedule, self.samples.mask, self.samples.value_mask, self.algorithm.denominator,
+                self.reducer.sum, self.trainer.world_size,
+            )
+        mb = self.samples.select(batch.idx)
+        denom = self.denominators[batch.minibatch]
         actor_on = self._optim_steps_done >= self.optim_cfg.critic_warmup_steps
         with self._compute_context():
             out = self.policy.evaluate(
@@ -404,22 +338,13 @@ class RLModule(pl.LightningModule):
                 compute_entropy=True,
                 compute_values=self.algorithm.uses_critic,
             )
-        loss, metrics = self.algorithm.loss(out, mb, item["denom"], item["value_denom"], actor_enabled=actor_on)
-        set_accumulation_boundary(self.trainer.strategy, item["last"])  # DeepSpeed reduces grads at the boundary
-        with backward_sync(self.trainer.strategy, enabled=item["last"]):  # DDP all-reduces once per minibatch
+        loss, metrics = self.algorithm.loss(out, mb, denom.policy, denom.value, actor_enabled=actor_on)
+        set_accumulation_boundary(self.trainer.strategy, batch.last)  # DeepSpeed reduces grads at the boundary
+        with backward_sync(self.trainer.strategy, enabled=batch.last):  # DDP all-reduces once per minibatch
             self.manual_backward(loss)
         metrics["train/loss"] = loss.detach()
-        n = len(item["idx"])
-        for key, value in metrics.items():
-            if torch.is_tensor(value) and not torch.isfinite(value):
-                self._accumulate(key, 0.0, 0.0)  # keep the key: every rank must reduce the same keys
-                continue
-            if key in MINIBATCH_NORMALISED:
-                # a micro-batch holds a share of its minibatch's mean; scaled so that the
-                # size-weighted epoch mean is the mean over minibatches
-                value = value * (item["minibatch"] / n)
-            self._accumulate(key, value, n)
-        if item["last"]:
+        self._train_metrics.add_micro_batch(metrics, len(batch.idx), batch.minibatch_size)
+        if batch.last:
             self._optimizer_step(actor_on)
         if batch_idx == len(self.schedule) - 1:
             self._log_train_metrics()  # before any callback's on_train_epoch_end reads them
@@ -432,7 +357,7 @@ class RLModule(pl.LightningModule):
             # DeepSpeed keeps the gradients in its own partitions, clips (gradient_clipping) and steps itself
             grad_norm = deepspeed_step(self.trainer.strategy, opt, freeze_actor=not actor_on)
             sched.step()
-            self._accumulate("train/actor/grad_norm", grad_norm, 1)
+            self._train_metrics.add("train/actor/grad_norm", grad_norm, 1)
             opt.zero_grad(set_to_none=True)
             self._optim_steps_done += 1
             return
@@ -450,35 +375,19 @@ class RLModule(pl.LightningModule):
         if torch.isfinite(grad_norm):
             opt.step()
             sched.step()
-            self._accumulate("train/actor/grad_norm", grad_norm.detach(), 1)
+            self._train_metrics.add("train/actor/grad_norm", grad_norm.detach(), 1)
         else:
             self.skipped_steps += 1
-        self._last_values["train/actor/skipped_steps"] = float(self.skipped_steps)
+        self._train_metrics.last["train/actor/skipped_steps"] = float(self.skipped_steps)
         opt.zero_grad(set_to_none=True)
         self._optim_steps_done += 1
         for group in opt.optimizer.param_groups if hasattr(opt, "optimizer") else opt.param_groups:
             name = "critic" if group.get("name") == "critic" else "actor"
-            self._last_values[f"train/{name}/lr"] = float(group["lr"])
-
-    def _accumulate(self, key: str, value: torch.Tensor | float, weight: float) -> None:
-        """Add to this epoch's weighted mean of ``key`` (logged once, at epoch end: a
-        ``self.log`` per metric and micro-batch costs more than a toy model's update)."""
-        value = torch.as_tensor(value, dtype=torch.float64).detach().to("cpu", non_blocking=True)
-        total, count = self._train_sums.get(key, (0.0, 0.0))
-        self._train_sums[key] = (total + value * weight, count + weight)
+            self._train_metrics.last[f"train/{name}/lr"] = float(group["lr"])
 
     def _log_train_metrics(self) -> None:
-        keys = sorted(self._train_sums)
-        if keys:
-            rows = [torch.stack([torch.as_tensor(total), torch.tensor(float(count))]) for total, count in
-                    (self._train_sums[k] for k in keys)]
-            sums = self.reducer.sum(torch.stack(rows).double())  # exact means over all ranks' micro-batches
-            for key, (total, count) in zip(keys, sums.tolist()):
-                if count > 0 and math.isfinite(total / count):
-                    self._log_step(key, total / count)
-        for key, value in self._last_values.items():
+        for key, value in self._train_metrics.pop(self.reducer).items():
             self._log_step(key, value)
-        self._train_sums, self._last_values = {}, {}
 
     def _log_step(self, key: str, value: float) -> None:
         self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
@@ -488,22 +397,22 @@ class RLModule(pl.LightningModule):
         self._log_train_metrics()
         self._log_step("time/step", time.perf_counter() - self._epoch_t0)
         self.samples = None
-        self.schedule = []
+        self.schedule, self.denominators = [], []
 
     # ------------------------------------------------------------------ eval
     def validation_step(self, batch: int, batch_idx: int):
         t0 = time.perf_counter()
         records = self.run_evaluation()
         metrics = self._episode_metrics(records, "eval")
-        per_task = self._per_task(records)
-        per_suite = _per_suite(per_task)
-        for suite, row in per_suite.items():
+        tasks = per_task(records, self.eval_env.task_names, self.reducer)
+        suites = per_suite(tasks)
+        for suite, row in suites.items():
             metrics[f"eval/{suite}/success_once"] = row["success_once"]
         metrics["time/eval"] = time.perf_counter() - t0
         for key, value in metrics.items():
             if math.isfinite(value):
                 self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
-        self.last_eval = {"metrics": metrics, "per_task": per_task, "per_suite": per_suite}
+        self.last_eval = {"metrics": metrics, "per_task": tasks, "per_suite": suites}
         self._write_eval_table()
 
     @torch.no_grad()
@@ -512,89 +421,28 @@ class RLModule(pl.LightningModule):
         env, ro = self.eval_env, self.rollout_cfg
         was_training = self.policy.training
         self.policy.eval()
-        records: list[dict[str, Any]] = []
-        max_chunks = math.ceil(env.max_episode_steps / self.policy.num_action_chunks) + 1
         progress = self._progress("eval")
         with rollout_mode(self, self.offload_optimizer), self._compute_context():
-            self._eval_passes(env, ro, max_chunks, progress, records)
+            records = eval_passes(
+                env, self.policy, self.device, ro.eval_rollout_epoch, ro.do_sample_eval, ro.temperature_eval, progress
+            )
         if was_training:
             self.policy.train()
         return records
-
-    def _eval_passes(self, env: Env, ro: RolloutConfig, max_chunks: int, progress, records: list) -> None:
-        for _ in range(ro.eval_rollout_epoch):
-            env.restart_pool()
-            while not env.eval_finished:
-                obs = env.reset()
-                for _ in range(max_chunks * max(1, len(env.pool))):
-                    if not env.any_live:
-                        break
-                    out = self.policy.act(obs.to(self.device), do_sample=ro.do_sample_eval, temperature=ro.temperature_eval)
-                    obs = env.chunk_step(out.actions.cpu()).obs
-                    records.extend(env.pop_episodes())
-                    if progress is not None:
-                        progress(len(records), len(env.pool) * ro.eval_rollout_epoch)
-                env.flush_episodes()
-                records.extend(env.pop_episodes())
-
-    def _per_task(self, records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-        names = self.eval_env.task_names
-        sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for r in records:
-            sums[r["task_id"]][0] += r["success_once"]
-            sums[r["task_id"]][1] += 1
-        n_tasks = len(names)
-        t = torch.zeros(n_tasks, 2, dtype=torch.float64)
-        for task, (s, c) in sums.items():
-            if 0 <= task < n_tasks:
-                t[task, 0], t[task, 1] = s, c
-        t = self.reducer.sum(t)
-        return {
-            names[i]: {"success_once": float(t[i, 0] / t[i, 1]), "num_trajectories": int(t[i, 1])}
-            for i in range(n_tasks)
-            if t[i, 1] > 0
-        }
 
     def _write_eval_table(self) -> None:
         if self._trainer is None:
             return
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
-        if self.global_rank != 0 or log_dir is None:
-            return
-        path = Path(log_dir) / "eval"
-        path.mkdir(parents=True, exist_ok=True)
-        result = {"epoch": self.current_epoch, **self.last_eval}
-        (path / f"eval_epoch{self.current_epoch}.json").write_text(json.dumps(result, indent=2))
-        lines = ["| task | success_once | trajectories |", "|---|---|---|"]
-        rows = list(self.last_eval["per_task"].items()) + [
-            (f"**{suite}**", row) for suite, row in self.last_eval.get("per_suite", {}).items()
-        ]
-        for task, row in rows:
-            lines.append(f"| {task} | {100 * row['success_once']:.1f}% | {row['num_trajectories']} |")
-        (path / f"eval_epoch{self.current_epoch}.md").write_text("\n".join(lines) + "\n")
+        if self.global_rank == 0 and log_dir is not None:
+            write_eval_table(Path(log_dir) / "eval", self.current_epoch, self.last_eval)
 
     # ------------------------------------------------------------------ metrics
     def _episode_metrics(self, records: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-        """Means over all episodes finished on all ranks (exact, not a mean of rank means): the
-        standard keys plus the env's declared ``episode_metrics`` (each over the episodes that carry it)."""
+        """Means over all episodes finished on all ranks: the standard keys plus the env's declared
+        ``episode_metrics`` (see :func:`rlinf.training.metrics.episode_metrics`)."""
         env = self.eval_env if prefix == "eval" else self.env
-        extra = [k for k in getattr(env, "episode_metrics", ()) if k not in EPISODE_KEYS]
-        keys = [*EPISODE_KEYS, *extra]
-        sums = torch.zeros(len(keys), dtype=torch.float64)
-        counts = torch.zeros(len(keys), dtype=torch.float64)
-        for r in records:
-            for i, key in enumerate(keys):
-                if key in r:
-                    sums[i] += float(r[key])
-                    counts[i] += 1
-        n_records = torch.tensor([float(len(records))], dtype=torch.float64)
-        totals = self.reducer.sum(torch.cat([sums, counts, n_records]))
-        sums, counts, n = totals[: len(keys)], totals[len(keys) : -1], float(totals[-1])
-        out = {f"{prefix}/num_trajectories": n}
-        for i, key in enumerate(keys):
-            if counts[i] > 0:
-                out[f"{prefix}/{key}"] = float(sums[i] / counts[i])
-        return out
+        return episode_metrics(records, prefix, self.reducer, tuple(getattr(env, "episode_metrics", ())))
 
     # ------------------------------------------------------------------ checkpoints / export
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -632,17 +480,6 @@ class RLModule(pl.LightningModule):
                 env.close()  # stops the worker processes; they restart on the next use
 
 
-def _per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Success per suite for task names of the form ``"<suite>/<task>"`` (e.g. LIBERO-130)."""
-    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for name, row in per_task.items():
-        if "/" in name:
-            suite = name.split("/", 1)[0]
-            sums[suite][0] += row["success_once"] * row["num_trajectories"]
-            sums[suite][1] += row["num_trajectories"]
-    return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
-
-
 def world_size_note(
     config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
 ) -> str | None:
@@ -659,24 +496,3 @@ def world_size_note(
         f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
         f"(scale num_envs by {config_world}/{world} to keep the totals)"
     )
-
-
-def _lr_lambda(cfg: OptimConfig, total_steps: int, start: int = 0):
-    """LR factor per optimizer step: 0 before ``start``, then warm-up and decay over ``total_steps`` steps."""
-    warm = max(0, cfg.lr_warmup_steps)
-    floor = cfg.min_lr / cfg.lr if cfg.lr > 0 else 0.0
-
-    def fn(step: int) -> float:
-        if step < start:
-            return 0.0
-        step -= start
-        if warm and step < warm:
-            return (step + 1) / warm
-        if cfg.lr_scheduler == "constant":
-            return 1.0
-        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
-        if cfg.lr_scheduler == "cosine":
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-        return floor + (1 - floor) * (1 - progress)
-
-    return fn

@@ -7,18 +7,18 @@ the policy's ``model_path``.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
-from typing import Literal
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from rlinf.config import OptimConfig
 from rlinf.data.demos import DemoDataset
 from rlinf.envs.observation import Observation
 from rlinf.policies.base import Policy
+from rlinf.training.optim import configure_adamw
 
 
 class SFTModule(pl.LightningModule):
@@ -29,13 +29,11 @@ class SFTModule(pl.LightningModule):
         data_path: an ``rlinf-demos`` dataset directory (see :mod:`rlinf.data.demos`); action
             chunks are cut to the policy's ``num_action_chunks``.
         batch_size: samples (observation + action chunk) per optimizer step, per device.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        optim: optimizer and schedule settings (the RL module's; ``value_lr`` and ``critic_warmup_steps``
+            do not apply; ``clip_grad`` clips the gradient norm when set).
         val_fraction: fraction of episodes held out for ``val/loss`` (0: no validation).
         num_workers: DataLoader worker processes.
         only_success: train only on episodes that reached success.
-        lr_scheduler: ``constant`` or ``cosine`` decay to 0 over the run.
-        lr_warmup_steps: linear warm-up, in optimizer steps.
         split_seed: seed of the train/val episode split.
         export_dir: where the trained policy is saved (``save_pretrained``) at the end of fit;
             default ``<log_dir>/policy``. Point the RL config's ``policy.init_args.model_path`` here.
@@ -46,13 +44,10 @@ class SFTModule(pl.LightningModule):
         policy: Policy,
         data_path: str,
         batch_size: int = 32,
-        lr: float = 1e-4,
-        weight_decay: float = 0.0,
+        optim: OptimConfig = OptimConfig(clip_grad=None),
         val_fraction: float = 0.1,
         num_workers: int = 0,
         only_success: bool = True,
-        lr_scheduler: Literal["constant", "cosine"] = "constant",
-        lr_warmup_steps: int = 0,
         split_seed: int = 0,
         export_dir: str | None = None,
     ) -> None:
@@ -61,18 +56,15 @@ class SFTModule(pl.LightningModule):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if lr_scheduler not in ("constant", "cosine"):
-            raise ValueError(f"lr_scheduler must be 'constant' or 'cosine', got {lr_scheduler!r}")
+        if optim.lr_scheduler not in ("constant", "cosine", "linear"):
+            raise ValueError(f"optim.lr_scheduler must be 'constant', 'cosine' or 'linear', got {optim.lr_scheduler!r}")
         self.policy = policy
         self.data_path = data_path
         self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
+        self.optim_cfg = optim
         self.val_fraction = val_fraction
         self.num_workers = num_workers
         self.only_success = only_success
-        self.lr_scheduler = lr_scheduler
-        self.lr_warmup_steps = lr_warmup_steps
         self.split_seed = split_seed
         self.export_dir = export_dir
         self.export_path: Path | None = None
@@ -134,19 +126,12 @@ class SFTModule(pl.LightningModule):
     # ------------------------------------------------------------------ optim
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warm, cosine = max(0, self.lr_warmup_steps), self.lr_scheduler == "cosine"
+        return configure_adamw(self.optim_cfg, params, total_steps=int(self.trainer.estimated_stepping_batches))
 
-        def factor(step: int) -> float:
-            if warm and step < warm:
-                return (step + 1) / warm
-            if not cosine:
-                return 1.0
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
+        if clip is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm")
 
     # ------------------------------------------------------------------ export
     def on_fit_end(self) -> None:

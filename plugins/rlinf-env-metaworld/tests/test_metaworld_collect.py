@@ -10,6 +10,7 @@ import torch
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from rlinf.config import OptimConfig  # noqa: E402
 from rlinf.data.demos import DemoDataset, read_meta  # noqa: E402
 from rlinf.sft import SFTModule  # noqa: E402
 from rlinf.testing.toy_policy import TinyVLAPolicy  # noqa: E402
@@ -47,7 +48,7 @@ def test_collect_writes_dataset_and_sft_learns_from_it(tmp_path):
         before = float(policy.sft_loss(all_obs, all_actions))
     trainer = pl.Trainer(max_epochs=15, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(SFTModule(policy, str(out), batch_size=32, lr=1e-2, val_fraction=0.0, export_dir=str(tmp_path / "p")))
+    trainer.fit(SFTModule(policy, str(out), batch_size=32, optim=OptimConfig(lr=1e-2, clip_grad=None), val_fraction=0.0, export_dir=str(tmp_path / "p")))
     with torch.no_grad():
         after = float(policy.sft_loss(all_obs, all_actions))
     assert after < 0.7 * before, (before, after)

@@ -108,6 +108,17 @@ class Algorithm:
         self.logprob_type = logprob_type
         self.entropy_type = entropy_type
 
+    def check(self, env, policy) -> None:
+        """Raise a one-line ``ValueError`` if ``env`` / ``policy`` settings cannot work with this
+        algorithm (called by :class:`rlinf.RLModule` at construction). Subclasses extend it."""
+        if self.loss_agg == "trajectory_mean" and env.auto_reset:
+            raise ValueError(
+                "algorithm loss_agg: trajectory_mean weights whole episodes: set env auto_reset: false "
+                "(or use loss_agg: step_mean, as RLinf does with auto-reset)"
+            )
+        if self.uses_critic and not policy.has_value_head:
+            raise ValueError(f"{type(self).__name__} needs a critic: set the policy's add_value_head: true")
+
     # ---------------------------------------------------------------- advantages
     def compute(
         self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
@@ -125,7 +136,7 @@ class Algorithm:
         adv = torch.cat([flatten_steps(a) for a in advs])
         mask = torch.cat([flatten_steps(m) for m in masks])
         adv = self._postprocess(adv, mask, reduce)
-        samples = self._samples(trajs, adv, mask, targets)
+        samples = Samples.from_trajectories(trajs, adv, mask, targets if self.uses_critic else None)
         if self.loss_agg == "trajectory_mean":
             samples.loss_weight = torch.cat([flatten_steps(trajectory_weights(t, max_episode_steps)) for t in trajs])
         valid = mask.bool()
@@ -150,20 +161,6 @@ class Algorithm:
 
     def _postprocess(self, adv: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> torch.Tensor:
         return adv
-
-    def _samples(self, trajs: list[Trajectory], adv, mask, targets) -> Samples:
-        from rlinf.envs.observation import Observation
-
-        obs = Observation.cat([o for t in trajs for o in t.obs])
-        keys = trajs[0].records[0].keys()
-        records = {k: torch.cat([r[k] for t in trajs for r in t.records]) for k in keys}
-        old_logprobs = torch.cat([flatten_steps(t.logprobs) for t in trajs])
-        samples = Samples(obs=obs, records=records, old_logprobs=old_logprobs, adv=adv, mask=mask)
-        if self.uses_critic:
-            samples.old_values = torch.cat([flatten_steps(t.values[:-1]) for t in trajs])
-            samples.value_targets = torch.cat([flatten_steps(x[0]) for x in targets])
-            samples.value_mask = torch.cat([flatten_steps(x[1]) for x in targets])
-        return samples
 
     # ---------------------------------------------------------------- loss
     def denominator(self, mask: torch.Tensor) -> torch.Tensor:

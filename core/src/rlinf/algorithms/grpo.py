@@ -50,6 +50,13 @@ class GRPO(Algorithm):
         self.rewards_upper_bound = rewards_upper_bound
         self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
 
+    def check(self, env, policy) -> None:
+        if env.group_size < 2:
+            raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
+        if env.auto_reset:
+            raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
+        super().check(env, policy)
+
     def compute(
         self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
     ) -> tuple[Samples, dict[str, float]]:

@@ -129,6 +129,34 @@ class Samples:
     value_mask: torch.Tensor | None = None
     loss_weight: torch.Tensor | None = None
 
+    @classmethod
+    def from_trajectories(
+        cls,
+        trajs: list[Trajectory],
+        adv: torch.Tensor,
+        mask: torch.Tensor,
+        value_targets: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> Samples:
+        """Flatten rollout epochs into samples.
+
+        Args:
+            trajs: one trajectory per rollout epoch (same env slots and record keys).
+            adv: flat advantages ``[S, C]`` or ``[S]`` (``S`` = Σ N·B over ``trajs``).
+            mask: flat loss mask, same shape as ``adv``.
+            value_targets: per trajectory ``(targets [N, B, Cv], mask [N, B, Cv])`` of a critic;
+                ``None`` without one (then ``old_values`` stays unset).
+        """
+        obs = Observation.cat([o for t in trajs for o in t.obs])
+        keys = trajs[0].records[0].keys()
+        records = {k: torch.cat([r[k] for t in trajs for r in t.records]) for k in keys}
+        old_logprobs = torch.cat([flatten_steps(t.logprobs) for t in trajs])
+        samples = cls(obs=obs, records=records, old_logprobs=old_logprobs, adv=adv, mask=mask)
+        if value_targets is not None:
+            samples.old_values = torch.cat([flatten_steps(t.values[:-1]) for t in trajs])
+            samples.value_targets = torch.cat([flatten_steps(x[0]) for x in value_targets])
+            samples.value_mask = torch.cat([flatten_steps(x[1]) for x in value_targets])
+        return samples
+
     def __len__(self) -> int:
         return self.old_logprobs.shape[0]
 
