@@ -283,8 +283,7 @@ class EdgeReachEnv(ReachEnv):
         out = super()._step(actions, live)
         edge = ((self.pos <= 0.0) | (self.pos >= 1.0)).any(1)
         for slot in np.nonzero(live)[0]:
-            ep = self._episodes[slot]
-            ep.extras["edge_once"] = max(ep.extras.get("edge_once", 0.0), float(edge[slot]))
+            self.episode_info(int(slot), reduce="max", edge_once=float(edge[slot]))
         return out
 
 

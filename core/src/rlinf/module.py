@@ -5,6 +5,9 @@ with the current policy (no grad, eval mode), computes advantages, and builds a 
 the samples; then every ``training_step`` processes one micro-batch, and an optimizer step is
 taken at the end of each minibatch (gradient accumulation). Multi-GPU / multi-node training comes
 from Lightning's strategies: every rank runs its own envs on its own share of initial states.
+
+Size: over 400 lines because it is the one place where the Lightning hooks meet (rollout, update,
+eval, checkpoints); the pieces themselves live in :mod:`rlinf.training`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from rlinf.training.schedule import (
     minibatch_denominators,
     minibatch_sizes,
     schedule_seed,
+    world_size_note,
 )
 
 class RLModule(pl.LightningModule):
@@ -478,21 +482,3 @@ class RLModule(pl.LightningModule):
         for env in [*self._stage_envs, self.eval_env]:
             if env is not None and env.num_workers:
                 env.close()  # stops the worker processes; they restart on the next use
-
-
-def world_size_note(
-    config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
-) -> str | None:
-    """One line saying what changes when a config written for ``config_world`` processes runs on ``world``."""
-    if not config_world or config_world == world:
-        return None
-
-    def steps(w: int) -> int:
-        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
-
-    return (
-        f"rlinf: this config was written for {config_world} processes but runs on {world}: "
-        f"{envs_per_rank * world} envs in total instead of {envs_per_rank * config_world}, "
-        f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
-        f"(scale num_envs by {config_world}/{world} to keep the totals)"
-    )

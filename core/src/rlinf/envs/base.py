@@ -19,9 +19,19 @@ frame capture for videos. A simulator plugin implements five small methods:
     sub-step while a video is being recorded), never on every physics step.
 ``num_reset_states`` / ``task_ids(reset_state_ids)``
     the flat (task_id, trial_id) index of initial states.
+``_close()`` (optional)
+    release the simulator(s); called by :meth:`close` only after a build, which then marks the env
+    unbuilt (the next reset builds again).
+
+Extra per-episode metrics (ManiSkill's ``fail_once``) are declared in ``episode_metrics`` and set with
+:meth:`episode_info` from ``_step``; plugins never touch the base's private episode state.
 
 A reset state id is a flat index ``task_id * trials_per_task + trial_id`` (envs may define their
 own mapping through :meth:`task_ids`).
+
+Size: over 400 lines because this docstring and the class's are the plugin contract; initial-state
+sampling (:mod:`rlinf.envs.reset_states`), worker processes (:mod:`rlinf.envs.workers`) and the step
+result (:mod:`rlinf.envs.observation`) live in their own modules.
 """
 
 from __future__ import annotations
@@ -33,7 +43,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf.envs.observation import Observation
+from rlinf.envs.observation import ChunkStepResult, Observation
+from rlinf.envs.reset_states import ResetStateSampler
+
+__all__ = ["ChunkStepResult", "Env", "VideoConfig"]
 
 
 @dataclass
@@ -58,39 +71,6 @@ class VideoConfig:
 
 
 @dataclass
-class ChunkStepResult:
-    """What :meth:`Env.chunk_step` returns for actions ``[B, C, D]``.
-
-    Attributes:
-        obs: observation after the chunk (after the auto-reset of finished sub-envs).
-        rewards: ``float32 [B, C]`` per sub-step rewards (0 where not ``valid``).
-        terminations: ``bool [B, C]`` the episode ended in a terminal state at this sub-step.
-        truncations: ``bool [B, C]`` the episode hit ``max_episode_steps`` at this sub-step.
-        success: ``bool [B, C]`` the env reported success at this sub-step.
-        valid: ``bool [B, C]`` the sub-step belonged to a live episode (False after a done until
-            the next reset, and for idle eval slots).
-        final_obs: observation at the end of truncated episodes, rows ``final_obs_env_ids``;
-            used to bootstrap ``V(s_T)``. ``None`` when nothing was truncated.
-        final_obs_env_ids: ``int64 [n]`` the sub-envs ``final_obs`` belongs to.
-        reset_state_ids: ``int64 [B]`` initial state of the episode each sub-step belonged to.
-    """
-
-    obs: Observation
-    rewards: torch.Tensor
-    terminations: torch.Tensor
-    truncations: torch.Tensor
-    success: torch.Tensor
-    valid: torch.Tensor
-    final_obs: Observation | None = None
-    final_obs_env_ids: torch.Tensor | None = None
-    reset_state_ids: torch.Tensor | None = None
-
-    @property
-    def dones(self) -> torch.Tensor:
-        return self.terminations | self.truncations
-
-
-@dataclass
 class _Episode:
     reset_state_id: int = -1
     ret: float = 0.0
@@ -98,7 +78,7 @@ class _Episode:
     success_once: bool = False
     success_now: bool = False
     live: bool = False
-    extras: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
 
 
 def _delegated(method):
@@ -136,15 +116,16 @@ class Env:
     """
 
     action_dim: int = 7
-    #: extra per-episode metrics: numeric keys a subclass puts in its episodes' ``extras`` (e.g.
-    #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``.
+    #: extra per-episode metrics: numeric keys a subclass sets with :meth:`episode_info` (e.g.
+    #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``
+    #: (declared up front: every rank must reduce the same keys).
     episode_metrics: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Record the constructor arguments of the outermost class, for clone(): stage and
         # worker copies of an env are built from the same config with a few overrides.
         super().__init_subclass__(**kwargs)
-        if "close" in cls.__dict__:  # a plugin's close() must also shut the worker processes down
+        if "close" in cls.__dict__:  # older plugins override close(): it must still shut the workers down
             cls.close = _delegated(cls.__dict__["close"])
         original = cls.__dict__.get("__init__")
         if original is None:
@@ -195,6 +176,10 @@ class Env:
         self.is_eval = is_eval
         self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
         self.reset_state_id_filter = list(reset_state_id_filter) if reset_state_id_filter is not None else None
+        self._states = ResetStateSampler(
+            self._count_reset_states, self.task_ids, seed, is_eval, self.task_id_filter, self.reset_state_id_filter,
+            owner=type(self).__name__,
+        )
         if num_workers:
             from rlinf.envs.workers import check_worker_split
 
@@ -205,10 +190,6 @@ class Env:
         self.capture_frames = False
         self._frames: list[dict[str, Any]] = []
         self._built = False
-        self._shard = (0, 1)
-        self._pool: np.ndarray | None = None
-        self._cursor = 0
-        self._rng = np.random.default_rng(seed)
         self._episodes = [_Episode() for _ in range(num_envs)]
         self._finished: list[dict[str, Any]] = []
 
@@ -265,45 +246,41 @@ class Env:
                 frames.append(self._observe(self._video_env_ids()).main_images.numpy())
         return rewards, terminated, success, frames
 
+    def _close(self) -> None:
+        """Release the simulator(s) built by :meth:`_build` (default: nothing to release)."""
+
+    def _count_reset_states(self) -> int:
+        return self.num_reset_states
+
     # ------------------------------------------------------------------ public API
     @_delegated
     def shard(self, index: int, count: int) -> None:
         """Use only every ``count``-th initial state starting at ``index`` (ranks, workers)."""
-        self._shard = (index, count)
-        self._pool = None
+        self._states.shard(index, count)
 
     @_delegated
     def close(self) -> None:
-        """Release simulator resources."""
+        """Release simulator resources (:meth:`_close`, if built); the next reset builds again."""
+        if self._built:
+            self._close()
+            self._built = False
 
     @property
     def pool(self) -> np.ndarray:
         """Reset state ids this env draws from (after the filters and sharding)."""
-        if self._pool is None:
-            ids = np.arange(self.num_reset_states)
-            if self.task_id_filter is not None:
-                ids = ids[np.isin(self.task_ids(ids), self.task_id_filter)]
-            if self.reset_state_id_filter is not None:
-                ids = ids[np.isin(ids, self.reset_state_id_filter)]
-            index, count = self._shard
-            ids = ids[index::count]
-            if not self.is_eval:
-                ids = np.random.default_rng(self.seed).permutation(ids)
-            if len(ids) == 0:
-                raise ValueError(
-                    f"{type(self).__name__}: no initial state left after task_id_filter="
-                    f"{self.task_id_filter}, reset_state_id_filter={self.reset_state_id_filter} "
-                    f"and sharding {self._shard}"
-                )
-            self._pool = ids
-            self._cursor = 0
-        return self._pool
+        return self._states.pool
 
     @property
     @_delegated
     def eval_finished(self) -> bool:
         """Eval mode: every reset state of the pool was visited and no episode is running."""
-        return self._cursor >= len(self.pool) and not any(e.live for e in self._episodes)
+        return self._states.exhausted and not any(e.live for e in self._episodes)
+
+    @property
+    @_delegated
+    def live_envs(self) -> np.ndarray:
+        """``bool [B]``: sub-envs in a running episode."""
+        return np.array([e.live for e in self._episodes], dtype=bool)
 
     @property
     @_delegated
@@ -314,33 +291,16 @@ class Env:
     @_delegated
     def restart_pool(self) -> None:
         """Eval mode: visit the whole pool again (another eval pass)."""
-        self._cursor = 0
+        self._states.restart()
 
     @_delegated
     def sampler_state(self) -> dict[str, Any]:
         """State of the initial-state sampler (saved in checkpoints so a resume continues it)."""
-        return {"pool": self.pool.tolist(), "cursor": int(self._cursor), "rng": self._rng.bit_generator.state}
+        return self._states.state()
 
     @_delegated
     def load_sampler_state(self, state: dict[str, Any]) -> None:
-        self._pool = np.asarray(state["pool"], dtype=np.int64)
-        self._cursor = int(state["cursor"])
-        self._rng.bit_generator.state = state["rng"]
-
-    def _draw(self, n_groups: int) -> np.ndarray:
-        """``n_groups`` reset state ids (-1 = nothing left in eval mode)."""
-        pool = self.pool
-        out = np.full(n_groups, -1, dtype=np.int64)
-        for i in range(n_groups):
-            if self._cursor >= len(pool):
-                if self.is_eval:
-                    break
-                self._cursor = 0
-                self._pool = self._rng.permutation(pool)
-                pool = self._pool
-            out[i] = pool[self._cursor]
-            self._cursor += 1
-        return out
+        self._states.load_state(state)
 
     @_delegated
     def ensure_built(self) -> None:
@@ -358,7 +318,7 @@ class Env:
         """
         self.ensure_built()
         if reset_state_ids is None:
-            ids = np.repeat(self._draw(self.num_envs // self.group_size), self.group_size)
+            ids = np.repeat(self._states.draw(self.num_envs // self.group_size), self.group_size)
         else:
             ids = np.asarray(reset_state_ids, dtype=np.int64)
             if ids.shape != (self.num_envs,):
@@ -432,7 +392,7 @@ class Env:
         if self.auto_reset:
             done_envs = np.nonzero((term | trunc).any(1))[0]
             if len(done_envs):
-                self._start(done_envs, self._draw(len(done_envs)))
+                self._start(done_envs, self._states.draw(len(done_envs)))
         obs = self._observe(np.arange(B))
         self._check_obs(obs, B)
         return ChunkStepResult(
@@ -461,8 +421,35 @@ class Env:
             "episode_len": ep.length,
             "reward": ep.ret / max(ep.length, 1),
             "truncated": truncated,
-            **ep.extras,
+            **ep.info,
         }
+
+    def episode_info(self, env_id: int, reduce: str = "last", **values: float) -> None:
+        """Record extra metrics of sub-env ``env_id``'s running episode (declared in ``episode_metrics``);
+        they appear in its episode record and are logged as ``env/<key>`` / ``eval/<key>``.
+
+        Args:
+            env_id: the sub-env.
+            reduce: how a value combines with the one already recorded in this episode: ``last``,
+                ``max`` (e.g. ``fail_once``) or ``sum``.
+            values: metric values, e.g. ``fail_once=1.0``.
+        """
+        unknown = sorted(set(values) - set(self.episode_metrics))
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.episode_info got undeclared metrics {unknown}: add them to the class's "
+                f"episode_metrics (declared: {list(self.episode_metrics)})"
+            )
+        if reduce not in ("last", "max", "sum"):
+            raise ValueError(f"episode_info reduce must be 'last', 'max' or 'sum', got {reduce!r}")
+        info = self._episodes[env_id].info
+        for key, value in values.items():
+            value = float(value)
+            if key in info and reduce == "max":
+                value = max(info[key], value)
+            elif key in info and reduce == "sum":
+                value = info[key] + value
+            info[key] = value
 
     @_delegated
     def flush_episodes(self) -> None:

@@ -72,3 +72,36 @@ class Observation:
     def nbytes(self) -> int:
         """Bytes held by the tensors (what a stored rollout sample costs)."""
         return sum(v.numel() * v.element_size() for v in self._tensors().values() if v is not None)
+
+
+@dataclass
+class ChunkStepResult:
+    """What :meth:`Env.chunk_step` returns for actions ``[B, C, D]``.
+
+    Attributes:
+        obs: observation after the chunk (after the auto-reset of finished sub-envs).
+        rewards: ``float32 [B, C]`` per sub-step rewards (0 where not ``valid``).
+        terminations: ``bool [B, C]`` the episode ended in a terminal state at this sub-step.
+        truncations: ``bool [B, C]`` the episode hit ``max_episode_steps`` at this sub-step.
+        success: ``bool [B, C]`` the env reported success at this sub-step.
+        valid: ``bool [B, C]`` the sub-step belonged to a live episode (False after a done until
+            the next reset, and for idle eval slots).
+        final_obs: observation at the end of truncated episodes, rows ``final_obs_env_ids``;
+            used to bootstrap ``V(s_T)``. ``None`` when nothing was truncated.
+        final_obs_env_ids: ``int64 [n]`` the sub-envs ``final_obs`` belongs to.
+        reset_state_ids: ``int64 [B]`` initial state of the episode each sub-step belonged to.
+    """
+
+    obs: Observation
+    rewards: torch.Tensor
+    terminations: torch.Tensor
+    truncations: torch.Tensor
+    success: torch.Tensor
+    valid: torch.Tensor
+    final_obs: Observation | None = None
+    final_obs_env_ids: torch.Tensor | None = None
+    reset_state_ids: torch.Tensor | None = None
+
+    @property
+    def dones(self) -> torch.Tensor:
+        return self.terminations | self.truncations

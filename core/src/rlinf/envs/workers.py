@@ -1,4 +1,4 @@
-"""Generic worker-process envs: any :class:`~rlinf.Env` with ``num_workers: W > 0``.
+"""Parent side of worker-process envs (the worker side is :mod:`rlinf.envs.worker_main`): any :class:`~rlinf.Env` with ``num_workers: W > 0``.
 
 The env then holds no simulator itself. Its ``num_envs`` sub-envs are split into ``W`` contiguous
 slices; worker ``w`` is a separate process that owns ``env.clone(num_envs=B // W, num_workers=0)``
@@ -27,174 +27,39 @@ with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_EN
 (seconds, default 0 = none) kills a worker that does not answer one command in time and then
 handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render threads) to
 ``cores // num_workers`` unless it is set.
+
+Size: over 400 lines because :class:`EnvWorkerPool` mirrors the whole Env API and owns process
+management, failure recovery and the merge of shared-memory observations, which belong together.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import traceback
 import warnings
 import weakref
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as tmp  # registers the shared-tensor reductions on ForkingPickler
 
-from rlinf.envs.observation import Observation
+from rlinf.envs.observation import ChunkStepResult, Observation
+from rlinf.envs.worker_main import _FINAL_SLOT, _OBS_SLOT, check_worker_split, worker_main
 
 if TYPE_CHECKING:
-    from rlinf.envs.base import ChunkStepResult, Env
+    from rlinf.envs.base import Env
+
+__all__ = ["EnvWorkerError", "EnvWorkerPool", "check_worker_split"]
 
 MAX_FAILURES_IN_A_ROW = 3
-_OBS_SLOT, _FINAL_SLOT = 0, 1
 
 
 class EnvWorkerError(RuntimeError):
     """An env worker process died or raised; the message carries the worker's error."""
 
 
-def check_worker_split(num_envs: int, group_size: int, num_workers: int) -> None:
-    """Raise a one-line ``ValueError`` if ``num_envs`` does not split into ``num_workers`` workers."""
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-    if num_workers and (num_envs % num_workers or (num_envs // num_workers) % group_size):
-        raise ValueError(
-            f"num_envs ({num_envs}) must split into num_workers ({num_workers}) workers that each hold a "
-            f"multiple of group_size ({group_size}) sub-envs, so that no GRPO group straddles two workers"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# worker side
-# ---------------------------------------------------------------------------------------------
-def _obs_tensors(obs: Observation) -> dict[str, torch.Tensor | None]:
-    return {f.name: getattr(obs, f.name) for f in fields(obs) if f.name != "task_descriptions"}
-
-
-class _ShmWriter:
-    """Worker side of the shared-memory observation slots."""
-
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-        self.buffers: dict[int, dict[str, torch.Tensor]] = {_OBS_SLOT: {}, _FINAL_SLOT: {}}
-
-    def write(self, slot: int, obs: Observation) -> dict[str, Any]:
-        """Copy ``obs`` into the slot's shared tensors; new or resized tensors travel once, in the reply."""
-        bufs = self.buffers[slot]
-        layout: dict[str, bool] = {}
-        new: dict[str, torch.Tensor] = {}
-        n = len(obs)
-        for name, t in _obs_tensors(obs).items():
-            layout[name] = t is not None
-            if t is None:
-                continue
-            shape = (self.rows, *t.shape[1:])
-            buf = bufs.get(name)
-            if buf is None or tuple(buf.shape) != shape or buf.dtype != t.dtype:
-                buf = torch.empty(shape, dtype=t.dtype).share_memory_()
-                bufs[name] = buf
-                new[name] = buf
-            buf[:n].copy_(t)
-        return {"n": n, "layout": layout, "new": new, "text": list(obs.task_descriptions)}
-
-
-def _status(env: Env) -> dict[str, Any]:
-    live = np.array([e.live for e in env._episodes], dtype=bool)
-    return {
-        "live": live,
-        "reset_state_ids": env.reset_state_ids,
-        "eval_finished": bool(env.eval_finished) if env.is_eval else False,
-    }
-
-
-def _serve(env: Env, shm: _ShmWriter, cmd: str, args: tuple) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if cmd == "reset":
-        ids, capture = args
-        env.capture_frames = capture
-        out["obs"] = shm.write(_OBS_SLOT, env.reset(ids))
-    elif cmd == "chunk_step":
-        actions, capture = args
-        env.capture_frames = capture
-        res = env.chunk_step(actions)
-        out["arrays"] = {
-            k: getattr(res, k).numpy()
-            for k in ("rewards", "terminations", "truncations", "success", "valid", "reset_state_ids")
-        }
-        out["obs"] = shm.write(_OBS_SLOT, res.obs)
-        if res.final_obs is not None:
-            out["final"] = shm.write(_FINAL_SLOT, res.final_obs)
-            out["final_ids"] = res.final_obs_env_ids.numpy()
-    elif cmd == "idle":
-        # after a restart in a no-auto-reset env: new episodes would start mid-rollout; keep the
-        # slots idle (valid False) until the next reset() instead
-        env.reset(args[0])
-        for b in range(env.num_envs):
-            env._episodes[b] = type(env._episodes[b])()
-        out["obs"] = shm.write(_OBS_SLOT, env._observe(np.arange(env.num_envs)))
-    elif cmd == "flush_episodes":
-        env.flush_episodes()
-    elif cmd == "restart_pool":
-        env.restart_pool()
-    elif cmd == "shard":
-        env.shard(*args)
-    elif cmd == "sampler_state":
-        out["value"] = env.sampler_state()
-    elif cmd == "load_sampler_state":
-        env.load_sampler_state(args[0])
-    elif cmd == "build":
-        env.ensure_built()
-    elif cmd == "ping":
-        pass
-    else:
-        raise ValueError(f"unknown env worker command {cmd!r}")
-    out["episodes"] = env.pop_episodes()
-    out["frames"] = env.pop_frames()
-    out["status"] = _status(env)
-    return out
-
-
-def _worker_main(conn, spec: tuple, shard: tuple[int, int], render_threads: int) -> None:
-    """Entry point of a worker process: build the env clone, then serve commands until ``close``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
-    torch.set_num_threads(1)
-    # software rendering (Mesa llvmpipe) starts one thread per core in every process: share the
-    # cores between the workers instead (a user setting wins)
-    os.environ.setdefault("LP_NUM_THREADS", str(render_threads))
-    env = None
-    try:
-        cls, args, kwargs = spec
-        env = cls(*args, **kwargs)
-        env.shard(*shard)
-        shm = _ShmWriter(env.num_envs)
-        conn.send(("ok", {"pid": os.getpid()}))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    while True:
-        try:
-            cmd, args = conn.recv()
-        except (EOFError, OSError):  # parent gone
-            break
-        if cmd == "close":
-            try:
-                env.close()
-            finally:
-                conn.send(("ok", {}))
-            break
-        try:
-            reply = ("ok", _serve(env, shm, cmd, args))
-        except BaseException:
-            reply = ("error", traceback.format_exc())
-        conn.send(reply)
-
-
-# ---------------------------------------------------------------------------------------------
-# parent side
-# ---------------------------------------------------------------------------------------------
 @dataclass
 class _Worker:
     index: int
@@ -268,7 +133,7 @@ class EnvWorkerPool:
         if method == "forkserver":
             # the fork server imports these once, so a worker (or a restart) starts in milliseconds;
             # takes effect when the server starts (first pool of the process)
-            preload = ["rlinf.envs.workers"]
+            preload = ["rlinf.envs.workers", "rlinf.envs.worker_main"]
             if type(env).__module__ != "__main__":
                 preload.append(type(env).__module__)
             self._ctx.set_forkserver_preload(preload)
@@ -291,13 +156,13 @@ class EnvWorkerPool:
 
     # ------------------------------------------------------------------ process management
     def _worker_shard(self, w: int) -> tuple[int, int]:
-        index, count = self.env._shard
+        index, count = self.env._states.shard_spec
         return index + w * count, count * len(self.workers)
 
     def _launch(self, worker: _Worker) -> None:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(child, self._spec, self._worker_shard(worker.index), self._render_threads),
             name=f"rlinf-env-{type(self.env).__name__}-{worker.index}",
             daemon=True,
@@ -473,8 +338,6 @@ class EnvWorkerPool:
         return self._merge(parts)
 
     def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
-        from rlinf.envs.base import ChunkStepResult
-
         env = self.env
         acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
         if acts.ndim != 3 or acts.shape[0] != env.num_envs or acts.shape[2] != env.action_dim:
@@ -555,8 +418,7 @@ class EnvWorkerPool:
         self._simple("restart_pool")
 
     def shard(self, index: int, count: int) -> None:
-        self.env._shard = (index, count)
-        self.env._pool = None
+        self.env._states.shard(index, count)
         if self._started:
             self._simple("shard", [self._worker_shard(w.index) for w in self.workers])
 
@@ -589,6 +451,10 @@ class EnvWorkerPool:
     @property
     def eval_finished(self) -> bool:
         return all(s["eval_finished"] for s in self._statuses())
+
+    @property
+    def live_envs(self) -> np.ndarray:
+        return np.concatenate([s["live"] for s in self._statuses()])
 
     @property
     def any_live(self) -> bool:

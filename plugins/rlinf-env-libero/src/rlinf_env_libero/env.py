@@ -287,7 +287,7 @@ class LiberoEnv(Env):
                 task = self.tasks[self._slot_task[e]]
                 raise RuntimeError(
                     f"LIBERO simulator of sub-env {e} ({task.suite} task {task.index}, reset state "
-                    f"{self._episodes[e].reset_state_id}) failed at step {sim.steps}: {type(exc).__name__}: {exc}"
+                    f"{self.reset_state_ids[e]}) failed at step {sim.steps}: {type(exc).__name__}: {exc}"
                 ) from exc
             if self.use_rel_reward:
                 rewards[e] = self.reward_coef * (float(success[e]) - float(self._prev_success[e]))
@@ -324,13 +324,10 @@ class LiberoEnv(Env):
             states=torch.from_numpy(states),
         )
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Hand this env's simulators to the process's idle cache (then trimmed to ``sim_cache_size``)."""
-        if not self._built:
-            return
         for e, sim in enumerate(self._slots):
             if sim is not None:
                 self._sim_mod.POOL.release(sim)
                 self._slots[e] = None
         self._sim_mod.POOL.trim(self.sim_cache_size)
-        self._built = False

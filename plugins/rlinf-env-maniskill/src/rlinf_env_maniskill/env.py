@@ -254,8 +254,7 @@ class ManiSkillEnv(Env):
             r, s, f = sim.step(batch, mask)
             rewards[slots], success[slots], fail[slots] = r[rows], s[rows], f[rows]
         for slot in np.nonzero(live)[0]:
-            ep = self._episodes[slot]
-            ep.extras["fail_once"] = max(float(ep.extras.get("fail_once", 0.0)), float(fail[slot]))
+            self.episode_info(int(slot), reduce="max", fail_once=float(fail[slot]))
         if self.relative_reward:
             raw = rewards.copy()
             rewards = np.where(live, raw - self._prev_reward, 0.0).astype(np.float32)
@@ -290,9 +289,8 @@ class ManiSkillEnv(Env):
             states=torch.from_numpy(states) if states is not None else None,
         )
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for sim in self._sims.values():
             sim.close()
         self._sims = {}
         self._started[:] = False
-        self._built = False

@@ -231,18 +231,16 @@ class MetaWorldEnv(Env):
             raise ValueError("MetaWorldEnv.expert_actions reads the simulator: it needs num_workers: 0")
         self.ensure_built()
         out = np.zeros((self.num_envs, chunk, self.action_dim), np.float32)
-        for e, ep in enumerate(self._episodes):
-            if ep.live and self._slots[e] is not None:
+        live = self.live_envs
+        for e in range(self.num_envs):
+            if live[e] and self._slots[e] is not None:
                 out[e][:, XYZ_GRIPPER if self.action_dim == 7 else slice(None)] = self._slots[e].expert_actions(chunk)
         return torch.from_numpy(out)
 
-    def close(self) -> None:
-        if not self._built:
-            return
+    def _close(self) -> None:
         sims = [s for s in self._slots if s is not None] + [s for lst in self._spare.values() for s in lst]
         for sim in sims:
             sim.close()
         self._renderer.close()
         self._slots = [None] * self.num_envs
         self._spare = {}
-        self._built = False
