@@ -137,3 +137,38 @@ def test_fake_plugin_classes_are_gone_after_their_test():
             yield from all_subclasses(sub)
 
     assert [c.__module__ for c in all_subclasses(Env) if c.__name__ == "ReachEnv"] == ["rlinf.testing.toy_env"]
+
+
+def test_hooks_are_called_through_pluggy_so_implementations_get_only_the_arguments_they_name(tmp_path, monkeypatch):
+    # an implementation that names fewer arguments than the hookspec (as an old plugin would after a
+    # hook gained an argument) is called with the ones it names instead of failing
+    ep = fake_plugin(tmp_path, monkeypatch, "pruned_plugin", """
+        from rlinf import hookimpl
+
+        CALLS = []
+
+        @hookimpl
+        def register_policies():
+            CALLS.append("called")
+    """)
+    registry = Registry().load(entry_points_=[ep])
+    assert registry.plugins["pruned_plugin"].error is None
+    assert sys.modules["pruned_plugin"].CALLS == ["called"]
+
+
+def test_register_refuses_aliases_in_one_line(tmp_path, monkeypatch):
+    ep = fake_plugin(tmp_path, monkeypatch, "alias_plugin", """
+        from rlinf import hookimpl
+        from rlinf.testing.toy_env import ReachEnv
+
+        class AliasedEnv(ReachEnv):
+            pass
+
+        @hookimpl
+        def register_envs(register):
+            register(AliasedEnv, aliases=("Short",))
+    """)
+    registry = Registry().load(entry_points_=[ep])
+    err = registry.plugins["alias_plugin"].error
+    assert "aliases" in err and "class name" in err and "\n" not in err
+    assert "Short" not in registry.classes and "AliasedEnv" not in registry.classes

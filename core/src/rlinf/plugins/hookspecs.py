@@ -10,9 +10,12 @@ hooks below with ``@rlinf.hookimpl``; each hook receives a host-owned ``register
         from .env import MyEnv
         register(MyEnv)
 
-``register(cls, *, aliases=())`` checks the base class, rejects a short name that another
-plugin already registered (naming both distributions) and records which plugin registered it.
-After registration, ``class_path: MyEnv`` works in YAML configs.
+``register(cls)`` checks the base class, rejects a short name that another plugin already
+registered (naming both distributions) and records which plugin registered it. After
+registration, ``class_path: MyEnv`` works in YAML configs.
+
+Hooks are called through pluggy, which passes an implementation only the arguments it names: when
+a hook gains an argument, plugins written against the older signature keep working.
 """
 
 from __future__ import annotations

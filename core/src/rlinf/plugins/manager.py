@@ -141,25 +141,28 @@ class Registry:
         except pluggy.PluginValidationError as exc:
             info.error = f"plugin '{name}' from {dist} {version}: {exc}"
             return
+        others = [p for p in self.pm.get_plugins() if p is not module]
         for kind, (hook_name, _) in KINDS.items():
-            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-                if impl.plugin_name != name:
-                    continue
-                try:
-                    impl.function(register=self._register_fn(kind, info))
-                except PluginError as exc:
-                    info.error = str(exc)
-                    self._forget(info)
-                    self.pm.unregister(name=name)
-                    return
-                except Exception as exc:  # noqa: BLE001
-                    info.error = (
-                        f"plugin '{name}' from {dist} {version} failed in {hook_name}: "
-                        f"{type(exc).__name__}: {exc}"
-                    )
-                    self._forget(info)
-                    self.pm.unregister(name=name)
-                    return
+            # through pluggy's caller (not the raw function): it passes each implementation only the
+            # arguments it names, so a plugin written before a hook gained an argument keeps working
+            caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
+            if not caller.get_hookimpls():
+                continue
+            try:
+                caller(register=self._register_fn(kind, info))
+            except PluginError as exc:
+                info.error = str(exc)
+                self._forget(info)
+                self.pm.unregister(name=name)
+                return
+            except Exception as exc:  # noqa: BLE001
+                info.error = (
+                    f"plugin '{name}' from {dist} {version} failed in {hook_name}: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                self._forget(info)
+                self.pm.unregister(name=name)
+                return
 
     def _forget(self, info: PluginInfo) -> None:
         for r in info.registered:
@@ -169,14 +172,19 @@ class Registry:
     def _register_fn(self, kind: str, info: PluginInfo):
         base = _load_base(kind)
 
-        def register(cls: type, *, aliases: tuple[str, ...] = ()) -> None:
-            """Register ``cls`` under its class name (and ``aliases``)."""
+        def register(cls: type, **unsupported: Any) -> None:
+            """Register ``cls`` under its class name (the ``class_path`` short name in YAML)."""
+            if unsupported:
+                raise PluginError(
+                    f"plugin '{info.name}' from {info.distribution} passed {sorted(unsupported)} to register(): "
+                    f"only register(cls) is supported (aliases were removed: YAML class_path uses the class name)"
+                )
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise PluginError(
                     f"plugin '{info.name}' from {info.distribution} registered {cls!r} as {kind}, "
                     f"but it is not a subclass of {' or '.join(b.__module__ + '.' + b.__qualname__ for b in base)}"
                 )
-            for short in (cls.__name__, *aliases):
+            for short in (cls.__name__,):
                 previous = self.classes.get(short)
                 if previous is not None and previous.cls is not cls:
                     raise PluginError(
