@@ -1,9 +1,10 @@
-"""The ``rlinf`` command: ``rlinf plugins`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` / ``validate`` / ... .
+"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` / ``validate`` / ... .
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
 their short name (``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's
 tips and known library warnings too); rlinf's progress bar, eval tables and run summary are added
-to every trainer.
+to every trainer. ``--config NAME`` may name a config shipped inside an installed package
+(``libero/spatial.yaml``, see :mod:`rlinf.shipped_configs`) when no such file exists locally.
 """
 
 from __future__ import annotations
@@ -47,6 +48,25 @@ def plugins_command(argv: list[str]) -> int:
                 if names:
                     print(f"  {kind}: {', '.join(names)}")
     return 1 if opts.check and registry.errors() else 0
+
+
+def configs_command(argv: list[str]) -> int:
+    from rlinf.shipped_configs import shipped_configs
+
+    parser = argparse.ArgumentParser(
+        prog="rlinf configs", description="List the configs shipped inside installed rlinf packages; pass a "
+        "name to `rlinf fit --config NAME`."
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    opts = parser.parse_args(argv)
+    found = shipped_configs()
+    if opts.json:
+        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path)} for c in found], indent=2))
+        return 0
+    width = max((len(c.name) for c in found), default=0)
+    for c in found:
+        print(f"{c.name:<{width}}  {c.package}")
+    return 0
 
 
 def plot_command(argv: list[str]) -> int:
@@ -196,9 +216,13 @@ def trainer_defaults(quiet: bool = False) -> dict[str, Any]:
 
 
 def main(args: list[str] | None = None) -> int | None:
-    argv = list(sys.argv[1:] if args is None else args)
+    from rlinf.shipped_configs import resolve_config_args
+
+    argv = resolve_config_args(list(sys.argv[1:] if args is None else args))
     if argv and argv[0] == "plugins":
         return plugins_command(argv[1:])
+    if argv and argv[0] == "configs":
+        return configs_command(argv[1:])
     if argv and argv[0] == "memory":
         from rlinf.memory_cli import memory_command
 
