@@ -52,3 +52,121 @@ def test_success_is_detected_by_the_reward_model_and_only_finished_envs_reset(tm
     # env 1 was not reset: its episode continues, env 0 started a new one
     assert env._episodes[1].length == 3 and env._episodes[0].length == 0
     assert env.pop_episodes()[0]["success_once"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the world-model contract: condition frames, instructions, device, init-data format, plugin kits
+# ---------------------------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+from rlinf.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
+from rlinf.world_models.init_data import (  # noqa: E402
+    ConditionSpec,
+    condition_inputs,
+    load_init_trajectory,
+    save_init_trajectory,
+)
+
+
+class TestToyWorldModelKit(WorldModelPluginTests):
+    model_class = ToyWorldModel
+    image_size = 16
+
+
+class TestWanLikeToyWorldModelKit(WorldModelPluginTests):
+    model_class = ToyWorldModel
+    image_size = 16
+
+    def make_model(self):
+        return ToyWorldModel(action_dim=7, num_condition_frames=5, condition_frames="first_and_last", pad_gripper=-1.0)
+
+
+class TestToyRewardModelKit(RewardModelPluginTests):
+    model_class = ToyRewardModel
+    image_size = 16
+
+
+def _frames(n, size=8):
+    return np.stack([np.full((size, size, 3), 10 * (i + 1), np.uint8) for i in range(n)])
+
+
+def test_released_format_round_trip(tmp_path):
+    acts = np.arange(14, dtype=np.float32).reshape(2, 7)
+    path = save_init_trajectory(tmp_path / "dataset" / "traj0_kir.npy", _frames(2), "put the bowl", acts)
+    raw = np.load(path, allow_pickle=True)
+    assert raw.dtype == object and raw.ndim == 1 and set(raw[0]) == {"image", "delta_action", "instruction"}
+    traj = load_init_trajectory(path)
+    assert traj[1]["instruction"] == "put the bowl" and np.array_equal(traj[1]["delta_action"], acts[1])
+    with pytest.raises(ValueError, match="uint8 \\[T, H, W, 3\\]"):
+        save_init_trajectory(tmp_path / "bad.npy", np.zeros((2, 8, 8), np.float32), "x")
+
+
+def test_opensora_like_condition_repeats_frame_zero():
+    traj = [{"image": f, "delta_action": np.ones(7, np.float32)} for f in _frames(6)]
+    frames, actions = condition_inputs(traj, ConditionSpec(4), action_dim=7)
+    assert frames.shape == (4, 8, 8, 3) and (frames == traj[0]["image"]).all()
+    assert not actions.any()
+
+
+def test_wan_like_condition_takes_frame_zero_and_the_last_four_frames_of_a_keyframe_file():
+    spec = ConditionSpec(5, "first_and_last", pad_gripper=-1.0)
+    kir = [{"image": f, "delta_action": np.full(7, i, np.float32)} for i, f in enumerate(_frames(7))]
+    frames, actions = condition_inputs(kir, spec, action_dim=7)
+    assert [int(f[0, 0, 0]) for f in frames] == [10, 40, 50, 60, 70]
+    assert actions[0].tolist() == [0.0] * 6 + [-1.0] and actions[1:, 0].tolist() == [3.0, 4.0, 5.0, 6.0]
+    plain = kir[:1]  # a traj*.npy with the initial frame only: frame 0 everywhere, zero / gripper -1 actions
+    frames, actions = condition_inputs(plain, spec, action_dim=7)
+    assert (frames == kir[0]["image"]).all() and (actions[:, -1] == -1).all() and not actions[:, :-1].any()
+
+
+class _RecordingRewardModel(ToyRewardModel):
+    def success_prob(self, frames, instructions=None):
+        self.seen = list(instructions)
+        return super().success_prob(frames, instructions)
+
+
+def test_instructions_reach_the_reward_model_and_workers_are_refused(tmp_path):
+    root = write_init_data(tmp_path / "init", n=2)
+    rm = _RecordingRewardModel()
+    env = WorldModelEnv(ToyWorldModel(), rm, str(root), num_envs=2, max_episode_steps=5)
+    env.reset(reset_state_ids=np.array([1, 0]))
+    env.chunk_step(torch.zeros(2, 3, 2))
+    assert rm.seen == ["centre the dot 1"] * 3 + ["centre the dot 0"] * 3
+    with pytest.raises(ValueError, match="num_workers: 0"):
+        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2, num_workers=1)
+
+
+def test_rl_module_sets_the_env_device_before_rollouts(tmp_path, monkeypatch):
+    import lightning.pytorch as pl
+
+    from rlinf.algorithms.grpo import GRPO
+    from rlinf.config import RolloutConfig
+    from rlinf.module import RLModule
+    from rlinf.testing.toy_policy import TinyVLAPolicy
+
+    calls = []
+    original = WorldModelEnv.set_device
+    monkeypatch.setattr(WorldModelEnv, "set_device", lambda self, d: (calls.append(str(d)), original(self, d))[1])
+    root = write_init_data(tmp_path / "init", n=4)
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=4, group_size=2, max_episode_steps=4)
+    module = RLModule(env=env, policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2, state_dim=0),
+                      algorithm=GRPO(), global_batch_size=8, micro_batch_size=8,
+                      rollout=RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False))  # fmt: skip
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         check_val_every_n_epoch=1, default_root_dir=str(tmp_path))  # fmt: skip
+    calls.clear()
+    trainer.fit(module)
+    assert calls[:1] == ["cpu"] and len(calls) >= 2  # the training env at fit start, the eval env before eval
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_frames_and_models_stay_on_the_device(tmp_path):
+    root = write_init_data(tmp_path / "init", n=2)
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2, device="cuda")
+    obs = env.reset()
+    assert obs.main_images.device.type == "cuda" and next(env.world_model.parameters()).is_cuda
+    out = env.chunk_step(torch.zeros(2, 3, 2))
+    assert out.obs.main_images.device.type == "cuda"
+    env.set_device("cpu")
+    assert env.chunk_step(torch.zeros(2, 3, 2)).obs.main_images.device.type == "cpu"

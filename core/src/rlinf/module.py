@@ -463,7 +463,13 @@ class RLModule(pl.LightningModule):
         self.skipped_steps = state.get("skipped_steps", 0)
         self._pending_sampler_state = state.get("env_sampler")
 
+    def on_validation_start(self) -> None:
+        if self.eval_env is not None:
+            self.eval_env.set_device(self.device)
+
     def on_fit_start(self) -> None:
+        for env in self._stage_envs:
+            env.set_device(self.device)  # world-model envs run their models where the policy runs
         pending = getattr(self, "_pending_sampler_state", None)
         if pending and len(pending) == len(self._stage_envs) and self.trainer.world_size == 1:
             for env, st in zip(self._stage_envs, pending):

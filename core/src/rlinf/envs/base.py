@@ -249,6 +249,10 @@ class Env:
     def _close(self) -> None:
         """Release the simulator(s) built by :meth:`_build` (default: nothing to release)."""
 
+    def set_device(self, device: str | torch.device) -> None:
+        """Run on ``device`` (the RL module's; set before rollouts and evals). Simulators on the CPU ignore
+        it; accelerator simulators (world models) move their models and frames there."""
+
     def _count_reset_states(self) -> int:
         return self.num_reset_states
 
@@ -328,7 +332,7 @@ class Env:
         self._check_obs(obs, self.num_envs)
         if self.capture_frames:
             ids = self._video_env_ids()
-            self._record_frame(obs.main_images[ids].numpy(), np.zeros(len(ids)), np.zeros(len(ids), bool))
+            self._record_frame(obs.main_images[ids].cpu().numpy(), np.zeros(len(ids)), np.zeros(len(ids), bool))
         return obs
 
     def _start(self, env_ids: np.ndarray, ids: np.ndarray) -> None:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlinf.world_models.base import RewardModel, WorldModel
+from rlinf.world_models.init_data import ConditionSpec
 
 
 class ToyWorldModel(WorldModel):
@@ -19,19 +20,28 @@ class ToyWorldModel(WorldModel):
         action_dim: action size (the first two entries move the image).
         pixels_per_unit: pixels moved per unit action.
         num_condition_frames: condition frames taken from the init data.
+        condition_frames: ``repeat_first`` (OpenSora-like) or ``first_and_last`` (Wan-like keyframe init).
+        pad_gripper: gripper entry of padded condition actions (``None``: zeros).
     """
 
-    def __init__(self, action_dim: int = 2, pixels_per_unit: float = 2.0, num_condition_frames: int = 1) -> None:
+    def __init__(
+        self,
+        action_dim: int = 2,
+        pixels_per_unit: float = 2.0,
+        num_condition_frames: int = 1,
+        condition_frames: str = "repeat_first",
+        pad_gripper: float | None = None,
+    ) -> None:
         super().__init__()
         self.action_dim = action_dim
         self.pixels_per_unit = pixels_per_unit
-        self.num_condition_frames = num_condition_frames
+        self.condition = ConditionSpec(num_condition_frames, condition_frames, pad_gripper)
         self.mix = nn.Conv2d(3, 3, 1)
         with torch.no_grad():
             self.mix.weight.copy_(torch.eye(3).view(3, 3, 1, 1))
             self.mix.bias.zero_()
 
-    def init_state(self, frames, actions=None):
+    def init_state(self, frames, actions):
         return frames[:, -1].clone()
 
     def predict(self, state, actions, generator=None):

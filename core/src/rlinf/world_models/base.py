@@ -10,20 +10,30 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlinf.world_models.init_data import ConditionSpec
+
 
 class WorldModel(nn.Module):
     """Action-conditioned video model used as a simulator (frozen during RL).
 
     A world model keeps a per-env state (its frame/latent queue). :class:`rlinf.WorldModelEnv`
-    drives it: :meth:`init_state` from initial frames, then :meth:`predict` once per chunk.
+    drives it: :meth:`init_state` from the condition frames its :attr:`condition` asks for, then
+    :meth:`predict` once per chunk. The env moves it to the training device; its state, the
+    frames it takes and the frames it returns live on that device.
     """
 
-    #: frames the model needs to start (first frame, or a short history for keyframe init).
-    num_condition_frames: int = 1
+    #: the condition frames and actions an episode starts from (OpenSora: ``ConditionSpec(4)``, frame 0
+    #: repeated; Wan: ``ConditionSpec(5, "first_and_last", pad_gripper=-1.0)``, keyframe init).
+    condition: ConditionSpec = ConditionSpec()
     action_dim: int = 7
 
-    def init_state(self, frames: torch.Tensor, actions: torch.Tensor | None = None) -> Any:
-        """State for B envs from condition frames ``uint8 [B, T, H, W, 3]`` (and their actions)."""
+    @property
+    def num_condition_frames(self) -> int:
+        return self.condition.num_frames
+
+    def init_state(self, frames: torch.Tensor, actions: torch.Tensor) -> Any:
+        """State for B envs from condition frames ``uint8 [B, T, H, W, 3]`` and actions ``float [B, T, D]``
+        (``T = condition.num_frames``, built as :attr:`condition` says; on the model's device)."""
         raise NotImplementedError
 
     def predict(self, state: Any, actions: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, Any]:
@@ -43,5 +53,6 @@ class RewardModel(nn.Module):
     """Scores frames: probability of task success per frame."""
 
     def success_prob(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
-        """``float [N]`` success probabilities for frames ``uint8 [N, H, W, 3]``."""
+        """``float [N]`` success probabilities for frames ``uint8 [N, H, W, 3]``; ``instructions`` (one per
+        frame) lets a task-conditioned model (Wan's ``TaskEmbedResnetRewModel``) pick the task."""
         raise NotImplementedError

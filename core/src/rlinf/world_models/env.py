@@ -1,10 +1,13 @@
 """``WorldModelEnv``: any :class:`WorldModel` + :class:`RewardModel` as an :class:`rlinf.Env`.
 
-Initial states come from a directory of ``traj*.npy`` files (RLinf's world-model init format):
-each file is a 1-D object array of per-frame dicts with ``"image"`` (uint8 ``[H, W, 3]``),
-``"delta_action"`` (float ``[D]``) and ``"instruction"`` (or ``"task"``). Reset state id *i* is the
-*i*-th file in sorted order; frame 0 (plus the following frames when the model needs more
-condition frames, e.g. keyframe init) starts the episode.
+Initial states come from a directory of ``traj*.npy`` files in RLinf's released format (see
+:mod:`rlinf.world_models.init_data`; :func:`~rlinf.world_models.init_data.save_init_trajectory` writes
+them). Reset state id *i* is the *i*-th file in sorted order; the world model's ``condition`` says
+which frames and actions of it start the episode.
+
+The env runs in the training process on the training device (``device``, set from the Lightning
+module's device by :class:`rlinf.RLModule`): frames and the model state stay there, so
+``num_workers`` must be 0.
 
 Unlike RLinf (defect D10) only the finished sub-envs are reset, each env keeps its own step
 count, and success needs ``success_frames`` consecutive frames above the threshold, so a single
@@ -21,13 +24,9 @@ import torch
 from rlinf.envs.base import Env
 from rlinf.envs.observation import Observation
 from rlinf.world_models.base import RewardModel, WorldModel
+from rlinf.world_models.init_data import condition_inputs, instruction_of, load_init_trajectory
 
-
-def load_init_trajectory(path: Path) -> list[dict]:
-    frames = np.load(path, allow_pickle=True)
-    if frames.ndim != 1 or not len(frames) or not isinstance(frames[0], dict) or "image" not in frames[0]:
-        raise ValueError(f"{path}: expected a 1-D object array of frame dicts with an 'image' key")
-    return list(frames)
+__all__ = ["WorldModelEnv", "load_init_trajectory"]
 
 
 class WorldModelEnv(Env):
@@ -35,7 +34,7 @@ class WorldModelEnv(Env):
 
     Args:
         world_model: the action-conditioned video model.
-        reward_model: scores predicted frames (success probability per frame).
+        reward_model: scores predicted frames (success probability per frame, given the instruction).
         init_data_path: directory with ``traj*.npy`` initial-state files.
         success_threshold: success probability above which a frame counts as success.
         success_frames: consecutive successful frames needed to declare success.
@@ -44,7 +43,9 @@ class WorldModelEnv(Env):
             ``reward_coef`` at the first success) instead of the indicator itself.
         enable_kir: use the ``*_kir.npy`` keyframe-init files too.
         sampler_seed: seed of the world model's sampler noise (advanced every chunk, not fixed).
-        **kwargs: :class:`rlinf.Env` arguments.
+        device: where the models run and frames live (``cpu``, ``cuda``, ``cuda:1``); the RL module
+            sets it to its own device before rollouts and evals.
+        **kwargs: :class:`rlinf.Env` arguments (``num_workers`` must stay 0).
     """
 
     def __init__(
@@ -58,8 +59,14 @@ class WorldModelEnv(Env):
         use_rel_reward: bool = True,
         enable_kir: bool = False,
         sampler_seed: int = 0,
+        device: str = "cpu",
         **kwargs,
     ) -> None:
+        if kwargs.get("num_workers", 0):
+            raise ValueError(
+                "WorldModelEnv runs on the training device in the training process: set num_workers: 0 "
+                "(use rollout.pipeline_stage_num to overlap stages instead)"
+            )
         super().__init__(**kwargs)
         self.world_model = world_model.eval().requires_grad_(False)
         self.reward_model = reward_model.eval().requires_grad_(False)
@@ -71,7 +78,25 @@ class WorldModelEnv(Env):
         self.enable_kir = enable_kir
         self.sampler_seed = sampler_seed
         self.action_dim = world_model.action_dim
+        self.device = torch.device("cpu")
         self._files: list[Path] | None = None
+        self.set_device(device)
+
+    def set_device(self, device: str | torch.device) -> None:
+        """Move the models (and, once built, the frames and model state) to ``device``."""
+        device = torch.device(device)
+        if device == self.device and self._models_on(device):
+            return
+        self.world_model.to(device)
+        self.reward_model.to(device)
+        self.device = device
+        if self._built and self._last is not None:
+            self._last = self._last.to(device)
+            self._state = _to(self._state, device)
+            self._gen = torch.Generator(device=device).manual_seed(self.sampler_seed + 7919 * self.seed)
+
+    def _models_on(self, device: torch.device) -> bool:
+        return all(p.device == device for m in (self.world_model, self.reward_model) for p in m.parameters())
 
     @property
     def files(self) -> list[Path]:
@@ -96,37 +121,39 @@ class WorldModelEnv(Env):
         self._instructions = [""] * B
         self._streak = np.zeros(B, np.int64)
         self._prev_success = np.zeros(B, np.float32)
-        self._gen = torch.Generator().manual_seed(self.sampler_seed + 7919 * self.seed)
+        self._gen = torch.Generator(device=self.device).manual_seed(self.sampler_seed + 7919 * self.seed)
 
     def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
-        T = self.world_model.num_condition_frames
         frames, actions = [], []
         for e, rid in zip(env_ids, reset_state_ids):
             traj = load_init_trajectory(self.files[int(rid)])
-            chosen = (traj + [traj[0]] * T)[:T] if len(traj) >= T else [traj[0]] * T
-            frames.append(np.stack([f["image"] for f in chosen]))
-            actions.append(np.stack([np.asarray(f.get("delta_action", np.zeros(self.action_dim)), np.float32) for f in chosen]))
-            text = traj[0].get("instruction", traj[0].get("task", ""))
-            self._instructions[e] = text.decode() if isinstance(text, bytes) else str(text)
-        frames_t = torch.from_numpy(np.stack(frames))
-        new = self.world_model.init_state(frames_t, torch.from_numpy(np.stack(actions)))
-        ids = torch.as_tensor(env_ids, dtype=torch.long)
-        if self._state is None:
-            B = self.num_envs
-            full = frames_t[:1].expand(B, *frames_t.shape[1:]).clone()
-            self._state = self.world_model.init_state(full, None)
-            self._last = full[:, -1].clone()
-        self._state = self.world_model.assign(self._state, ids, new)
-        self._last[ids] = frames_t[:, -1]
+            f, a = condition_inputs(traj, self.world_model.condition, self.action_dim)
+            frames.append(f)
+            actions.append(a)
+            self._instructions[e] = instruction_of(traj)
+        frames_t = torch.from_numpy(np.stack(frames)).to(self.device)
+        actions_t = torch.from_numpy(np.stack(actions)).to(self.device)
+        with torch.no_grad():
+            new = self.world_model.init_state(frames_t, actions_t)
+            ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device)
+            if self._state is None:  # first reset: every row starts as a copy, then the reset rows are set
+                B = self.num_envs
+                full = frames_t[:1].expand(B, *frames_t.shape[1:]).clone()
+                self._state = self.world_model.init_state(full, actions_t[:1].expand(B, *actions_t.shape[1:]).clone())
+                self._last = full[:, -1].clone()
+            self._state = self.world_model.assign(self._state, ids, new)
+        self._last[ids] = frames_t[:, -1]  # the newest condition frame is the episode's first observation
         self._streak[env_ids] = 0
         self._prev_success[env_ids] = 0.0
 
     def _chunk(self, actions: np.ndarray, live: np.ndarray):
         with torch.no_grad():
-            frames, self._state = self.world_model.predict(self._state, torch.from_numpy(actions), generator=self._gen)
+            acts = torch.from_numpy(actions).to(self.device)
+            frames, self._state = self.world_model.predict(self._state, acts, generator=self._gen)
             B, C = frames.shape[:2]
-            probs = self.reward_model.success_prob(frames.reshape(B * C, *frames.shape[2:]), None)
-        probs = probs.reshape(B, C).float().numpy()
+            texts = [t for t in self._instructions for _ in range(C)]  # frame-major: env b's C frames together
+            probs = self.reward_model.success_prob(frames.reshape(B * C, *frames.shape[2:]), texts)
+        probs = probs.reshape(B, C).float().cpu().numpy()
         self._last = frames[:, -1].clone()
         success = np.zeros((B, C), bool)
         rewards = np.zeros((B, C), np.float32)
@@ -139,13 +166,24 @@ class WorldModelEnv(Env):
             self._prev_success = np.maximum(self._prev_success, indicator) if self.use_rel_reward else indicator
         video = []
         if self.capture_frames:
-            ids = self._video_env_ids()
-            video = [frames[ids, c].numpy() for c in range(C)]
+            ids = torch.as_tensor(self._video_env_ids(), device=frames.device)
+            video = [frames[ids, c].cpu().numpy() for c in range(C)]
         return rewards, success.copy(), success, video
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
-        ids = torch.as_tensor(env_ids, dtype=torch.long)
+        ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device)
         return Observation(
             main_images=self._last[ids].contiguous(),
             task_descriptions=[self._instructions[e] for e in env_ids],
         )
+
+
+def _to(state, device: torch.device):
+    """A world-model state (tensor, or tuples / lists / dicts of them) on ``device``."""
+    if torch.is_tensor(state):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: _to(v, device) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to(v, device) for v in state)
+    return state

@@ -1,0 +1,147 @@
+"""Standard conformance tests for world-model and reward-model plugins.
+
+Subclass in your plugin's tests and fill in the factory methods (tiny, randomly initialised models
+written in the released layout are the intended use)::
+
+    from rlinf.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests
+
+    class TestMyWorldModel(WorldModelPluginTests):
+        model_class = MyWorldModel
+
+        def make_model(self):
+            return MyWorldModel.from_pretrained(write_tiny_checkpoint(tmp_dir()))
+
+Do not override the ``test_*`` methods; tune the class attributes instead. The last test runs the
+model inside :class:`rlinf.WorldModelEnv` on initial-state files written with
+:func:`rlinf.world_models.init_data.save_init_trajectory`, through the env conformance checks' core.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlinf.plugins.manager import Registry
+from rlinf.testing.toy_world_model import ToyRewardModel
+from rlinf.world_models.base import RewardModel, WorldModel
+from rlinf.world_models.init_data import ConditionSpec, save_init_trajectory
+
+
+class WorldModelPluginTests:
+    """Checks the :class:`rlinf.WorldModel` contract on a real instance of the plugin's model."""
+
+    model_class: type[WorldModel]
+    #: side of the square frames the model takes (its native resolution, or the tiny model's).
+    image_size: int = 32
+    #: actions per predicted chunk.
+    chunk: int = 2
+
+    def make_model(self) -> WorldModel:
+        return self.model_class()
+
+    def condition_batch(self, model: WorldModel, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random condition frames ``uint8 [B, T, S, S, 3]`` and actions ``[B, T, D]`` as the model declares."""
+        gen = torch.Generator().manual_seed(seed)
+        T, S = model.condition.num_frames, self.image_size
+        frames = torch.randint(0, 256, (batch, T, S, S, 3), generator=gen, dtype=torch.uint8)
+        return frames, torch.rand(batch, T, model.action_dim, generator=gen) * 2 - 1
+
+    def actions(self, model: WorldModel, batch: int, seed: int = 1) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.rand(batch, self.chunk, model.action_dim, generator=gen) * 2 - 1
+
+    def test_registered_through_hooks(self):
+        names = Registry().load().names("world_model")
+        assert self.model_class.__name__ in names, f"{self.model_class.__name__} is not registered; registered: {names}"
+
+    def test_declares_its_condition(self):
+        model = self.make_model()
+        assert isinstance(model.condition, ConditionSpec), "set WorldModel.condition to a ConditionSpec"
+        assert model.action_dim >= 1
+
+    def test_predict_shapes_and_dtype(self):
+        model = self.make_model().eval()
+        frames, acts = self.condition_batch(model, 2)
+        with torch.no_grad():
+            state = model.init_state(frames, acts)
+            out, state = model.predict(state, self.actions(model, 2), generator=torch.Generator().manual_seed(0))
+        assert out.dtype == torch.uint8 and out.shape[:2] == (2, self.chunk) and out.shape[-1] == 3, out.shape
+
+    def test_same_generator_seed_gives_the_same_frames(self):
+        model = self.make_model().eval()
+        frames, acts = self.condition_batch(model, 2)
+        outs = []
+        for _ in range(2):
+            with torch.no_grad():
+                state = model.init_state(frames, acts)
+                out, _ = model.predict(state, self.actions(model, 2), generator=torch.Generator().manual_seed(3))
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1])
+
+    def test_select_and_assign_address_rows(self):
+        model = self.make_model().eval()
+        frames, acts = self.condition_batch(model, 3)
+        with torch.no_grad():
+            state = model.init_state(frames, acts)
+            other = model.init_state(*self.condition_batch(model, 3, seed=5))
+            mixed = model.assign(state, torch.tensor([1]), model.select(other, torch.tensor([1])))
+            a, _ = model.predict(mixed, self.actions(model, 3), generator=torch.Generator().manual_seed(0))
+            b, _ = model.predict(other, self.actions(model, 3), generator=torch.Generator().manual_seed(0))
+            c, _ = model.predict(state, self.actions(model, 3), generator=torch.Generator().manual_seed(0))
+        assert torch.equal(a[1], b[1]) and torch.equal(a[0], c[0]) and torch.equal(a[2], c[2])
+
+    def test_runs_as_an_env_from_released_format_init_files(self):
+        from rlinf.world_models.env import WorldModelEnv
+
+        model = self.make_model()
+        root = Path(tempfile.mkdtemp()) / "dataset"
+        S, T = self.image_size, max(model.condition.num_frames, 1)
+        rng = np.random.default_rng(0)
+        for i in range(2):
+            images = rng.integers(0, 256, (T, S, S, 3), dtype=np.uint8)
+            save_init_trajectory(root / f"traj{i}.npy", images[:1], f"task {i}", np.zeros((1, model.action_dim)))
+            save_init_trajectory(root / f"traj{i}_kir.npy", images, f"task {i}", np.zeros((T, model.action_dim)))
+        env = WorldModelEnv(model, ToyRewardModel(), str(root), num_envs=2, max_episode_steps=4, enable_kir=True)
+        obs = env.reset()
+        assert obs.main_images.shape == (2, S, S, 3) and obs.task_descriptions[0].startswith("task")
+        res = env.chunk_step(self.actions(model, 2))
+        assert res.rewards.shape == (2, self.chunk) and res.valid[:, 0].all()
+
+
+class RewardModelPluginTests:
+    """Checks the :class:`rlinf.RewardModel` contract on a real instance of the plugin's model."""
+
+    model_class: type[RewardModel]
+    image_size: int = 32
+    #: instructions the model knows (task-conditioned reward models match them exactly).
+    instructions: tuple[str, ...] = ("pick up the object",)
+
+    def make_model(self) -> RewardModel:
+        return self.model_class()
+
+    def frames(self, n: int, seed: int = 0) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randint(0, 256, (n, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
+
+    def test_registered_through_hooks(self):
+        names = Registry().load().names("world_model")
+        assert self.model_class.__name__ in names, f"{self.model_class.__name__} is not registered; registered: {names}"
+
+    def test_probabilities_per_frame(self):
+        model = self.make_model().eval()
+        texts = [self.instructions[i % len(self.instructions)] for i in range(4)]
+        with torch.no_grad():
+            p = model.success_prob(self.frames(4), texts)
+        assert p.shape == (4,) and p.is_floating_point() and bool(((p >= 0) & (p <= 1)).all()), p
+
+    def test_a_frame_scores_the_same_in_any_batch(self):
+        model = self.make_model().eval()
+        frames = self.frames(4)
+        texts = [self.instructions[0]] * 4
+        with torch.no_grad():
+            full = model.success_prob(frames, texts)
+            one = model.success_prob(frames[2:3], texts[2:3])
+        torch.testing.assert_close(full[2:3].float(), one.float(), rtol=1e-4, atol=1e-5)
