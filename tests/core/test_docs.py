@@ -23,3 +23,22 @@ def test_every_metric_logged_is_documented():
                  "train/loss", "rollout/advantages_max", "rollout/advantages_mean", "rollout/advantages_min",
                  "rollout/rewards", "env/episode_len", "env/return", "env/reward", "env/success_once"]:
         assert f"`{name}`" in metrics_doc, name
+
+
+def test_algorithm_equations_link_to_the_functions_that_implement_them():
+    import importlib
+    import re
+
+    text = (DOC.parent / "algorithms.md").read_text()
+    links = re.findall(r"\[`([\w.]+)`\]\(\.\./core/src/(rlinf/[\w/]+)\.py\)", text)
+    assert len(links) >= 10
+    for name, path in links:
+        module = importlib.import_module(path.replace("/", "."))
+        if name.startswith("rlinf."):
+            assert module.__name__ == name, (name, path)
+            continue
+        obj = module
+        for part in name.split("."):
+            assert hasattr(obj, part), f"docs/algorithms.md links {name} to {path}, which has no {part}"
+            obj = getattr(obj, part)
+        assert callable(obj), name
