@@ -1,4 +1,5 @@
-"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` / ``validate`` / ... .
+"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` /
+``validate`` / ... .
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
 their short name (``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's

@@ -131,7 +131,8 @@ class SFTModule(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
         if clip is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm")
+            algorithm = gradient_clip_algorithm or "norm"
+            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
 
     # ------------------------------------------------------------------ export
     def on_fit_end(self) -> None:

@@ -1,4 +1,5 @@
-"""Parent side of worker-process envs (the worker side is :mod:`rlinf.envs.worker_main`): any :class:`~rlinf.Env` with ``num_workers: W > 0``.
+"""Parent side of worker-process envs: any :class:`~rlinf.Env` with ``num_workers: W > 0``
+(the worker side is :mod:`rlinf.envs.worker_main`).
 
 The env then holds no simulator itself. Its ``num_envs`` sub-envs are split into ``W`` contiguous
 slices; worker ``w`` is a separate process that owns ``env.clone(num_envs=B // W, num_workers=0)``

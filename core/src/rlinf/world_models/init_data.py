@@ -60,7 +60,9 @@ def save_init_trajectory(
     delta_actions = np.asarray(delta_actions, np.float32)
     if delta_actions.ndim != 2 or len(delta_actions) != len(images):
         raise ValueError(f"delta_actions must be [T={len(images)}, D], got {list(delta_actions.shape)}")
-    frames = [{"image": img, "delta_action": act, "instruction": instruction} for img, act in zip(images, delta_actions)]
+    frames = [
+        {"image": img, "delta_action": act, "instruction": instruction} for img, act in zip(images, delta_actions)
+    ]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, np.array(frames, dtype=object), allow_pickle=True)
