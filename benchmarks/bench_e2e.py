@@ -119,11 +119,14 @@ class RawSim:
         self.out = np.zeros((num_envs, image_size, image_size, 3), np.uint8)
         self.n_chunks, self.chunk, self.horizon = n_chunks, chunk, max_episode_steps
         self.rng = np.random.default_rng(seed)
+        #: images rendered so far
+        self.renders = 0
 
     def _render_all(self) -> None:
         with self.renderer:
             for i, sim in enumerate(self.sims):
                 self.renderer.render(sim, self.cam, self.flip, self.out[i])
+        self.renders += len(self.sims)
 
     def __call__(self) -> int:
         for sim in self.sims:
@@ -192,10 +195,14 @@ class E2EBench(pl.Callback):
         variants: name -> function running one simulator-only epoch and returning its env steps.
         warmup: training epochs not measured (the first builds simulators and starts workers).
         profile: cProfile the measured training epochs into this file.
+        update_threads: torch intra-op threads during the update (0: leave as is); the rollout
+            keeps one thread so that the env processes get the other cores.
     """
 
-    def __init__(self, variants: dict[str, Callable[[], int]], warmup: int, profile: str | None) -> None:
+    def __init__(self, variants: dict[str, Callable[[], int]], warmup: int, profile: str | None,
+                 update_threads: int = 0) -> None:  # fmt: skip
         self.variants = variants
+        self.update_threads = update_threads
         self.warmup = warmup
         self.clock = _Clock()
         self.epochs: list[dict[str, float]] = []
@@ -240,6 +247,14 @@ class E2EBench(pl.Callback):
             self.profiler.enable()
         self._t0 = time.perf_counter()
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.update_threads and batch_idx == 0:
+            torch.set_num_threads(self.update_threads)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.update_threads:
+            torch.set_num_threads(1)
+
     def on_train_end(self, trainer, pl_module) -> None:
         self._close_epoch(trainer)
         self._t0 = None
@@ -268,10 +283,14 @@ def _build_cli(work: Path, model_path: Path, epochs: int, extra: list[str]):
         "--model.init_args.export_policy=false",
         *extra,
     ]  # fmt: skip
-    return _cli_class()(
-        pl.LightningModule, None, subclass_mode_model=True, args=args, run=False,
-        save_config_kwargs={"overwrite": True}, seed_everything_default=0, trainer_defaults=trainer_defaults(),
-    )  # fmt: skip
+    argv, sys.argv = sys.argv, sys.argv[:1]  # the benchmark's own options are not the CLI's
+    try:
+        return _cli_class()(
+            pl.LightningModule, None, subclass_mode_model=True, args=args, run=False,
+            save_config_kwargs={"overwrite": True}, seed_everything_default=0, trainer_defaults=trainer_defaults(),
+        )  # fmt: skip
+    finally:
+        sys.argv = argv
 
 
 def _stage_clones(module) -> list:
@@ -321,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first epochs")
     parser.add_argument("--in-process", action="store_true", help="also run both no-policy variants in one process")
     parser.add_argument("--profile", default=None, help="cProfile the measured training epochs into this file")
+    parser.add_argument("--update-threads", type=int, default=0,
+                        help="torch threads during the update only (default: OMP_NUM_THREADS for everything)")
     parser.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     args, extra = parser.parse_known_args(argv)  # the rest: rlinf fit options, e.g. --model.init_args.micro_batch_size=52
     tmp = tempfile.TemporaryDirectory(prefix="bench_e2e_") if args.work is None else None
@@ -350,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{type(env).__name__} {env.task_names}, {env.num_envs} envs, {layout}, {n_chunks} chunks of C={C}, "
           f"horizon {env.max_episode_steps}, {env.image_size}px; {args.warmup} warm-up + {args.epochs} measured "
           f"epochs", flush=True)  # fmt: skip
-    bench = E2EBench(variants, args.warmup, args.profile)
+    bench = E2EBench(variants, args.warmup, args.profile, args.update_threads)
     trainer.callbacks.append(bench)
     for fn in variants.values():  # build simulators and start processes outside the timings
         fn()
