@@ -83,10 +83,11 @@ class EnvOnly:
             e.close()
 
 
-def _raw_init(kwargs: dict) -> None:
+def _raw_init(kwargs: dict, render_threads: int) -> None:
     """Worker initializer: a :class:`RawSim` for this process (kept in a module global)."""
     global _RAW
     torch.set_num_threads(1)
+    os.environ.setdefault("LP_NUM_THREADS", str(render_threads))  # as rlinf's env workers do
     _RAW = RawSim(**kwargs)
 
 
@@ -157,7 +158,10 @@ class RawSimProcs:
         import multiprocessing as mp
 
         self.procs = procs
-        self.pool = mp.get_context("spawn").Pool(procs, initializer=_raw_init, initargs=(kwargs,))
+        from rlinf.envs.workers import render_threads
+
+        threads = render_threads(os.cpu_count() or 1, procs)
+        self.pool = mp.get_context("spawn").Pool(procs, initializer=_raw_init, initargs=(kwargs, threads))
 
     def __call__(self) -> int:
         return sum(self.pool.map(_raw_epoch, range(self.procs), chunksize=1))
@@ -293,8 +297,12 @@ def _build_cli(work: Path, model_path: Path, epochs: int, extra: list[str]):
         sys.argv = argv
 
 
-def _stage_clones(module) -> list:
-    """Clones of the module's stage envs (same arguments, seeds and shards), not yet built."""
+def _stage_clones(module, concurrent: bool = True) -> list:
+    """Clones of the module's stage envs (same arguments, seeds and shards), not yet built.
+
+    ``concurrent=False``: each stage's workers take all the cores for rendering (before the
+    stages shared them).
+    """
     S = module.rollout_cfg.pipeline_stage_num
     env = module.env
     if S == 1:
@@ -302,6 +310,7 @@ def _stage_clones(module) -> list:
     else:
         envs = [env.clone(num_envs=env.num_envs // S, seed=env.seed + 1000 * s) for s in range(S)]
     for s, e in enumerate(envs):
+        e.concurrent_envs = S if concurrent else 1
         e.shard(s, S)
     return envs
 
@@ -311,9 +320,13 @@ def _median(rows: list[dict[str, float]], key: str) -> float:
     return statistics.median(r.get(key, 0.0) for r in rows)
 
 
+def _mean(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.fmean(r.get(key, 0.0) for r in rows)
+
+
 def _breakdown(rows: list[dict[str, float]]) -> list[tuple[str, float]]:
-    """Median seconds per part of a training epoch (the parts add up to the median wall time)."""
-    g = lambda k: _median(rows, k)  # noqa: E731
+    """Mean seconds per part of a training epoch (the parts add up to the mean wall time)."""
+    g = lambda k: _mean(rows, k)  # noqa: E731
     rollout, policy, wait = g("time/rollout"), g("time/rollout_policy"), g("time/rollout_env_wait")
     fwd, bwd, opt = g("clock/update forward"), g("clock/update backward"), g("clock/optimizer step + clip")
     step, wall = g("time/step"), g("wall")
@@ -339,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=5, help="measured training epochs (RL steps)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first epochs")
     parser.add_argument("--in-process", action="store_true", help="also run both no-policy variants in one process")
+    parser.add_argument("--old-render-threads", action="store_true",
+                        help="also step the stage envs with every stage's workers using all cores for rendering")
     parser.add_argument("--profile", default=None, help="cProfile the measured training epochs into this file")
     parser.add_argument("--update-threads", type=int, default=0,
                         help="torch threads during the update only (default: OMP_NUM_THREADS for everything)")
@@ -365,6 +380,9 @@ def main(argv: list[str] | None = None) -> None:
     layout = f"{S} stage(s) x {env.num_workers} worker process(es)"
     variants = {f"Env.chunk_step, {layout}": EnvOnly(_stage_clones(module), n_chunks, C),
                 f"raw simulator, {S * W} processes": RawSimProcs(S * W, num_envs=env.num_envs // (S * W), **raw_kw)}
+    if args.old_render_threads:
+        variants[f"Env.chunk_step, {layout}, render threads per stage (before)"] = EnvOnly(
+            _stage_clones(module, concurrent=False), n_chunks, C)
     if args.in_process:
         variants["Env.chunk_step, 1 process"] = EnvOnly([env.clone(num_workers=0)], n_chunks, C)
         variants["raw simulator, 1 process"] = RawSim(num_envs=env.num_envs, **raw_kw)
@@ -392,11 +410,11 @@ def main(argv: list[str] | None = None) -> None:
                       f"{statistics.median(n for _, n in v):.0f}", f"{sims[name]:.0f}", f"{train_sps / sims[name]:.2f}"))  # fmt: skip
     print(fmt_table(table, ("per epoch (median)", "seconds", "env steps", "env steps/s", "training / this")))
     print()
-    wall = _median(rows, "wall")
+    wall = _mean(rows, "wall")
     parts = _breakdown(rows)
     print(fmt_table([(k, f"{v:.3f}", f"{100 * v / wall:.0f}%") for k, v in parts],
-                    ("training epoch, where the time goes (medians)", "seconds", "share")))  # fmt: skip
-    print(f"(env time summed over stages: {_median(rows, 'time/rollout_env_busy'):.2f} s; "
+                    ("training epoch, where the time goes (means)", "seconds", "share")))  # fmt: skip
+    print(f"(env time summed over stages: {_mean(rows, 'time/rollout_env_busy'):.2f} s; "
           f"fit incl. start-up and variants: {fit_s:.0f} s)")
     print(f"load average (1 min) at the epochs: {', '.join(f'{x:.2f}' for x in bench.loads)}; end: {load_line()}")
     if args.profile:
