@@ -50,6 +50,24 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
+# ------------------------------------------------------------------------------------------------ CPU time
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system, all threads) used so far by this process and ``pids``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def worker_pids(envs: list) -> list[int]:
+    return [pid for e in envs if e._workers is not None for pid in e._workers.pids]
+
+
 # ------------------------------------------------------------------------------------------------ simulator only
 class EnvOnly:
     """One epoch of ``Env.chunk_step`` with random actions on ``envs`` (stepping concurrently).
@@ -76,6 +94,9 @@ class EnvOnly:
             e.flush_episodes()
             e.pop_episodes()
         return steps
+
+    def pids(self) -> list[int]:
+        return worker_pids(self.envs)
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -145,6 +166,9 @@ class RawSim:
             self._render_all()
         return steps
 
+    def pids(self) -> list[int]:
+        return []
+
     def close(self) -> None:
         for sim in self.sims:
             sim.close()
@@ -165,6 +189,9 @@ class RawSimProcs:
 
     def __call__(self) -> int:
         return sum(self.pool.map(_raw_epoch, range(self.procs), chunksize=1))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.pool._pool]
 
     def close(self) -> None:
         self.pool.close()
@@ -234,6 +261,7 @@ class E2EBench(pl.Callback):
             self.profiler.disable()
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("time/", "env/"))}
         m["wall"] = wall
+        m["cpu"] = cpu_seconds(self._pids) - self._c0
         m.update({f"clock/{k}": v for k, v in self.clock.spent.items()})
         m["env_steps"] = m.get("env/episode_len", 0.0) * m.get("env/num_trajectories", 0.0)
         self.epochs.append(m)
@@ -243,12 +271,15 @@ class E2EBench(pl.Callback):
         self.loads.append(os.getloadavg()[0])
         if trainer.current_epoch >= self.warmup:
             for name, fn in self.variants.items():
-                t0 = time.perf_counter()
+                pids = fn.pids()
+                t0, c0 = time.perf_counter(), cpu_seconds(pids)
                 steps = fn()
-                self.sim[name].append((time.perf_counter() - t0, steps))
+                self.sim[name].append((time.perf_counter() - t0, steps, cpu_seconds(pids) - c0))
         self.clock.spent.clear()
         if self.profiler is not None and trainer.current_epoch >= self.warmup:
             self.profiler.enable()
+        self._pids = worker_pids(pl_module._stage_envs)
+        self._c0 = cpu_seconds(self._pids)
         self._t0 = time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -401,14 +432,15 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = bench.epochs[args.warmup :]
     train_sps = statistics.median(r["env_steps"] / r["wall"] for r in rows)
-    sims = {k: statistics.median(n / t for t, n in v) for k, v in bench.sim.items()}
+    sims = {k: statistics.median(n / t for t, n, _ in v) for k, v in bench.sim.items()}
     print()
     table = [("training epoch (rollout + update + logging + checkpoint)", f"{_median(rows, 'wall'):.2f}",
-              f"{_median(rows, 'env_steps'):.0f}", f"{train_sps:.0f}", "")]  # fmt: skip
+              f"{_median(rows, 'cpu'):.2f}", f"{_median(rows, 'env_steps'):.0f}", f"{train_sps:.0f}", "")]  # fmt: skip
     for name, v in bench.sim.items():
-        table.append((f"no policy: {name}", f"{statistics.median(t for t, _ in v):.2f}",
-                      f"{statistics.median(n for _, n in v):.0f}", f"{sims[name]:.0f}", f"{train_sps / sims[name]:.2f}"))  # fmt: skip
-    print(fmt_table(table, ("per epoch (median)", "seconds", "env steps", "env steps/s", "training / this")))
+        table.append((f"no policy: {name}", f"{statistics.median(t for t, _, _ in v):.2f}",
+                      f"{statistics.median(c for _, _, c in v):.2f}", f"{statistics.median(n for _, n, _ in v):.0f}",
+                      f"{sims[name]:.0f}", f"{train_sps / sims[name]:.2f}"))  # fmt: skip
+    print(fmt_table(table, ("per epoch (median)", "seconds", "CPU s", "env steps", "env steps/s", "training / this")))
     print()
     wall = _mean(rows, "wall")
     parts = _breakdown(rows)
