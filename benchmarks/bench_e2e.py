@@ -9,16 +9,21 @@ chunk):
 
 * ``Env.chunk_step``: the training env's own stage envs (same clones, worker processes, seeds),
   random actions, all stages stepping at once — the rollout with an infinitely fast policy;
-* ``raw simulator``: metaworld's envs (``TaskSim``: MuJoCo step + the renderer) driven directly,
-  split into the same processes, no rlinf code at all;
+* ``raw simulator``: metaworld's envs driven directly through the plugin's simulator layer
+  (``TaskSim`` step, ``SceneRenderer``), split into the same processes: no rlinf ``Env`` (no
+  episode bookkeeping, observations or inter-process hand-off);
 * with ``--in-process``: both again in one process with all sub-envs (the adapter's own cost).
 
 The variants run round-robin (one of each before every training epoch), so load changes on a
 shared machine hit all alike. A training epoch is timed from one epoch start to the next: rollout,
 advantages, update, metric logging and the checkpoint Lightning writes; eval is switched off
 (``check_val_every_n_epoch`` beyond the run; ``time/eval`` is reported by evals separately).
-Prints env-steps/s of each, the ratio training / simulator (target >= 0.8) and where the
-training epoch's time goes (``time/*`` metrics plus clocks on the update, logging and checkpoint)::
+Prints wall and CPU seconds (main process + env workers) and env-steps/s of each, the ratio
+training / simulator (target >= 0.8) and where the training epoch's time goes (``time/*``
+metrics plus clocks on the update, logging and checkpoint). ``--old-render-threads`` adds the
+stage envs with every stage's workers rendering on all cores (the behaviour before
+``Env.concurrent_envs``); ``--update-threads N`` gives the update N torch threads; unknown options
+go to ``rlinf fit``::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_e2e.py [--epochs 5] [--in-process] [--profile out.prof]
 """
@@ -389,7 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--update-threads", type=int, default=0,
                         help="torch threads during the update only (default: OMP_NUM_THREADS for everything)")
     parser.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
-    args, extra = parser.parse_known_args(argv)  # the rest: rlinf fit options, e.g. --model.init_args.micro_batch_size=52
+    # the rest are rlinf fit options, e.g. --model.init_args.micro_batch_size=52
+    args, extra = parser.parse_known_args(argv)
     tmp = tempfile.TemporaryDirectory(prefix="bench_e2e_") if args.work is None else None
     work = Path(args.work or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
