@@ -21,6 +21,7 @@ from rlinf.models.checkpoint import CheckpointError, copy_side_files, load_weigh
 from rlinf.models.lora import LoRAConfig
 from rlinf.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
+from rlinf.policies.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
@@ -251,16 +252,13 @@ class _PrismaticPolicy(Policy):
     def _to_env(self, bins: torch.Tensor) -> torch.Tensor:
         tok = self.action_tokenizer
         actions = tok.unnormalize(tok.bins_to_normalized(bins))
-        if self.invert_gripper:
-            g = actions[..., -1]
-            actions = torch.cat([actions[..., :-1], (-torch.sign(2 * g - 1)).unsqueeze(-1)], dim=-1)
-        return actions
+        return open_fraction_to_signed_gripper(actions) if self.invert_gripper else actions
 
     def _from_env(self, actions: torch.Tensor) -> torch.Tensor:
         """Env-scale expert actions → bin indices (inverse of :meth:`_to_env` up to binning)."""
         a = actions.float()
         if self.invert_gripper:
-            a = torch.cat([a[..., :-1], ((1 - a[..., -1]) / 2).unsqueeze(-1)], dim=-1)
+            a = signed_gripper_to_open_fraction(a)
         tok = self.action_tokenizer
         return tok.normalized_to_bins(tok.normalize(a))
 
@@ -409,7 +407,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
             vision towers. Saves most activation memory for about one extra forward pass per update.
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
+            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
+            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
     """
 
     model_type = "openvla"
@@ -529,7 +529,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             it) or ``action_block`` (causal prompt, bidirectional action block).
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
+            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
+            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
     """
 
     model_type = "openvla_oft"
