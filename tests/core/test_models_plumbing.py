@@ -76,7 +76,8 @@ class _Net(nn.Module):
 def test_lora_on_the_forward_path_only_and_merge(tmp_path):
     torch.manual_seed(0)
     net = _Net()
-    model = apply_lora(net, LoRAConfig(rank=2), default_targets=["blocks.0", "blocks.1"], modules_to_save=["value_head"])
+    targets = ["blocks.0", "blocks.1"]
+    model = apply_lora(net, LoRAConfig(rank=2), default_targets=targets, modules_to_save=["value_head"])
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
     assert any("blocks.0.lora_A" in n for n in trainable) and not any("blocks.1" in n for n in trainable)
     assert any("value_head" in n for n in trainable)

@@ -81,7 +81,8 @@ def test_grpo_learns_on_reach_env(tmp_path, kind):
 
 
 def test_ppo_bootstrap_values_come_from_policy_value(tmp_path):
-    module = make_module("ppo", num_envs=4, steps=8, rollout=RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False))
+    rollout = RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False)
+    module = make_module("ppo", num_envs=4, steps=8, rollout=rollout)
     calls = {"act": 0, "value": 0}
     act, value = module.policy.act, module.policy.value
 

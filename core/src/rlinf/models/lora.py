@@ -145,7 +145,9 @@ def apply_lora(
     missing_lora = [k for k in result.missing_keys if ".lora_" in k]
     if missing_lora or result.unexpected_keys:
         bad = (missing_lora or result.unexpected_keys)[0]
-        raise ValueError(f"adapter {str(path)!r} does not fit this model (first bad key {bad!r}); was it trained on it?")
+        raise ValueError(
+            f"adapter {str(path)!r} does not fit this model (first bad key {bad!r}); was it trained on it?"
+        )
     return wrapped
 
 

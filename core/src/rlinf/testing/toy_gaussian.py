@@ -105,7 +105,8 @@ class TinyGaussianPolicy(TinyTrunkPolicy):
         log_std = self._log_std(temperature)
         logprobs = gaussian_logprob(record["raw_actions"].to(mean.device), mean, log_std)
         entropy = gaussian_entropy(log_std).expand_as(mean) if compute_entropy else None
-        return EvaluateOutput(logprobs=logprobs, entropy=entropy, values=self._values(feats) if compute_values else None)
+        values = self._values(feats) if compute_values else None
+        return EvaluateOutput(logprobs=logprobs, entropy=entropy, values=values)
 
     def sft_loss(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(self._mean(self._features(obs)), actions.clamp(-1, 1).to(self.device).float())

@@ -40,7 +40,9 @@ class TinyTrunkPolicy(Policy):
 
     model_type = "tiny"
 
-    def _build_trunk(self, action_dim: int, num_action_chunks: int, hidden_size: int, state_dim: int, add_value_head: bool) -> None:
+    def _build_trunk(
+        self, action_dim: int, num_action_chunks: int, hidden_size: int, state_dim: int, add_value_head: bool
+    ) -> None:
         self.action_dim = action_dim
         self.num_action_chunks = num_action_chunks
         self.hidden_size = hidden_size
@@ -53,7 +55,9 @@ class TinyTrunkPolicy(Policy):
             nn.AdaptiveAvgPool2d(2), nn.Flatten(),
         )
         in_dim = 16 * 4 + self.text_buckets + state_dim
-        self.trunk = nn.Sequential(nn.Linear(in_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, hidden_size), nn.Tanh())
+        self.trunk = nn.Sequential(
+            nn.Linear(in_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, hidden_size), nn.Tanh()
+        )
 
     def _build_value_head(self) -> None:
         """Called after the action head (keeps the parameter order, hence the random init, of older versions)."""
@@ -94,7 +98,9 @@ class TinyTrunkPolicy(Policy):
     def from_pretrained(cls, path, **overrides: Any) -> "TinyTrunkPolicy":
         path = Path(path)
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{cls.__name__}.from_pretrained: {str(path)!r} has no config.json (save_pretrained layout)")
+            raise FileNotFoundError(
+                f"{cls.__name__}.from_pretrained: {str(path)!r} has no config.json (save_pretrained layout)"
+            )
         cfg = json.loads((path / "config.json").read_text())
         found = cfg.pop("model_type", cls.model_type)
         if found != cls.model_type:
@@ -112,7 +118,8 @@ class TinyTrunkPolicy(Policy):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps({"model_type": self.model_type, **self._config()}, indent=2))
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(path / "model.safetensors"))
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(tensors, str(path / "model.safetensors"))
 
 
 class TinyVLAPolicy(TinyTrunkPolicy):

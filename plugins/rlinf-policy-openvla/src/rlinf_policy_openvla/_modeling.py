@@ -3,7 +3,8 @@
 Module tree (= checkpoint keys): ``vision_backbone.{featurizer, fused_featurizer}`` (timm-layout
 ViTs), ``projector.{fc1, fc2, fc3}``, ``language_model`` (``transformers.LlamaForCausalLM``:
 ``language_model.model.*``, ``language_model.lm_head``), optional ``proprio_projector.{fc1, fc2}``
-(official OFT) and ``value_head.mlp.*`` (RLinf's critic, :class:`rlinf.models.value_head.ValueHead`). Imports transformers; load lazily.
+(official OFT) and ``value_head.mlp.*`` (RLinf's critic, :class:`rlinf.models.value_head.ValueHead`).
+Imports transformers; load lazily.
 """
 
 from __future__ import annotations
