@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections import defaultdict
 from contextlib import nullcontext
