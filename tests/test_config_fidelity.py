@@ -148,6 +148,10 @@ def _value(cfg: dict, key: str):
         return block.get("class_path")
     if "class_path" in block:
         block = block.get("init_args", {})
+    if name == "is_lora":  # RLinf's names for our policy's ``lora`` group
+        return block.get("lora") is not None
+    if name == "lora_rank":
+        return (block.get("lora") or {}).get("rank", "<adapter's>")
     if name not in block:
         raise KeyError(f"{section} has no {name!r}")
     return block[name]

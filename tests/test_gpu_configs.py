@@ -110,8 +110,8 @@ def built_policy(released_dir, released_adapter):
         if config not in _BUILT:
             raw = yaml.safe_load(config.read_text())["model"]["init_args"]["policy"]["init_args"]
             overrides = [f"--{POLICY}.model_path={released_dir(released_kind(raw['model_path']))}"]
-            if raw.get("lora_path"):
-                overrides.append(f"--{POLICY}.lora_path={released_adapter}")
+            if (raw.get("lora") or {}).get("path"):
+                overrides.append(f"--{POLICY}.lora.path={released_adapter}")
             cfg = _parse(config, overrides)
             _BUILT[config] = (_instantiate_policy(cfg["model"]["init_args"]["policy"]), cfg)
         return _BUILT[config]
@@ -148,7 +148,7 @@ def test_gpu_config_builds_the_released_architecture(config, built_policy):
     trainable = [n for n, p in vla.named_parameters() if p.requires_grad]
     assert trainable and not [n for n in trainable if n.replace(".base_layer.", ".").startswith(unused)]
     lora = [n for n in trainable if ".lora_" in n]
-    assert bool(lora) == bool(init.get("is_lora"))
+    assert bool(lora) == bool(init.get("lora"))
     if lora:
         assert not [n for n in trainable if _base_name(n)], "LoRA run with trainable base weights"
         assert any(n.startswith("language_model.model.layers.31.") for n in lora)

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool
+from rlinf.algorithms import GRPO
+from rlinf.config import RolloutConfig
+from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool, render_threads
+from rlinf.module import RLModule
 from rlinf.rollout.collector import RolloutCollector, _mask_dropped_episodes
 from rlinf.testing.conformance import EnvPluginTests
 from rlinf.testing.toy_env import ReachEnv
@@ -323,3 +326,39 @@ def test_worker_env_can_be_pickled_and_gets_its_own_workers():
 def test_in_process_env_has_no_worker_metrics():
     assert ReachEnv(num_envs=2).pop_metrics() == {}
     assert np.array_equal(ReachEnv(num_envs=2).reset_state_ids, np.array([-1, -1]))
+
+
+class RenderThreadsReachEnv(ReachEnv):
+    """ReachEnv that reports its process's ``LP_NUM_THREADS`` as the task description."""
+
+    def _observe(self, env_ids):
+        obs = super()._observe(env_ids)
+        obs.task_descriptions = [os.environ.get("LP_NUM_THREADS", "unset")] * len(env_ids)
+        return obs
+
+
+def test_render_threads_are_the_workers_share_of_the_cores():
+    assert render_threads(16, 2) == 8
+    assert render_threads(16, 4) == 4
+    assert render_threads(3, 1) == 3
+    assert render_threads(2, 2) == 0  # one core each: rasterize in the worker's own thread
+    assert render_threads(2, 1 * 2) == 0
+    assert render_threads(1, 1) == 0
+
+
+def test_pipeline_stages_split_the_cores_between_their_workers():
+    """Two stages of one worker each: each worker gets half the cores for rendering, not all of them."""
+    if "LP_NUM_THREADS" in os.environ:
+        pytest.skip("LP_NUM_THREADS is set: workers keep the user's value")
+    env = RenderThreadsReachEnv(num_envs=8, group_size=2, max_episode_steps=4, image_size=16, num_workers=1)
+    module = RLModule(
+        env=env, policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False), algorithm=GRPO(),
+        rollout=RolloutConfig(max_steps_per_rollout_epoch=4, pipeline_stage_num=2, show_progress=False),
+    )
+    module.setup("fit")
+    try:
+        expected = str(render_threads(os.cpu_count() or 1, 2))
+        for stage in module._stage_envs:
+            assert stage.reset().task_descriptions == [expected] * 4
+    finally:
+        module.teardown("fit")

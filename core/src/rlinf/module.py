@@ -169,6 +169,7 @@ class RLModule(pl.LightningModule):
                 n = self.env.num_envs // S
                 self._stage_envs = [self.env.clone(num_envs=n, seed=self.env.seed + 1000 * s) for s in range(S)]
             for s, env in enumerate(self._stage_envs):
+                env.concurrent_envs = S  # read when its workers start (first reset)
                 env.shard(rank * S + s, world * S)
             self.collector = RolloutCollector(self._stage_envs, self.policy, self.algorithm.uses_critic)
             self.steps_per_epoch = self._count_training_steps(world)

@@ -163,8 +163,8 @@ def _fsdp_units(policy: nn.Module, names: set[str]) -> list[nn.Module]:
 def shard_policy(module) -> None:
     """``configure_model`` hook: shard ``module.policy`` with FSDP2 under a ``ModelParallelStrategy``.
 
-    Blocks become FSDP units bottom-up, then the policy itself; ``act`` / ``evaluate`` /
-    ``sft_loss`` are registered as forward methods so that FSDP's hooks run for them. Keeps a
+    Blocks become FSDP units bottom-up, then the policy itself; ``act`` / ``value`` /
+    ``evaluate`` / ``sft_loss`` are registered as forward methods so that FSDP's hooks run for them. Keeps a
     parameter-free (meta) copy of the policy for :func:`export_policy`.
     """
     trainer = module._trainer
@@ -193,7 +193,7 @@ def shard_policy(module) -> None:
         if id(m) in unit_ids:
             fully_shard(m, reshard_after_forward=reshard, **kwargs)
     fully_shard(policy, **kwargs)
-    for name in ("act", "evaluate", "sft_loss"):
+    for name in ("act", "value", "evaluate", "sft_loss"):
         if callable(getattr(policy, name, None)):
             register_fsdp_forward_method(policy, name)
 

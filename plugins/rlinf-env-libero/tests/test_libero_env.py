@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rlinf_env_libero import LIBERO_130_PARTS, LiberoEnv, clear_sim_cache, load_tasks, map_gripper  # noqa: E402
+from rlinf.policies.conventions import open_fraction_to_signed_gripper  # noqa: E402
+from rlinf_env_libero import LIBERO_130_PARTS, LiberoEnv, clear_sim_cache, load_tasks  # noqa: E402
 from rlinf_env_libero.suites import load_init_states  # noqa: E402
 
 SMALL = {"image_size": 64, "fast_render": True, "sim_cache_size": 4}
@@ -198,18 +199,18 @@ def test_ignore_terminations_keeps_going_and_rewards_the_change_once(env):
         assert records[1]["success_once"] == 0.0 and all(r["episode_len"] == 6 for r in records)
 
 
-def test_openvla_gripper_convention(env):
-    acts = np.zeros((3, 7), np.float32)
-    acts[:, 6] = [0.0, 1.0, 0.5]
-    np.testing.assert_array_equal(map_gripper(acts, "openvla")[:, 6], [1.0, -1.0, 0.0])
-    np.testing.assert_array_equal(map_gripper(acts, "robosuite"), acts)
-    with configured(env, gripper_action="openvla"):
-        env.reset(reset_state_ids=np.array([0, 0]))
-        opening = env._observe(np.arange(2)).states[:, 6] - env._observe(np.arange(2)).states[:, 7]
-        chunk = torch.zeros(2, 8, 7)
-        chunk[0, :, 6] = 0.0  # OpenVLA: 0 = close
-        chunk[1, :, 6] = 1.0  # OpenVLA: 1 = open
-        out = env.chunk_step(chunk)
+def test_gripper_convention_has_one_owner(env):
+    """OpenVLA's [0, 1] gripper (1 = open) mapped by the policy-side convention drives robosuite's gripper."""
+    with pytest.raises(ValueError, match="invert_gripper: true"):
+        LiberoEnv(num_envs=1, gripper_action="openvla")
+    policy_side = torch.zeros(2, 8, 7)
+    policy_side[0, :, 6] = 0.0  # OpenVLA: 0 = close
+    policy_side[1, :, 6] = 1.0  # OpenVLA: 1 = open
+    chunk = open_fraction_to_signed_gripper(policy_side)
+    assert chunk[0, 0, 6] == 1.0 and chunk[1, 0, 6] == -1.0
+    env.reset(reset_state_ids=np.array([0, 0]))
+    opening = env._observe(np.arange(2)).states[:, 6] - env._observe(np.arange(2)).states[:, 7]
+    out = env.chunk_step(chunk)
     after = out.obs.states[:, 6] - out.obs.states[:, 7]
     assert after[0] < opening[0] - 0.02, "gripper 0 must close the fingers"
     assert after[1] > opening[1] - 0.002 and after[1] > after[0] + 0.03, "gripper 1 must keep them open"

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from rlinf import Observation
+from rlinf.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 
@@ -43,7 +44,7 @@ def main(model_path: str, out: str) -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     policy = OpenVLAOFTPolicy(
-        model_path, is_lora=True, lora_target_modules=RLINF_LORA_TARGETS, num_action_chunks=2, add_value_head=True
+        model_path, lora=LoRAConfig(target_modules=RLINF_LORA_TARGETS), num_action_chunks=2, add_value_head=True
     )
     trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
     ddp = DistributedDataParallel(Loss(policy))

@@ -9,7 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.checkpoint import CheckpointError, load_weights, read_spec
+from rlinf.models.checkpoint import CheckpointError, load_weights
+from rlinf.models.lora import LoRAConfig
+from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.make_tiny import main as make_tiny_main
 from rlinf_policy_openvla.vit import TIMM_PRESETS
 
@@ -218,8 +220,10 @@ def test_wrong_settings_are_explained(tmp_path, tiny_oft, obs):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), action_dim=4)
     with pytest.raises(ValueError, match="use class_path: OpenVLAPolicy"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), model_type="openvla")
-    with pytest.raises(ValueError, match="set is_lora: true"):
-        OpenVLAOFTPolicy(model_path=str(tiny_oft), lora_path=str(tiny_oft))
+    with pytest.raises(ValueError, match="has no adapter_config.json"):
+        OpenVLAOFTPolicy(model_path=str(tiny_oft), lora=LoRAConfig(path=str(tiny_oft)))
+    with pytest.raises(ValueError, match="lora.rank must be >= 1"):
+        LoRAConfig(rank=0)
     with pytest.raises(ValueError, match="attention_mode 'full' not supported"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), attention_mode="full")
     with pytest.raises(ValueError, match="precision 'fp8' not supported"):

@@ -1,5 +1,6 @@
 """Both policies pass rlinf's standard policy conformance tests (on tiny real-layout checkpoints)."""
 
+from rlinf.models.lora import LoRAConfig
 from rlinf.testing.conformance import PolicyPluginTests
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
@@ -21,8 +22,7 @@ class TestOpenVLAOFTCausalLoRA(PolicyPluginTests):
             use_proprio=True,
             add_value_head=True,
             value_type="action_level",
-            is_lora=True,
-            lora_rank=4,
+            lora=LoRAConfig(rank=4),
         )
 
 

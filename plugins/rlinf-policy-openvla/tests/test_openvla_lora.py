@@ -7,12 +7,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlinf.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.lora import default_target_modules
 
 
-def _lora_policy(path, **kw):
-    return OpenVLAOFTPolicy(model_path=str(path), num_action_chunks=2, add_value_head=True, is_lora=True, lora_rank=4, **kw)
+def _lora_policy(path, lora_path=None, **kw):
+    lora = LoRAConfig(rank=4, path=lora_path)
+    return OpenVLAOFTPolicy(model_path=str(path), num_action_chunks=2, add_value_head=True, lora=lora, **kw)
 
 
 def _train_step(policy, obs):
@@ -71,7 +73,7 @@ def test_adapter_dir_reloads(tmp_path, tiny_oft, obs):
     torch.testing.assert_close(b.values, a.values, rtol=0, atol=1e-6)
     assert all(".lora_" in n or "value_head" in n for n, p in again.named_parameters() if p.requires_grad)
     with pytest.raises(ValueError, match="does not fit this model"):
-        OpenVLAPolicy(model_path=str(_other_tiny()), is_lora=True, lora_path=str(tmp_path / "adapter"))
+        OpenVLAPolicy(model_path=str(_other_tiny()), lora=LoRAConfig(path=str(tmp_path / "adapter")))
 
 
 def _other_tiny():

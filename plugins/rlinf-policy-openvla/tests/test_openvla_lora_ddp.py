@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlinf.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 
@@ -29,7 +30,7 @@ def test_unused_prefixes_are_exactly_the_layers_without_gradients(tiny_oft, obs)
 
 
 def test_rlinf_targets_get_adapters_only_on_the_forward_path(tiny_oft):
-    policy = OpenVLAOFTPolicy(str(tiny_oft), is_lora=True, lora_target_modules=RLINF_LORA_TARGETS)
+    policy = OpenVLAOFTPolicy(str(tiny_oft), lora=LoRAConfig(target_modules=RLINF_LORA_TARGETS))
     unused = tuple(policy.vla.unused_parameter_prefixes())
     lora = [n for n, _ in policy.vla.named_parameters() if ".lora_" in n]
     assert lora and not [n for n in lora if n.startswith(unused)]
@@ -40,7 +41,7 @@ def test_rlinf_targets_get_adapters_only_on_the_forward_path(tiny_oft):
 
 def test_targets_only_off_the_forward_path_fail_in_one_line(tiny_oft):
     with pytest.raises(ValueError, match="match no layer on the forward path.*attn_pool"):
-        OpenVLAOFTPolicy(str(tiny_oft), is_lora=True, lora_target_modules=["q", "kv"])
+        OpenVLAOFTPolicy(str(tiny_oft), lora=LoRAConfig(target_modules=["q", "kv"]))
 
 
 def test_two_rank_ddp_lora_update_with_rlinf_targets(tiny_oft, tmp_path):

@@ -7,7 +7,8 @@ import pytest
 
 from rlinf.meta import meta_init, parameter_count
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.checkpoint import INDEX_NAME, read_spec
+from rlinf.models.checkpoint import INDEX_NAME
+from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.released import (
     OPENVLA_7B_INDEX_BYTES,
     OPENVLA_7B_PARAMETERS,

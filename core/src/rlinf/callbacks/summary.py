@@ -3,6 +3,7 @@ learning-curve PNG (drawn from the run's own TensorBoard events)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from rlinf.callbacks.progress import console_lines, fmt_duration
 
 def _rel(path: str | Path) -> str:
     """``path`` relative to the working directory when it is below it (shorter to read and paste)."""
-    p = Path(path).resolve()
+    p = Path(os.path.abspath(path))  # not resolve(): keep links such as last.ckpt
     try:
         return str(p.relative_to(Path.cwd()))
     except ValueError:
@@ -85,7 +86,8 @@ class RunSummary(Callback):
         ckpt = trainer.checkpoint_callback
         resume_from = None
         if ckpt is not None and ckpt.dirpath and Path(ckpt.dirpath).is_dir():
-            resume_from = ckpt.last_model_path or ckpt.best_model_path or None
+            last = Path(ckpt.dirpath) / "last.ckpt"  # a link to the newest checkpoint with RLCheckpoint
+            resume_from = str(last) if last.exists() else ckpt.last_model_path or ckpt.best_model_path or None
             rows.append(("checkpoints", _rel(ckpt.dirpath)))
         if log_dir:
             run = Path(log_dir)

@@ -186,6 +186,9 @@ class Env:
             check_worker_split(num_envs, group_size, num_workers)
         self.num_workers = num_workers
         self._workers = None
+        #: envs of the same run that step at the same time (pipeline stages); their worker
+        #: processes share the cores (set by the RL loop, see ``rlinf.envs.workers``)
+        self.concurrent_envs = 1
         self.video_cfg = video_cfg or VideoConfig()
         self.capture_frames = False
         self._frames: list[dict[str, Any]] = []

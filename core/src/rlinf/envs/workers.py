@@ -26,8 +26,9 @@ experts that read the simulator) only work in-process (``num_workers: 0``).
 Workers start with the ``forkserver`` method by default (fast restarts, no fork of a process
 with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_ENV_WORKER_TIMEOUT``
 (seconds, default 0 = none) kills a worker that does not answer one command in time and then
-handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render threads) to
-``cores // num_workers`` unless it is set.
+handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render threads) to their
+share of the cores, ``cores // (num_workers * env.concurrent_envs)``, or to 0 (render in the
+worker's own thread) when that share is one core or less; a value you set wins.
 
 Size: over 400 lines because :class:`EnvWorkerPool` mirrors the whole Env API and owns process
 management, failure recovery and the merge of shared-memory observations, which belong together.
@@ -55,6 +56,17 @@ if TYPE_CHECKING:
 __all__ = ["EnvWorkerError", "EnvWorkerPool", "check_worker_split"]
 
 MAX_FAILURES_IN_A_ROW = 3
+
+
+def render_threads(cores: int, processes: int) -> int:
+    """Mesa llvmpipe render threads per worker when ``processes`` busy workers share ``cores``.
+
+    A render thread pays off only with a spare core: at a share of one core or less, 0 (rasterize
+    in the calling thread) costs ~5-15 % less CPU per image than 1 or 2 threads (measured with
+    64² MetaWorld renders, ``benchmarks/bench_e2e.py``), and the cores are busy anyway.
+    """
+    share = cores // max(1, processes)
+    return share if share >= 2 else 0
 
 
 class EnvWorkerError(RuntimeError):
@@ -139,7 +151,6 @@ class EnvWorkerPool:
                 preload.append(type(env).__module__)
             self._ctx.set_forkserver_preload(preload)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
-        self._render_threads = max(1, (os.cpu_count() or 1) // W)
         #: seconds a worker may take for one command before it counts as hung (0: wait forever)
         self.timeout = float(os.environ.get("RLINF_ENV_WORKER_TIMEOUT", "0") or 0)
 
@@ -156,6 +167,11 @@ class EnvWorkerPool:
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
 
     # ------------------------------------------------------------------ process management
+    @property
+    def render_threads(self) -> int:
+        """``LP_NUM_THREADS`` for the workers: their share of the cores (see :func:`render_threads`)."""
+        return render_threads(os.cpu_count() or 1, len(self.workers) * max(1, getattr(self.env, "concurrent_envs", 1)))
+
     def _worker_shard(self, w: int) -> tuple[int, int]:
         index, count = self.env._states.shard_spec
         return index + w * count, count * len(self.workers)
@@ -164,7 +180,7 @@ class EnvWorkerPool:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=worker_main,
-            args=(child, self._spec, self._worker_shard(worker.index), self._render_threads),
+            args=(child, self._spec, self._worker_shard(worker.index), self.render_threads),
             name=f"rlinf-env-{type(self.env).__name__}-{worker.index}",
             daemon=True,
         )

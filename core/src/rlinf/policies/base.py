@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,15 +72,39 @@ class Policy(nn.Module):
             if callable(fn) and not getattr(fn, "_rlinf_compute_wrapped", False):
                 setattr(cls, name, under_compute_dtype(fn))
 
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> "Policy":
+        """Load what :meth:`save_pretrained` wrote to ``path``; ``overrides`` are constructor settings
+        (e.g. ``add_value_head=True``). The one loading entry used by the conformance kit and tools."""
+        raise NotImplementedError(f"{cls.__name__} does not implement Policy.from_pretrained(path, **overrides)")
+
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         """Choose action chunks for a batch of observations (called under ``torch.no_grad``).
 
+        Any action distribution fits: categorical tokens, Gaussians, flow-matching samplers with
+        injected noise (SDE). ``logprobs`` are log-densities for continuous actions (they may be
+        positive).
+
         Args:
             obs: B observations (uint8 images; the policy does its own preprocessing).
-            do_sample: sample (True) or act greedily (False).
-            temperature: sampling temperature.
+            do_sample: True: draw from the policy's distribution. False: act deterministically
+                (argmax tokens, the Gaussian mean, an ODE / zero-noise denoising chain): the same
+                observation gives the same actions whatever the random state.
+            temperature: sharpness of the sampling distribution; token policies divide logits by
+                it, noise-injected samplers scale the injected noise's standard deviation by it.
+                ``logprobs`` are under the distribution actually sampled from.
         """
         raise NotImplementedError
+
+    @torch.no_grad()
+    def value(self, obs: Observation) -> torch.Tensor:
+        """Critic values ``float32 [B, 1]`` or ``[B, C]`` without choosing actions (bootstrap / final
+        values). Default: ``act(obs).values``; policies with an expensive decode (autoregressive
+        tokens, multi-step flow sampling) override it with the prefix forward the critic reads."""
+        values = self.act(obs, do_sample=False).values
+        if values is None:
+            raise ValueError(f"{type(self).__name__} has no value head (add_value_head: true)")
+        return values
 
     def evaluate(
         self,

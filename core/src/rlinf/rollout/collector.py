@@ -76,6 +76,13 @@ class RolloutCollector:
         self.times.policy += time.perf_counter() - t0
         return out
 
+    def _value(self, obs: Observation) -> torch.Tensor:
+        """Critic values ``[B, 1 | C]`` of ``obs`` through :meth:`Policy.value` (no action decode)."""
+        t0 = time.perf_counter()
+        values = self.policy.value(obs.to(self.policy.device)).float().cpu()
+        self.times.policy += time.perf_counter() - t0
+        return values
+
     def _timed_step(self, env: Env, actions: torch.Tensor) -> ChunkStepResult:
         t0 = time.perf_counter()
         result = env.chunk_step(actions)
@@ -125,16 +132,16 @@ class RolloutCollector:
         for k in range(num_chunk_steps):
             for s in range(S):
                 if pending[s] is not None:
-                    obs[s] = self._record_result(bufs[s], self._wait(pending[s]), do_sample, temperature)
+                    obs[s] = self._record_result(bufs[s], self._wait(pending[s]))
                 out = self._act(obs[s], do_sample, temperature)
                 self._record_act(bufs[s], obs[s], out)
                 pending[s] = self._submit(s, out.actions.cpu())
             if progress is not None:
                 progress(k + 1, num_chunk_steps, episodes=self.episodes_done)
         for s in range(S):
-            obs[s] = self._record_result(bufs[s], self._wait(pending[s]), do_sample, temperature)
+            obs[s] = self._record_result(bufs[s], self._wait(pending[s]))
             if self.need_values:
-                bufs[s].values.append(self._act(obs[s], do_sample, temperature).values.cpu())
+                bufs[s].values.append(self._value(obs[s]))
         self.last_obs = obs
         self.times.total = time.perf_counter() - t_start
         return Trajectory.cat_envs([_to_trajectory(b, self.need_values) for b in bufs])
@@ -148,12 +155,12 @@ class RolloutCollector:
                 raise ValueError("this algorithm needs values but the policy returned none (add_value_head: true)")
             buf.values.append(out.values.float().cpu())
 
-    def _record_result(self, buf: _StageBuffer, result: ChunkStepResult, do_sample: bool, temperature: float) -> Observation:
+    def _record_result(self, buf: _StageBuffer, result: ChunkStepResult) -> Observation:
         buf.results.append(result)
         self.episodes_done += int((result.dones & result.valid).any(-1).sum())
         boot = torch.zeros_like(result.rewards)
         if self.need_values and result.final_obs is not None:
-            v = self._act(result.final_obs, do_sample, temperature).values.float().cpu()[:, 0]
+            v = self._value(result.final_obs)[:, 0]
             ids = result.final_obs_env_ids
             boot[ids] = v.unsqueeze(-1) * result.truncations[ids].float()
         buf.bootstrap.append(boot)

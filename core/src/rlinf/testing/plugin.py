@@ -14,9 +14,11 @@ def register_envs(register):
 
 @hookimpl
 def register_policies(register):
+    from rlinf.testing.toy_gaussian import TinyGaussianPolicy
     from rlinf.testing.toy_policy import TinyVLAPolicy
 
     register(TinyVLAPolicy)
+    register(TinyGaussianPolicy)
 
 
 @hookimpl

@@ -2,7 +2,7 @@
 
 import sys
 
-from rlinf_env_libero.env import LiberoEnv, map_gripper
+from rlinf_env_libero.env import LiberoEnv
 from rlinf_env_libero.suites import LIBERO_130_PARTS, MAX_EPISODE_STEPS, SUITES, TaskInfo, load_tasks
 
 
@@ -22,5 +22,4 @@ __all__ = [
     "TaskInfo",
     "clear_sim_cache",
     "load_tasks",
-    "map_gripper",
 ]

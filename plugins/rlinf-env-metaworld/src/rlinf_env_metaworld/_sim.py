@@ -8,32 +8,18 @@ from __future__ import annotations
 import atexit
 import copy
 import os
-import sys
 import warnings
 import weakref
 
 import numpy as np
 
-GL_BACKENDS = ("egl", "osmesa")
+from rlinf.envs.mujoco_gl import gl_import_error
+from rlinf.envs.mujoco_gl import setup_gl as _setup_gl
 
 
 def setup_gl(backend: str | None) -> str:
-    """Select the headless GL backend before MuJoCo is imported; returns the backend in use."""
-    current = os.environ.get("MUJOCO_GL")
-    wanted = backend or current or "egl"
-    if wanted not in GL_BACKENDS and wanted != "glfw":
-        raise ValueError(f"gl_backend must be one of {', '.join(GL_BACKENDS)} (or glfw with a display), got {wanted!r}")
-    if "mujoco" in sys.modules and current != wanted:
-        if backend is None:
-            return current or "glfw"
-        raise RuntimeError(
-            f"MetaWorldEnv(gl_backend={backend!r}): mujoco was already imported with MUJOCO_GL={current!r}; "
-            f"set MUJOCO_GL={backend} before anything imports mujoco"
-        )
-    os.environ["MUJOCO_GL"] = wanted
-    if wanted == "osmesa":
-        os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
-    return wanted
+    """Select the headless GL backend (``egl`` / ``osmesa``, or ``glfw`` with a display) before MuJoCo is imported."""
+    return _setup_gl(backend, "MetaWorldEnv")
 
 
 def import_metaworld():
@@ -47,10 +33,7 @@ def import_metaworld():
             f"MetaWorldEnv needs metaworld 3.1 ({exc}). Hint: pip install 'metaworld==3.1.1' packaging"
         ) from exc
     except AttributeError as exc:  # PyOpenGL without the platform library (e.g. osmesa without libOSMesa)
-        raise ImportError(
-            f"MuJoCo could not load GL backend MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({exc}). "
-            "Hint: apt-get install libegl1 libgl1-mesa-dri (egl) or libosmesa6 (osmesa)"
-        ) from exc
+        raise gl_import_error(exc) from exc
     return mujoco, env_dict, ENV_POLICY_MAP
 
 

@@ -3,7 +3,8 @@
 Module tree (= checkpoint keys): ``vision_backbone.{featurizer, fused_featurizer}`` (timm-layout
 ViTs), ``projector.{fc1, fc2, fc3}``, ``language_model`` (``transformers.LlamaForCausalLM``:
 ``language_model.model.*``, ``language_model.lm_head``), optional ``proprio_projector.{fc1, fc2}``
-(official OFT) and ``value_head.mlp.*`` (RLinf's critic). Imports transformers; load lazily.
+(official OFT) and ``value_head.mlp.*`` (RLinf's critic, :class:`rlinf.models.value_head.ValueHead`).
+Imports transformers; load lazily.
 """
 
 from __future__ import annotations
@@ -11,14 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-try:
-    from transformers import LlamaForCausalLM
-except ImportError as exc:  # pragma: no cover - exercised only without transformers
-    raise ImportError(
-        f"rlinf-policy-openvla needs transformers>=5 ({exc}); install it with `pip install 'transformers>=5,<6'`"
-    ) from exc
-
+from rlinf.imports import require
+from rlinf.models.value_head import ValueHead
 from rlinf_policy_openvla.checkpoint import CheckpointError, PrismaticSpec
+
+LlamaForCausalLM = require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openvla").LlamaForCausalLM
 from rlinf_policy_openvla.vit import TimmViT
 
 
@@ -68,30 +66,6 @@ class ProprioProjector(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act_fn1(self.fc1(x)))
-
-
-class ValueHead(nn.Module):
-    """RLinf's critic MLP (``mlp.0``, ``mlp.2``, ``mlp.4``): Linear→GELU per hidden size, last Linear without bias."""
-
-    def __init__(self, input_dim: int, output_dim: int, hidden_sizes: tuple[int, ...] = (512, 128)) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        d = input_dim
-        for h in hidden_sizes:
-            layers += [nn.Linear(d, h), nn.GELU()]
-            d = h
-        layers.append(nn.Linear(d, output_dim, bias=False))
-        self.mlp = nn.Sequential(*layers)
-        for m in self.mlp:
-            if isinstance(m, nn.Linear):
-                if m is self.mlp[-1]:
-                    nn.init.normal_(m.weight, std=0.02)
-                else:
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                    nn.init.zeros_(m.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x)
 
 
 class PrismaticVLA(nn.Module):

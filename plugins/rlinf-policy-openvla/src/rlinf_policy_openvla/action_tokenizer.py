@@ -11,26 +11,9 @@ Inside the policy, logits are sliced to the ``n_bins`` action ids ``[token_begin
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-NormalizationType = Literal["bounds_q99", "bounds"]
-
-
-def resolve_unnorm_key(norm_stats: dict, unnorm_key: str | None, source: str) -> str:
-    """Pick the statistics key: exact, then ``{key}_no_noops``; ``None`` works with a single key."""
-    keys = sorted(norm_stats)
-    if not keys:
-        raise ValueError(f"{source} has no norm_stats; add them to config.json or a dataset_statistics.json next to it")
-    if unnorm_key is None:
-        if len(keys) == 1:
-            return keys[0]
-        raise ValueError(f"{source} has statistics for several datasets; set unnorm_key to one of: {', '.join(keys)}")
-    for candidate in (unnorm_key, f"{unnorm_key}_no_noops"):
-        if candidate in norm_stats:
-            return candidate
-    raise ValueError(f"unnorm_key {unnorm_key!r} not in the norm stats of {source}; available: {', '.join(keys)}")
+from rlinf.models.norm_stats import NormalizationType, bounds, normalize_bounds, unnormalize_bounds
 
 
 class ActionTokenizer:
@@ -53,28 +36,12 @@ class ActionTokenizer:
     ) -> None:
         if n_bins < 2 or vocab_size <= n_bins:
             raise ValueError(f"need 2 <= n_action_bins < vocab size, got n_bins={n_bins}, vocab_size={vocab_size}")
-        low_key, high_key = ("q01", "q99") if normalization_type == "bounds_q99" else ("min", "max")
-        if low_key not in action_stats or high_key not in action_stats:
-            raise ValueError(
-                f"action statistics lack {low_key!r}/{high_key!r} needed by normalization_type={normalization_type!r};"
-                f" present: {sorted(action_stats)}"
-            )
         self.vocab_size = vocab_size
         self.n_bins = n_bins
         self.token_begin = vocab_size - n_bins
-        # lookup tables on the CPU (moved to the data's device on use), also when built under rlinf.meta.meta_init
+        # float64 lookup tables on the CPU (moved to the data's device on use), also under rlinf.meta.meta_init
+        self.low, self.high, self.mask = bounds(action_stats, normalization_type)
         cpu = torch.device("cpu")
-        self.low = torch.tensor(action_stats[low_key], dtype=torch.float64, device=cpu)
-        self.high = torch.tensor(action_stats[high_key], dtype=torch.float64, device=cpu)
-        if self.low.shape != self.high.shape or self.low.dim() != 1:
-            raise ValueError(f"action statistics {low_key}/{high_key} must be equal-length lists")
-        mask = action_stats.get("mask")
-        if mask is None:
-            self.mask = torch.ones_like(self.low, dtype=torch.bool)
-        else:
-            self.mask = torch.tensor(mask, dtype=torch.bool, device=cpu)
-        if self.mask.shape != self.low.shape:
-            raise ValueError(f"action statistics mask has {self.mask.numel()} entries, {low_key} has {self.low.numel()}")
         self.bins = torch.linspace(-1.0, 1.0, n_bins, dtype=torch.float64, device=cpu)
         self.bin_centers = (self.bins[:-1] + self.bins[1:]) / 2
         j = torch.arange(n_bins, device=cpu)
@@ -106,18 +73,12 @@ class ActionTokenizer:
     def unnormalize(self, actions: torch.Tensor) -> torch.Tensor:
         """``[..., D]`` normalised → env scale (float32)."""
         self._check_dim(actions)
-        low, high, mask = (t.to(actions.device) for t in (self.low, self.high, self.mask))
-        a = actions.double()
-        out = torch.where(mask, 0.5 * (a + 1.0) * (high - low + 1e-8) + low, a)
-        return out.float()
+        return unnormalize_bounds(actions.double(), self.low, self.high, self.mask).float()
 
     def normalize(self, actions: torch.Tensor) -> torch.Tensor:
         """``[..., D]`` env scale → normalised, clipped to [-1, 1] (float32)."""
         self._check_dim(actions)
-        low, high, mask = (t.to(actions.device) for t in (self.low, self.high, self.mask))
-        a = actions.double()
-        out = torch.where(mask, 2.0 * (a - low) / (high - low + 1e-8) - 1.0, a)
-        return out.clamp(-1.0, 1.0).float()
+        return normalize_bounds(actions.double(), self.low, self.high, self.mask).clamp(-1.0, 1.0).float()
 
     def _check_dim(self, actions: torch.Tensor) -> None:
         if actions.shape[-1] != self.action_dim:

@@ -5,32 +5,27 @@ A directory holds ``config.json`` (Prismatic fields, ``text_config``, ``n_action
 ``model.safetensors.index.json``, tokenizer files, ``preprocessor_config.json`` and optionally
 ``dataset_statistics.json`` (merged into ``norm_stats``) and official OFT extras
 (``proprio_projector--*_checkpoint.pt``). Everything is read without ``trust_remote_code``.
+Weights (sharded safetensors + index) and norm stats go through core's :mod:`rlinf.models`.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import torch
 
+from rlinf.models.checkpoint import CheckpointError
+from rlinf.models.norm_stats import read_norm_stats
 from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 # ImageNet statistics as Prismatic stores them for DINOv2 (bf16-rounded); SigLIP uses 0.5 / 0.5.
 DINO_MEAN, DINO_STD = (0.484375, 0.455078125, 0.40625), (0.228515625, 0.2236328125, 0.224609375)
 SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 RLINF_KEY = "rlinf_policy"  # policy settings remembered by save_pretrained (optional in config.json)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing files or does not match the model built from its config."""
 
 
 @dataclass
@@ -100,7 +95,7 @@ def check_model_dir(path: str | Path) -> Path:
         if (p / "adapter_config.json").is_file():
             raise CheckpointError(
                 f"model_path {str(p)!r} is a LoRA adapter directory; set model_path to the base model and"
-                f" lora_path to {str(p)!r} (with is_lora: true)"
+                f" lora: {{path: {str(p)!r}}}"
             )
         raise CheckpointError(
             f"model_path {str(p)!r} has no config.json; expected an OpenVLA Hugging Face directory"
@@ -153,19 +148,6 @@ def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
     return means, stds
 
 
-def read_norm_stats(path: Path, cfg: dict) -> dict:
-    """``config.json``'s ``norm_stats`` updated with ``dataset_statistics.json`` (if present)."""
-    stats = dict(cfg.get("norm_stats") or {})
-    extra = path / "dataset_statistics.json"
-    if extra.is_file():
-        data = json.loads(extra.read_text())
-        # official OFT dirs store {dataset: {"action": ...}}; a bare {"action": ...} has no dataset key
-        if "action" in data and isinstance(data["action"], dict) and "q01" in data["action"]:
-            data = {path.name: data}
-        stats.update(data)
-    return stats
-
-
 def read_spec(model_path: str | Path) -> PrismaticSpec:
     path = check_model_dir(model_path)
     try:
@@ -203,37 +185,7 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
     return spec
 
 
-# ---- weights ---------------------------------------------------------------------------------------
-def load_weights(model_path: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of a directory: sharded safetensors + index, or a single ``model.safetensors``."""
-    from safetensors.torch import load_file
-
-    path = Path(model_path)
-    index = path / INDEX_NAME
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        shards = sorted(set(weight_map.values()))
-        missing = [s for s in shards if not (path / s).is_file()]
-        if missing:
-            raise CheckpointError(
-                f"{index} lists {len(shards)} shard(s) but {', '.join(missing)} is missing; re-download the checkpoint"
-            )
-        state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            state.update(load_file(str(path / shard)))
-        absent = sorted(set(weight_map) - set(state))
-        if absent:
-            raise CheckpointError(f"{index} maps {len(absent)} tensors not found in the shards, e.g. {absent[0]!r}")
-        return state
-    if (path / SINGLE_NAME).is_file():
-        return load_file(str(path / SINGLE_NAME))
-    found = sorted(p.name for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-    raise CheckpointError(
-        f"no weights in {str(path)!r}: expected {SINGLE_NAME} or {INDEX_NAME} + shards"
-        f" (found: {', '.join(found) or 'nothing'}); {TINY_HINT}"
-    )
-
-
+# ---- official OFT side files -----------------------------------------------------------------------
 def load_official_extra(model_path: str | Path, module: str) -> dict[str, torch.Tensor] | None:
     """Official OFT side files like ``proprio_projector--150000_checkpoint.pt`` (``module.`` stripped)."""
     files = sorted(Path(model_path).glob(f"*{module}*checkpoint*.pt"))
@@ -241,60 +193,3 @@ def load_official_extra(model_path: str | Path, module: str) -> dict[str, torch.
         return None
     raw = torch.load(str(files[-1]), map_location="cpu", weights_only=True)
     return {k.removeprefix("module."): v for k, v in raw.items()}
-
-
-def save_weights(
-    state: dict[str, torch.Tensor],
-    path: str | Path,
-    max_shard_bytes: int = 5 * 1024**3,
-    num_shards: int | None = None,
-) -> list[str]:
-    """Write ``model.safetensors`` or ``model-0000k-of-0000n.safetensors`` + index; returns the file names.
-
-    Shards are filled up to ``max_shard_bytes``; ``num_shards`` instead splits into that many shards
-    of about equal size.
-    """
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = done = 0
-    for key, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if num_shards:
-            full = len(shards) < num_shards and done >= total * len(shards) / num_shards
-        else:
-            full = size + nbytes > max_shard_bytes
-        if shards[-1] and full:
-            shards.append({})
-            size = 0
-        shards[-1][key] = tensor
-        size += nbytes
-        done += nbytes
-    for stale in list(path.glob("model-*-of-*.safetensors")) + [path / INDEX_NAME, path / SINGLE_NAME]:
-        stale.unlink(missing_ok=True)
-    if len(shards) == 1:
-        save_file(shards[0], str(path / SINGLE_NAME), metadata={"format": "pt"})
-        return [SINGLE_NAME]
-    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    weight_map = {}
-    for name, shard in zip(names, shards):
-        save_file(shard, str(path / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in shard})
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-    return names + [INDEX_NAME]
-
-
-def copy_side_files(src: str | Path, dst: str | Path) -> None:
-    """Copy tokenizer / processor / code / statistics files (everything but weights and config.json)."""
-    src, dst = Path(src), Path(dst)
-    if src.resolve() == dst.resolve():
-        return
-    skip = {"config.json", INDEX_NAME, "adapter_config.json"}
-    for f in src.iterdir():
-        if f.is_file() and f.name not in skip and f.suffix not in WEIGHT_SUFFIXES:
-            shutil.copy2(f, dst / f.name)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec, save_weights
+from rlinf.models.checkpoint import save_weights
+from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec
 from rlinf_policy_openvla.processing import PROMPT
 
 _CORPUS = [

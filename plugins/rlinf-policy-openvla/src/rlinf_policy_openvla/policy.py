@@ -17,30 +17,18 @@ import torch.nn.functional as F
 
 from rlinf.envs.observation import Observation
 from rlinf.meta import is_meta_init
+from rlinf.models.checkpoint import CheckpointError, copy_side_files, load_weights, save_weights
+from rlinf.models.lora import LoRAConfig
+from rlinf.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
+from rlinf.policies.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 from rlinf.precision import apply_precision, resolve_precision
-from rlinf_policy_openvla.action_tokenizer import ActionTokenizer, NormalizationType, resolve_unnorm_key
-from rlinf_policy_openvla.checkpoint import (
-    RLINF_KEY,
-    CheckpointError,
-    check_model_dir,
-    copy_side_files,
-    load_official_extra,
-    load_weights,
-    read_spec,
-    save_weights,
-)
+from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
+from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 ValueType = Literal["chunk_level", "action_level"]
-
-
-def _normalize_bounds(x: torch.Tensor, stats: dict) -> torch.Tensor:
-    low = torch.tensor(stats["q01"], dtype=torch.float32, device=x.device)
-    high = torch.tensor(stats["q99"], dtype=torch.float32, device=x.device)
-    mask = torch.tensor(stats.get("mask", [True] * low.numel()), dtype=torch.bool, device=x.device)
-    return torch.where(mask, (2 * (x - low) / (high - low + 1e-8) - 1).clamp(-1, 1), x)
 
 
 class _PrismaticPolicy(Policy):
@@ -63,11 +51,7 @@ class _PrismaticPolicy(Policy):
         num_images_in_input: int | None,
         add_value_head: bool | None,
         value_type: ValueType | None,
-        is_lora: bool,
-        lora_rank: int,
-        lora_alpha: int | None,
-        lora_path: str | None,
-        lora_target_modules: str | list[str] | None,
+        lora: LoRAConfig | None,
         max_prompt_length: int | None,
         precision: str,
         gradient_checkpointing: bool,
@@ -134,7 +118,7 @@ class _PrismaticPolicy(Policy):
         from rlinf_policy_openvla._modeling import build_vla
 
         # LoRA: the loaded weights stay frozen (stored in the low dtype); full fine-tuning: fp32 masters
-        dtype = prec.frozen if is_lora else prec.trainable
+        dtype = prec.frozen if lora is not None else prec.trainable
         vla = build_vla(spec, proprio_dim=self.proprio_dim, value_dim=value_dim, meta=True)
         if is_meta_init():  # architecture only: every tensor stays on the meta device, no weight file is read
             vla.to(dtype)
@@ -146,20 +130,13 @@ class _PrismaticPolicy(Policy):
         self.gradient_checkpointing = bool(gradient_checkpointing)
         vla.set_gradient_checkpointing(self.gradient_checkpointing)
 
-        self.is_lora = bool(is_lora)
-        if self.is_lora:
-            from rlinf_policy_openvla.lora import apply_lora
+        self.lora = lora
+        if lora is not None:
+            from rlinf.models.lora import apply_lora
+            from rlinf_policy_openvla.lora import default_target_modules
 
-            self.model = apply_lora(
-                vla,
-                rank=lora_rank,
-                alpha=lora_alpha,
-                target_modules=lora_target_modules,
-                lora_path=lora_path,
-                with_value_head=self.has_value_head,
-            )
-        elif lora_path is not None:
-            raise ValueError("lora_path is set but is_lora is false; set is_lora: true to load the adapter")
+            save = ["value_head"] if self.has_value_head else None
+            self.model = apply_lora(vla, lora, default_targets=default_target_modules(vla), modules_to_save=save)
         else:
             self.model = vla
         apply_precision(self.model, prec)  # trainable params fp32 (except bf16-true), frozen ones in the low dtype
@@ -169,7 +146,7 @@ class _PrismaticPolicy(Policy):
     def _load_weights(self, vla, path: Path, dtype: torch.dtype) -> None:
         from rlinf_policy_openvla._modeling import load_into
 
-        state = load_weights(path)
+        state = load_weights(path, hint=TINY_HINT)
         if self.use_proprio and not any(k.startswith("proprio_projector.") for k in state):
             extra = load_official_extra(path, "proprio_projector")
             if extra is None:
@@ -207,6 +184,10 @@ class _PrismaticPolicy(Policy):
             raise CheckpointError(f"pad_token_id {spec.pad_token_id} lies inside the action ids; check config.json")
 
     @property
+    def is_lora(self) -> bool:
+        return self.lora is not None
+
+    @property
     def vla(self):
         """The Prismatic network (inside the peft wrapper when LoRA is on)."""
         return self.model.get_base_model() if self.is_lora else self.model
@@ -233,7 +214,7 @@ class _PrismaticPolicy(Policy):
             raise ValueError(f"use_proprio=True expects states [B, {self.proprio_dim}], got {got}")
         states = obs.states.to(self.device).float()
         if "proprio" in self.stats and "q01" in self.stats["proprio"]:
-            states = _normalize_bounds(states, self.stats["proprio"])
+            states = normalize_bounds(states, *bounds(self.stats["proprio"], dtype=torch.float32))
         return states
 
     def _prefix(self, obs: Observation) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,16 +265,13 @@ class _PrismaticPolicy(Policy):
     def _to_env(self, bins: torch.Tensor) -> torch.Tensor:
         tok = self.action_tokenizer
         actions = tok.unnormalize(tok.bins_to_normalized(bins))
-        if self.invert_gripper:
-            g = actions[..., -1]
-            actions = torch.cat([actions[..., :-1], (-torch.sign(2 * g - 1)).unsqueeze(-1)], dim=-1)
-        return actions
+        return open_fraction_to_signed_gripper(actions) if self.invert_gripper else actions
 
     def _from_env(self, actions: torch.Tensor) -> torch.Tensor:
         """Env-scale expert actions → bin indices (inverse of :meth:`_to_env` up to binning)."""
         a = actions.float()
         if self.invert_gripper:
-            a = torch.cat([a[..., :-1], ((1 - a[..., -1]) / 2).unsqueeze(-1)], dim=-1)
+            a = signed_gripper_to_open_fraction(a)
         tok = self.action_tokenizer
         return tok.normalized_to_bins(tok.normalize(a))
 
@@ -301,6 +279,24 @@ class _PrismaticPolicy(Policy):
         return x.reshape(x.shape[0], self.num_action_chunks, self.action_dim)
 
     # ------------------------------------------------------------------ Policy API
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides) -> "_PrismaticPolicy":
+        """Load a checkpoint directory (released or written by :meth:`save_pretrained`); ``overrides``
+        are constructor settings (``unnorm_key``, ``lora``, ``add_value_head``, ...)."""
+        return cls(model_path=str(path), **overrides)
+
+    @torch.no_grad()
+    def value(self, obs: Observation) -> torch.Tensor:
+        """Critic values from one forward of the prompt prefix (no action decode)."""
+        if not self.has_value_head:
+            raise ValueError(f"{type(self).__name__} has no value head (add_value_head: true)")
+        return self._values(self._value_hidden(obs))
+
+    def _value_hidden(self, obs: Observation) -> torch.Tensor:
+        """Hidden state ``[B, llm_dim]`` of the last prompt token, which the value head reads."""
+        embeds, mask = self._prefix(obs)
+        return self.vla.run_llm(embeds, mask).last_hidden_state[:, -1]
+
     @torch.no_grad()
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         bins, logprobs, values = self._decode(obs, do_sample=do_sample, temperature=temperature)
@@ -372,7 +368,7 @@ class _PrismaticPolicy(Policy):
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Checkpoint-named weights; LoRA deltas merged in (the live model keeps its adapter)."""
         if self.is_lora:
-            from rlinf_policy_openvla.lora import merged_state_dict
+            from rlinf.models.lora import merged_state_dict
 
             return merged_state_dict(self.model)
         return {k: v.detach() for k, v in self.model.state_dict().items()}
@@ -392,8 +388,8 @@ class _PrismaticPolicy(Policy):
     def save_adapter(self, path: str | Path) -> None:
         """Write the peft adapter (``adapter_config.json`` + ``adapter_model.safetensors``, value head included)."""
         if not self.is_lora:
-            raise ValueError(f"{type(self).__name__} has no LoRA adapter (is_lora is false); use save_pretrained")
-        from rlinf_policy_openvla.lora import save_adapter
+            raise ValueError(f"{type(self).__name__} has no LoRA adapter (lora is null); use save_pretrained")
+        from rlinf.models.lora import save_adapter
 
         save_adapter(self.model, path)
 
@@ -421,11 +417,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
         num_images_in_input: camera views fed to the model (OpenVLA: 1).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        is_lora: train a LoRA adapter instead of the full model.
-        lora_rank: LoRA rank (alpha defaults to the rank).
-        lora_alpha: LoRA alpha (None: equal to ``lora_rank``).
-        lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
-        lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
+        lora: train a LoRA adapter instead of the full model (:class:`~rlinf.models.lora.LoRAConfig`:
+            ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
+            targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
@@ -435,7 +429,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
             vision towers. Saves most activation memory for about one extra forward pass per update.
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
+            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
+            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
@@ -455,11 +451,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
         num_images_in_input: int = 1,
         add_value_head: bool | None = None,
         value_type: ValueType | None = None,
-        is_lora: bool = False,
-        lora_rank: int = 32,
-        lora_alpha: int | None = None,
-        lora_path: str | None = None,
-        lora_target_modules: str | list[str] | None = None,
+        lora: LoRAConfig | None = None,
         max_prompt_length: int | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
@@ -540,7 +532,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
 
     Args:
         model_path: OpenVLA-OFT Hugging Face directory, e.g. ``Haozhan72/Openvla-oft-SFT-libero-spatial-traj1``,
-            ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora`` (merged) or a base model for ``lora_path``.
+            ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora`` (merged) or a base model for ``lora.path``.
         model_type: optional check, must be ``openvla_oft`` (the seeds' key).
         unnorm_key: dataset key of ``norm_stats`` (``{key}_no_noops`` also tried), e.g.
             ``libero_spatial_no_noops``; may be omitted when the checkpoint has a single key.
@@ -551,11 +543,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         num_images_in_input: camera views fed to the model (main + wrist views).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        is_lora: train a LoRA adapter instead of the full model.
-        lora_rank: LoRA rank (alpha defaults to the rank).
-        lora_alpha: LoRA alpha (None: equal to ``lora_rank``).
-        lora_path: existing peft adapter directory to continue from (needs ``is_lora``).
-        lora_target_modules: peft target modules (regex or list); None: vision, projector and LLM layers.
+        lora: train a LoRA adapter instead of the full model (:class:`~rlinf.models.lora.LoRAConfig`:
+            ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
+            targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
@@ -567,7 +557,9 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             it) or ``action_block`` (causal prompt, bidirectional action block).
         center_crop: OFT-style 90 % centre crop of the camera images.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (LIBERO convention).
+        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
+            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
+            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
@@ -587,11 +579,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         num_images_in_input: int | None = None,
         add_value_head: bool | None = None,
         value_type: ValueType | None = None,
-        is_lora: bool = False,
-        lora_rank: int = 32,
-        lora_alpha: int | None = None,
-        lora_path: str | None = None,
-        lora_target_modules: str | list[str] | None = None,
+        lora: LoRAConfig | None = None,
         max_prompt_length: int | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
@@ -621,6 +609,11 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         attn = attention_mask_4d(full_mask, n, self.attention_mode)
         hidden = vla.run_llm(full, full_mask, attn_mask=attn).last_hidden_state
         return self._logits(hidden[:, -n - 1 : -1]), hidden[:, -n - 1]
+
+    def _value_hidden(self, obs):
+        if self.attention_mode == "bidirectional":  # the prompt attends to the action slots: full forward
+            return self._parallel(obs)[1]
+        return super()._value_hidden(obs)  # causal prompt: the prefix alone gives the same hidden state
 
     def _decode(self, obs, *, do_sample, temperature):
         logits, value_hidden = self._parallel(obs)

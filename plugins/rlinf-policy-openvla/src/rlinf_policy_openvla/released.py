@@ -25,7 +25,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlinf_policy_openvla.checkpoint import INDEX_NAME
+from rlinf.models.checkpoint import INDEX_NAME
 
 OPENVLA_7B_PARAMETERS = 7_541_237_184
 OPENVLA_7B_INDEX_BYTES = 15_082_474_368  # "total_size" of openvla/openvla-7b's model.safetensors.index.json (bf16)

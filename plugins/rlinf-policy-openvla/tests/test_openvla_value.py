@@ -1,0 +1,48 @@
+"""Policy.value: the critic reads the prompt prefix, so bootstrap values need no action decode."""
+
+import pytest
+import torch
+
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+
+
+def _count_llm_calls(policy):
+    calls = []
+    original = policy.vla.run_llm
+
+    def counted(embeds, *args, **kwargs):
+        calls.append(embeds.shape[1])
+        return original(embeds, *args, **kwargs)
+
+    policy.vla.run_llm = counted
+    return calls
+
+
+def test_openvla_value_is_one_prefix_forward(tiny_openvla, obs):
+    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=2, add_value_head=True).eval()
+    calls = _count_llm_calls(policy)
+    out = policy.act(obs, do_sample=False)
+    assert len(calls) == policy.num_action_tokens  # autoregressive decode: one call per action token
+    calls.clear()
+    values = policy.value(obs)
+    assert len(calls) == 1
+    torch.testing.assert_close(values, out.values, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,slots", [("causal", 0), ("action_block", 0), ("bidirectional", 14)])
+def test_oft_value_reads_the_prefix_unless_the_prompt_sees_the_action_slots(tiny_oft, obs, mode, slots):
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, attention_mode=mode
+    ).eval()
+    out = policy.act(obs, do_sample=True)
+    calls = _count_llm_calls(policy)
+    values = policy.value(obs)
+    prefix = policy._prefix(obs)[0].shape[1]
+    assert calls == [prefix + slots]
+    torch.testing.assert_close(values, out.values, rtol=1e-4, atol=1e-5)
+
+
+def test_value_without_value_head_is_one_line(tiny_oft, obs):
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=False)
+    with pytest.raises(ValueError, match="no value head"):
+        policy.value(obs)
