@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+from rlinf.models.lora import LoRAConfig
 
 from rlinf import Observation
 from rlinf.memory import activation_bytes, stack_activation_bytes
+from rlinf.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 
 
@@ -54,7 +56,7 @@ def test_activation_estimate_matches_saved_tensors(kind, precision, lora, mode, 
     path = request.getfixturevalue("tiny_oft" if kind == "oft" else "tiny_openvla")
     cls = OpenVLAOFTPolicy if kind == "oft" else OpenVLAPolicy
     policy = cls(
-        model_path=str(path), num_action_chunks=2, precision=precision, is_lora=lora, max_prompt_length=24,
+        model_path=str(path), num_action_chunks=2, precision=precision, lora=LoRAConfig(rank=32) if lora else None, max_prompt_length=24,
         gradient_checkpointing=ckpt,
     )
     with torch.no_grad():

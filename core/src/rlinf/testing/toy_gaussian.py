@@ -88,7 +88,7 @@ class TinyGaussianPolicy(TinyTrunkPolicy):
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         feats = self._features(obs)
         mean = self._mean(feats)
-        log_std = self._log_std(temperature if do_sample else 1.0)
+        log_std = self._log_std(temperature)  # greedy too: log-probs under the rule evaluate uses
         raw = mean + torch.randn_like(mean) * log_std.exp() if do_sample else mean
         return ActOutput(
             actions=raw.clamp(-1, 1),
