@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import os
 import pstats
 import statistics
@@ -48,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "metaworld" / "quickstart_grpo.yaml"
 
-from scale_common import fmt_table, load_line  # noqa: E402  (sets OMP_NUM_THREADS / MUJOCO_GL defaults)
+from scale_common import Clock, fmt_table, load_line  # noqa: E402  (sets OMP_NUM_THREADS / MUJOCO_GL defaults)
 
 import lightning.pytorch as pl  # noqa: E402
 import numpy as np  # noqa: E402
@@ -204,26 +203,6 @@ class RawSimProcs:
 
 
 # ------------------------------------------------------------------------------------------------ training
-class _Clock:
-    """Seconds per bucket, from wrapped callables."""
-
-    def __init__(self) -> None:
-        self.spent: dict[str, float] = defaultdict(float)
-
-    def wrap(self, obj, name: str, bucket: str) -> None:
-        fn = getattr(obj, name)
-
-        @functools.wraps(fn)  # keeps the LR scheduler's marker on optimizer.step
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.spent[bucket] += time.perf_counter() - t0
-
-        setattr(obj, name, timed)
-
-
 class E2EBench(pl.Callback):
     """Times every training epoch (epoch start to epoch start) and runs the no-policy variants in between.
 
@@ -240,7 +219,7 @@ class E2EBench(pl.Callback):
         self.variants = variants
         self.update_threads = update_threads
         self.warmup = warmup
-        self.clock = _Clock()
+        self.clock = Clock()
         self.epochs: list[dict[str, float]] = []
         self.sim: dict[str, list[tuple[float, int]]] = defaultdict(list)
         self.loads: list[float] = []

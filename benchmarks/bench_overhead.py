@@ -18,17 +18,15 @@ calibrated to cost about as much as the env)::
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import lightning.pytorch as pl  # noqa: E402
 from scale_common import (  # noqa: E402
-    calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median,
+    Clock, calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median,
 )
 
 from rlinf.algorithms import GRPO  # noqa: E402
@@ -38,26 +36,8 @@ from rlinf.testing.toy_env import ReachEnv  # noqa: E402
 from rlinf.testing.toy_policy import TinyVLAPolicy  # noqa: E402
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.spent: dict[str, float] = defaultdict(float)
-
-    def wrap(self, obj, name: str, bucket: str) -> None:
-        fn = getattr(obj, name)
-
-        @functools.wraps(fn)  # keeps the LR scheduler's marker on optimizer.step
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.spent[bucket] += time.perf_counter() - t0
-
-        setattr(obj, name, timed)
-
-
 class _EpochTimer(pl.Callback):
-    def __init__(self, clock: _Clock) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.epochs: list[dict[str, float]] = []
 
@@ -97,7 +77,7 @@ def _module(setup: str, kind: str, num_envs: int, chunks: int, steps: int):
 
 def run(setup: str, kind: str, epochs: int, num_envs: int, chunks: int, steps: int) -> dict[str, float]:
     module, env, policy = _module(setup, kind, num_envs, chunks, steps)
-    clock = _Clock()
+    clock = Clock()
     clock.wrap(env, "chunk_step", "env")
     clock.wrap(env, "reset", "env")
     clock.wrap(policy, "act", "inference")

@@ -9,9 +9,11 @@ Python-heavy simulator).
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
+from collections import defaultdict
 from typing import Callable
 
 import numpy as np
@@ -198,3 +200,23 @@ __all__ = [
     "ComputePolicy", "CostlyReachEnv", "calibrate_policy", "env_kind", "fmt_table", "load_line",
     "free_cores", "interleaved", "make_env", "metaworld_available", "random_actions", "time_median", "np",
 ]
+
+
+class Clock:
+    """Seconds per bucket, from wrapped callables."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = defaultdict(float)
+
+    def wrap(self, obj, name: str, bucket: str) -> None:
+        fn = getattr(obj, name)
+
+        @functools.wraps(fn)  # keeps the LR scheduler's marker on optimizer.step
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[bucket] += time.perf_counter() - t0
+
+        setattr(obj, name, timed)

@@ -59,27 +59,39 @@ def test_observation_layout_and_shared_initial_states(env):
     torch.testing.assert_close(other.states[0], obs.states[0])
 
 
+class _PickAndPlace:
+    """Scripted PickCube expert on the env's 7-D actions: above the cube, down, close, carry to the goal."""
+
+    def __init__(self) -> None:
+        self.phase, self.grasp_step = 0, 0
+
+    def action(self, u, step: int) -> np.ndarray:
+        tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
+        gripper = 1.0
+        if self.phase == 0:
+            target = cube + [0, 0, 0.05]
+            self.phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
+        if self.phase == 1:
+            target = cube
+            if np.linalg.norm(target - tcp) < 0.005:
+                self.phase, self.grasp_step = 2, step
+        if self.phase >= 2:
+            gripper = -1.0
+            target = cube if step - self.grasp_step < 3 else goal
+        action = np.zeros(7, np.float32)
+        action[:3] = np.clip((target - tcp) * 20.0, -1, 1)
+        action[6] = gripper
+        return action
+
+
 def test_scripted_pick_and_place_is_detected_as_success(env):
     """A scripted grasp-and-carry through the env's own 7-D actions reaches PickCube's goal."""
     env.reset(np.array([3, 3]))
     u = _sim(env, 0)
-    phase, grasp_step = 0, 0
+    script = _PickAndPlace()
     for step in range(45):
-        tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
-        gripper = 1.0
-        if phase == 0:
-            target = cube + [0, 0, 0.05]
-            phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
-        if phase == 1:
-            target = cube
-            if np.linalg.norm(target - tcp) < 0.005:
-                phase, grasp_step = 2, step
-        if phase >= 2:
-            gripper = -1.0
-            target = cube if step - grasp_step < 3 else goal
         action = np.zeros((2, 1, 7), np.float32)
-        action[0, 0, :3] = np.clip((target - tcp) * 20.0, -1, 1)
-        action[0, 0, 6] = gripper
+        action[0, 0] = script.action(u, step)
         action[1, 0, 6] = 1.0  # slot 1 stays put and must not succeed
         out = env.chunk_step(torch.from_numpy(action))
         if out.dones[0].any():
@@ -239,23 +251,9 @@ def test_grasp_shaped_relative_reward_follows_rlinf():
     try:
         env.reset(np.array([3]))
         u = _sim(env, 0)
-        phase, grasp_step, prev, rewards, shaped = 0, 0, 0.0, [], []
+        script, prev, rewards, shaped = _PickAndPlace(), 0.0, [], []
         for step in range(45):
-            tcp, cube, goal = (x.pose.p[0].numpy() for x in (u.agent.tcp, u.cube, u.goal_site))
-            gripper = 1.0
-            if phase == 0:
-                target = cube + [0, 0, 0.05]
-                phase = 1 if np.linalg.norm(target - tcp) < 0.01 else 0
-            if phase == 1:
-                target = cube
-                if np.linalg.norm(target - tcp) < 0.005:
-                    phase, grasp_step = 2, step
-            if phase >= 2:
-                gripper = -1.0
-                target = cube if step - grasp_step < 3 else goal
-            action = np.zeros((1, 1, 7), np.float32)
-            action[0, 0, :3] = np.clip((target - tcp) * 20.0, -1, 1)
-            action[0, 0, 6] = gripper
+            action = script.action(u, step).reshape(1, 1, 7)
             out = env.chunk_step(torch.from_numpy(action))
             info = u.get_info()
             now = float(grasp_shaped_reward(info, np.asarray(info["success"]).reshape(1), 1)[0])
