@@ -104,6 +104,15 @@ def _cli_class():
                 callbacks = [c for c in callbacks if not isinstance(c, RLCheckpoint)]
             return super()._instantiate_trainer(config, callbacks)
 
+        def before_fit(self) -> None:
+            # a directory resumes from its newest good checkpoint; a bad file fails here, before a run dir exists
+            from rlinf.checkpoint_io import resolve_resume_path
+
+            cfg = self.config_init[self.subcommand]
+            cfg["ckpt_path"] = resolve_resume_path(cfg.get("ckpt_path"))
+
+        before_validate = before_test = before_predict = before_fit
+
         def instantiate_trainer(self, **kwargs: Any):
             trainer = super().instantiate_trainer(**kwargs)
             # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every
