@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rlinf.errors import run_cli
 from rlinf.plugins.manager import KINDS, PluginError, Registry, load_plugins
 
 # keys of RLModule / SFTModule init args that name a plugin class, and the kind they take
@@ -159,7 +160,9 @@ def main(args: list[str] | None = None) -> int | None:
         import rlinf.sft  # noqa: F401 - makes SFTModule resolvable
     except ImportError:
         pass
-    _cli_class()(
+    strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
+    parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
+    run_cli(lambda: _cli_class()(
         pl.LightningModule,
         None,
         subclass_mode_model=True,
@@ -167,7 +170,8 @@ def main(args: list[str] | None = None) -> int | None:
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
         trainer_defaults=trainer_defaults(),
-    )
+        parser_kwargs=parser_kwargs,
+    ))
     return 0
 
 
