@@ -105,6 +105,14 @@ def _cli_class():
                 callbacks = [c for c in callbacks if not isinstance(c, RLCheckpoint)]
             return super()._instantiate_trainer(config, callbacks)
 
+        def before_instantiate_classes(self) -> None:
+            from rlinf.validation import check_number
+
+            trainer = self.config[self.subcommand].get("trainer") if self.subcommand else self.config.get("trainer")
+            if trainer is not None:
+                check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
+                             optional=True, hint="null: never evaluate")
+
         def before_fit(self) -> None:
             # a directory resumes from its newest good checkpoint; a bad file fails here, before a run dir exists
             from rlinf.checkpoint_io import resolve_resume_path

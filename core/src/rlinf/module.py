@@ -40,6 +40,7 @@ from rlinf.strategies import (
     set_accumulation_boundary,
     shard_policy,
 )
+from rlinf.validation import first_non_finite
 
 EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
 MINIBATCH_NORMALISED = {"train/actor/policy_loss", "train/entropy_loss", "train/critic/value_loss", "train/loss"}
@@ -162,6 +163,11 @@ class RLModule(pl.LightningModule):
             raise ValueError(f"{type(self.algorithm).__name__} needs a critic: set the policy's add_value_head: true")
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
             raise ValueError("global_batch_size and micro_batch_size must be >= 1")
+        if self.global_batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) must be a multiple of micro_batch_size "
+                f"({self.micro_batch_size}): each optimizer step accumulates whole micro-batches"
+            )
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
@@ -600,6 +606,12 @@ class RLModule(pl.LightningModule):
         set_rng_state(mine["rng"])  # last: nothing may draw between here and the next rollout
 
     def on_fit_end(self) -> None:
+        bad = first_non_finite(self.policy)
+        if bad is not None:  # never export (or leave as the result) a policy full of NaN / inf
+            raise ValueError(
+                f"the policy has non-finite weights after step {self.trainer.global_step} (e.g. {bad}); not "
+                f"exported: lower optim.lr / set optim.clip_grad (train/actor/skipped_steps: {self.skipped_steps})"
+            )
         if self.export_policy and self.trainer.log_dir is not None:
             try:
                 export_policy(self, Path(self.trainer.log_dir) / "policy")  # gathers sharded policies (all ranks)
