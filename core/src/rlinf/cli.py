@@ -113,14 +113,15 @@ def _cli_class():
                 check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
                              optional=True, hint="null: never evaluate")
 
-        def before_fit(self) -> None:
-            # a directory resumes from its newest good checkpoint; a bad file fails here, before a run dir exists
+        def _parse_ckpt_path(self) -> None:
+            # first verify --ckpt_path (LightningCLI reads it here for hyperparameters): a directory resumes from
+            # its newest good checkpoint, a bad file fails in one line before anything (a run dir) is written
             from rlinf.checkpoint_io import resolve_resume_path
 
-            cfg = self.config_init[self.subcommand]
-            cfg["ckpt_path"] = resolve_resume_path(cfg.get("ckpt_path"))
-
-        before_validate = before_test = before_predict = before_fit
+            sub = self.config.get("subcommand")
+            if sub and self.config[sub].get("ckpt_path"):
+                self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
+            super()._parse_ckpt_path()
 
         def instantiate_trainer(self, **kwargs: Any):
             trainer = super().instantiate_trainer(**kwargs)

@@ -26,7 +26,7 @@ def root_cause(exc: BaseException) -> BaseException:
     """The innermost exception of ``exc``'s ``raise ... from`` / during-handling chain."""
     seen = {id(exc)}
     while True:
-        nxt = exc.__cause__ or exc.__context__
+        nxt = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
         if nxt is None or id(nxt) in seen:
             return exc
         seen.add(id(nxt))
@@ -58,7 +58,7 @@ def describe(exc: BaseException) -> str | None:
     chain, e = [], exc
     while e is not None and len(chain) < 20:
         chain.append(str(e))
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     text = one_line(str(cause) or type(cause).__name__, "\n".join(chain))
     if isinstance(cause, KeyError):
         text = text.strip("'\"")
