@@ -123,6 +123,11 @@ def _cli_class():
                 self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
             super()._parse_ckpt_path()
 
+        def before_fit(self) -> None:
+            from rlinf.run_dirs import check_outputs
+
+            check_outputs(self.trainer, self.model)
+
         def instantiate_trainer(self, **kwargs: Any):
             trainer = super().instantiate_trainer(**kwargs)
             # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every
