@@ -146,3 +146,25 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert "epoch=1-step=8.ckpt" in proc.stderr.decode()
     assert _check_against_baseline(tmp_path, 1, sorted(runs.glob("run/version_*"))) > 50
+
+
+@pytest.mark.slow
+def test_a_rank_killed_under_ddp_stops_the_survivor_with_a_line_naming_it(tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([str(RLINF), *_args(runs, devices=2)], env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not any(runs.glob("run/version_*/checkpoints/epoch=*.ckpt")):
+        time.sleep(0.05)
+    rank1 = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert rank1, "rank 1 runs as a child of the launching process"
+    os.kill(int(rank1[0]), signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode not in (0, None) and time.time() - t0 < 60, "the survivor stops, no hang"
+    last = [ln for ln in err.decode().splitlines() if ln.startswith("rlinf: error:")]
+    assert last and "rank 1 died or was killed" in last[-1], err.decode()[-1500:]

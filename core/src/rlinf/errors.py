@@ -48,8 +48,29 @@ def one_line(message: str, context: str = "") -> str:
     return text if len(text) <= MAX_LEN else text[: MAX_LEN - 3] + "..."
 
 
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "NCCL communicator was aborted",
+             "Broken pipe", "ProcessGroupNCCL's watchdog")
+
+
+def _peer_lost(exc: BaseException) -> str | None:
+    """One line for a collective that failed because another rank died (DDP), naming this rank and the others."""
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or not any(k in text for k in PEER_LOST):
+        return None
+    import torch.distributed as dist
+
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 0)
+    others = [r for r in range(world) if r != rank]
+    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}" if others else "another rank"
+    return (f"rank {rank} stopped: {who} died or was killed during a collective (connection lost); "
+            "its own log has the cause; resume with --ckpt_path <run dir>")
+
+
 def describe(exc: BaseException) -> str | None:
     """``"<cause>"`` for an input error (one line), ``None`` for a bug (keep the traceback)."""
+    lost = _peer_lost(root_cause(exc)) or _peer_lost(exc)
+    if lost is not None:
+        return lost
     cause = root_cause(exc)
     if isinstance(exc, ArgumentError) and not isinstance(cause, INPUT_ERRORS):
         cause = exc
