@@ -104,3 +104,24 @@ def test_cli_resume_from_a_corrupt_checkpoint_fails_in_one_line_without_a_run_di
 
 def test_verify_accepts_a_good_checkpoint(ckpt_dir):
     verify_checkpoint(ckpt_dir / "last.ckpt")
+
+
+def test_truncated_safetensors_fail_in_one_line_naming_the_file(tmp_path):
+    from safetensors.torch import save_file
+
+    from rlinf.testing.toy_policy import TinyVLAPolicy
+
+    TinyVLAPolicy(action_dim=2, num_action_chunks=2, hidden_size=32).save_pretrained(tmp_path / "tiny")
+    weights = tmp_path / "tiny" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match=r"weights file .*tiny/model.safetensors is truncated or corrupt"):
+        TinyVLAPolicy(action_dim=2, num_action_chunks=2, hidden_size=32, model_path=str(tmp_path / "tiny"))
+
+    rlinf_policy_openvla = pytest.importorskip("rlinf_policy_openvla.checkpoint")
+    vla = tmp_path / "vla"
+    vla.mkdir()
+    save_file({"w": torch.zeros(256)}, str(vla / "model.safetensors"))
+    (vla / "model.safetensors").write_bytes((vla / "model.safetensors").read_bytes()[:120])
+    with pytest.raises(ValueError, match=r"vla/model.safetensors is truncated or corrupt") as info:
+        rlinf_policy_openvla.load_weights(vla)
+    assert "\n" not in str(info.value)

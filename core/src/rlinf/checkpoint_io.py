@@ -87,6 +87,22 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
     return ckpt
 
 
+def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """``safetensors.torch.load_file`` with one-line errors naming the file (truncated, corrupt, missing)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file {path} does not exist")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
+        ) from None
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint IO with atomic writes and verified, ``weights_only`` reads."""
 

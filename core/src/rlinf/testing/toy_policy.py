@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from rlinf.checkpoint_io import load_safetensors
 from rlinf.envs.observation import Observation
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 
@@ -76,7 +77,7 @@ class TinyVLAPolicy(Policy):
             self.value_head = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh(), nn.Linear(hidden_size, 1))
         self.register_buffer("bin_centers", torch.linspace(-1, 1, num_bins), persistent=False)
         if model_path is not None:
-            self.load_state_dict(load_file(str(Path(model_path) / "model.safetensors")))
+            self.load_state_dict(load_safetensors(Path(model_path) / "model.safetensors"))
 
     def _features(self, obs: Observation) -> torch.Tensor:
         dev = self.bin_centers.device

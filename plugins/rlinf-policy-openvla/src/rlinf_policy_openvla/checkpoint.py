@@ -206,7 +206,7 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
 # ---- weights ---------------------------------------------------------------------------------------
 def load_weights(model_path: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a directory: sharded safetensors + index, or a single ``model.safetensors``."""
-    from safetensors.torch import load_file
+    from rlinf.checkpoint_io import load_safetensors as load_file  # a truncated / corrupt file: one line naming it
 
     path = Path(model_path)
     index = path / INDEX_NAME
