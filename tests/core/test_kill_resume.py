@@ -90,7 +90,7 @@ def _kill_chain(tmp_path: Path, devices: int, kills: int, seed: int) -> tuple[in
     return done, sorted(runs.glob("run/version_*"))
 
 
-def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path]) -> int:
+def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path], kills: int = 1) -> int:
     proc = subprocess.run([str(RLINF), *_args(tmp_path / "base", devices)], env=_env(), capture_output=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
@@ -102,21 +102,22 @@ def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path]) 
             epochs.add(key[1])
             assert base.get(key) == value, f"{v.name}: {key} = {value}, uninterrupted run: {base.get(key)}"
             compared += 1
-    assert epochs == set(range(EPOCHS)), "the killed and resumed runs together logged every RL step"
+    # a kill between a step's checkpoint and the logger's flush loses that step's log lines (not its training)
+    assert epochs <= set(range(EPOCHS)) and EPOCHS - 1 in epochs and len(set(range(EPOCHS)) - epochs) <= kills
     return compared
 
 
 def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path):
     kills, versions = _kill_chain(tmp_path, devices=1, kills=5, seed=1)
     assert kills >= 4, "the toy run finished before most kills landed: the test no longer interrupts it"
-    assert _check_against_baseline(tmp_path, 1, versions) > 50
+    assert _check_against_baseline(tmp_path, 1, versions, kills) > 50
 
 
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments_resumes_exactly_two_ranks(tmp_path):
     kills, versions = _kill_chain(tmp_path, devices=2, kills=3, seed=2)  # 3, not 5: each 2-rank start costs ~10 s
     assert kills >= 2
-    assert _check_against_baseline(tmp_path, 2, versions) > 50
+    assert _check_against_baseline(tmp_path, 2, versions, kills) > 50
 
 
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):

@@ -5,12 +5,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from importlib.metadata import EntryPoint
 
 import pytest
 
 from rlinf.cli import check_config_class_paths, main
 from rlinf.plugins.manager import PluginError, Registry
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -137,3 +140,17 @@ def test_fake_plugin_classes_are_gone_after_their_test():
             yield from all_subclasses(sub)
 
     assert [c.__module__ for c in all_subclasses(Env) if c.__name__ == "ReachEnv"] == ["rlinf.testing.toy_env"]
+
+
+def test_plugin_env_var_names_that_match_nothing_fail_in_one_line(tmp_path, monkeypatch, capsys):
+    ep = fake_plugin(tmp_path, monkeypatch, "ok_plugin", "x = 1\n")
+    monkeypatch.setenv("RLINF_LOAD_PLUGINS", "ok_plugn")
+    with pytest.raises(PluginError, match="RLINF_LOAD_PLUGINS names 'ok_plugn', which matches no installed plugin"):
+        Registry().load(entry_points_=[ep])
+    monkeypatch.delenv("RLINF_LOAD_PLUGINS")
+    monkeypatch.setenv("RLINF_BLOCK_PLUGINS", "no-such-dist")
+    monkeypatch.setattr("rlinf.plugins.manager._REGISTRY", None)  # as in a new process: env vars read again
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert info.value.code == 2 and len(err) == 1 and "RLINF_BLOCK_PLUGINS names 'no-such-dist'" in err[0]

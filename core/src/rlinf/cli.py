@@ -32,7 +32,11 @@ def plugins_command(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a plugin failed to load")
     opts = parser.parse_args(argv)
-    registry = load_plugins(warn=False)
+    try:
+        registry = load_plugins(warn=False)
+    except PluginError as exc:
+        print(f"rlinf: error: {exc}", file=sys.stderr)
+        return 2
     infos = list(registry.plugins.values())
     if opts.json:
         print(json.dumps([p.as_dict() for p in infos], indent=2))
@@ -159,8 +163,8 @@ def main(args: list[str] | None = None) -> int | None:
     argv = list(sys.argv[1:] if args is None else args)
     if argv and argv[0] == "plugins":
         return plugins_command(argv[1:])
-    registry = load_plugins()
     try:
+        registry = load_plugins()
         check_config_class_paths(argv, registry)
     except PluginError as exc:
         print(f"rlinf: error: {exc}", file=sys.stderr)
