@@ -34,7 +34,7 @@ MUTATIONS = [
     ("rollout length text", "model.rollout.max_steps_per_rollout_epoch", "long"),
     ("pipeline stages 0", "model.rollout.pipeline_stage_num", 0), ("global batch 0", "model.global_batch_size", 0),
     ("global batch negative", "model.global_batch_size", -128), ("micro batch 0", "model.micro_batch_size", 0),
-    ("micro batch not dividing", "model.micro_batch_size", 7), ("global batch float", "model.global_batch_size", 12.5),
+    ("micro batch negative", "model.micro_batch_size", -4), ("global batch float", "model.global_batch_size", 12.5),
     ("num_envs negative", "model.env.num_envs", -4), ("num_envs 0", "model.env.num_envs", 0),
     ("num_envs text", "model.env.num_envs", "many"), ("group_size not dividing", "model.env.group_size", 7),
     ("group_size 0", "model.env.group_size", 0), ("episode steps 0", "model.env.max_episode_steps", 0),

@@ -163,11 +163,6 @@ class RLModule(pl.LightningModule):
             raise ValueError(f"{type(self.algorithm).__name__} needs a critic: set the policy's add_value_head: true")
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
             raise ValueError("global_batch_size and micro_batch_size must be >= 1")
-        if self.global_batch_size % self.micro_batch_size:
-            raise ValueError(
-                f"global_batch_size ({self.global_batch_size}) must be a multiple of micro_batch_size "
-                f"({self.micro_batch_size}): each optimizer step accumulates whole micro-batches"
-            )
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
