@@ -61,6 +61,6 @@ def test_non_finite_weights_are_never_exported(tmp_path):
         enable_checkpointing=False, callbacks=[_PoisonWeights()], enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False, check_val_every_n_epoch=5,
     )
-    with pytest.raises(ValueError, match=r"non-finite weights after step \d+ \(e.g. action_head.weight\); not exported"):
+    with pytest.raises(ValueError, match=r"non-finite weights after step \d+ \(e.g. action_head.weight\); not expo"):
         trainer.fit(module)
     assert not list(tmp_path.rglob("policy")), "nothing exported"

@@ -42,7 +42,8 @@ def one_line(message: str, context: str = "") -> str:
     text = useful[-1] if useful else (lines[0] if lines else "unknown error")
     if "Given value" in text:
         text = text.split("Given value")[0].rstrip(" :")
-    keys = [ln.split('"')[1] for ln in (lines + context.splitlines()) if ln.startswith('Parser key "') and ln.count('"') >= 2]
+    keys = [ln.split('"')[1] for ln in (lines + context.splitlines())
+            if ln.startswith('Parser key "') and ln.count('"') >= 2]
     if keys and keys[-1] not in text:
         text = f"{keys[-1]}: {text}"
     return text if len(text) <= MAX_LEN else text[: MAX_LEN - 3] + "..."

@@ -593,7 +593,7 @@ class RLModule(pl.LightningModule):
         why = layout_mismatch(states, world, stages)
         if why is not None:
             if self.global_rank == 0:
-                print(f"rlinf: warning: resuming with fresh random state and env samplers: {why}", sum(float(p.double().sum()) for p in self.policy.state_dict().values()), self.policy.training, file=sys.stderr)
+                print(f"rlinf: warning: resuming with fresh random state and env samplers: {why}", file=sys.stderr)
             return
         mine = states[self.global_rank]
         for env, sampler in zip(self._stage_envs, mine["env_sampler"]):
