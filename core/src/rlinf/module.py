@@ -583,6 +583,8 @@ class RLModule(pl.LightningModule):
         self._optim_steps_done = state.get("optim_steps_done", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
         self._pending_rank_states = checkpoint.get(RESUME_KEY)
+        if self._pending_rank_states is None and "env_sampler" in state:  # older checkpoints: rank 0's samplers
+            self._pending_rank_states = [{"env_sampler": state["env_sampler"]}]
 
     def on_fit_start(self) -> None:
         states = getattr(self, "_pending_rank_states", None)
@@ -598,7 +600,8 @@ class RLModule(pl.LightningModule):
         mine = states[self.global_rank]
         for env, sampler in zip(self._stage_envs, mine["env_sampler"]):
             env.load_sampler_state(sampler)
-        set_rng_state(mine["rng"])  # last: nothing may draw between here and the next rollout
+        if "rng" in mine:
+            set_rng_state(mine["rng"])  # last: nothing may draw between here and the next rollout
 
     def on_fit_end(self) -> None:
         bad = first_non_finite(self.policy)
