@@ -5,12 +5,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from importlib.metadata import EntryPoint
 
 import pytest
 
 from rlinf.cli import check_config_class_paths, main
 from rlinf.plugins.manager import PluginError, Registry
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -172,3 +175,17 @@ def test_register_refuses_aliases_in_one_line(tmp_path, monkeypatch):
     err = registry.plugins["alias_plugin"].error
     assert "aliases" in err and "class name" in err and "\n" not in err
     assert "Short" not in registry.classes and "AliasedEnv" not in registry.classes
+
+
+def test_plugin_env_var_names_that_match_nothing_fail_in_one_line(tmp_path, monkeypatch, capsys):
+    ep = fake_plugin(tmp_path, monkeypatch, "ok_plugin", "x = 1\n")
+    monkeypatch.setenv("RLINF_LOAD_PLUGINS", "ok_plugn")
+    with pytest.raises(PluginError, match="RLINF_LOAD_PLUGINS names 'ok_plugn', which matches no installed plugin"):
+        Registry().load(entry_points_=[ep])
+    monkeypatch.delenv("RLINF_LOAD_PLUGINS")
+    monkeypatch.setenv("RLINF_BLOCK_PLUGINS", "no-such-dist")
+    monkeypatch.setattr("rlinf.plugins.manager._REGISTRY", None)  # as in a new process: env vars read again
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert info.value.code == 2 and len(err) == 1 and "RLINF_BLOCK_PLUGINS names 'no-such-dist'" in err[0]

@@ -170,3 +170,27 @@ def test_frames_and_models_stay_on_the_device(tmp_path):
     assert out.obs.main_images.device.type == "cuda"
     env.set_device("cpu")
     assert env.chunk_step(torch.zeros(2, 3, 2)).obs.main_images.device.type == "cpu"
+
+
+class _DivergingWorldModel(ToyWorldModel):
+    """Fault injection: float frames, NaN for sub-env 1 (as a diverged video model would produce)."""
+
+    def predict(self, state, actions, generator=None):
+        frames, state = super().predict(state, actions, generator)
+        frames = frames.float()
+        frames[1] = float("nan")
+        return frames, state
+
+
+def test_nan_frames_end_the_episode_without_reward_and_are_counted(tmp_path):
+    root = write_init_data(tmp_path / "init", n=2)
+    env = WorldModelEnv(
+        world_model=_DivergingWorldModel(), reward_model=ToyRewardModel(patch=2), init_data_path=str(root),
+        num_envs=2, auto_reset=False, max_episode_steps=50, is_eval=False,
+    )
+    env.reset(reset_state_ids=np.array([0, 1]))
+    out = env.chunk_step(torch.zeros(2, 3, 2))
+    assert out.terminations[1, 0] and out.rewards[1].sum() == 0 and not out.valid[1, 1:].any()
+    assert torch.isfinite(out.obs.main_images.float()).all(), "the policy never sees a NaN frame"
+    assert not out.terminations[0].any(), "the other sub-env runs on"
+    assert env.pop_metrics() == {"env/non_finite_episodes": 1.0} and env.pop_metrics()["env/non_finite_episodes"] == 0

@@ -10,12 +10,17 @@ them from its ``model_path``), after checking that they are the ones the run was
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
+
+from rlinf.checkpoint_io import fsync_dir
 
 FROZEN_KEY = "rlinf_frozen"
 
@@ -64,6 +69,21 @@ class RLCheckpoint(ModelCheckpoint):
         )
         self.keep_last = keep_last
         self.trainable_only = trainable_only
+
+    @staticmethod
+    def _link_checkpoint(trainer: pl.Trainer, filepath: str, linkpath: str) -> None:
+        # a new link under a temporary name renamed over the old one: a kill never leaves no last.ckpt
+        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            tmp = f"{linkpath}.tmp-{os.getpid()}"
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            try:
+                os.symlink(os.path.relpath(filepath, os.path.dirname(linkpath)), tmp)
+            except OSError:  # no symbolic links (Windows without the privilege): a copy, as Lightning does
+                shutil.copy(filepath, tmp)
+            os.replace(tmp, linkpath)
+            fsync_dir(Path(linkpath).parent)
+        trainer.strategy.barrier()
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         super().on_save_checkpoint(trainer, pl_module, checkpoint)

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from rlinf.errors import run_cli
 from rlinf.plugins.manager import KINDS, PluginError, Registry, load_plugins
 
 # keys of RLModule / SFTModule init args that name a plugin class, and the kind they take
@@ -35,7 +36,11 @@ def plugins_command(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a plugin failed to load")
     opts = parser.parse_args(argv)
-    registry = load_plugins(warn=False)
+    try:
+        registry = load_plugins(warn=False)
+    except PluginError as exc:
+        print(f"rlinf: error: {exc}", file=sys.stderr)
+        return 2
     infos = list(registry.plugins.values())
     if opts.json:
         print(json.dumps([p.as_dict() for p in infos], indent=2))
@@ -167,6 +172,29 @@ def _cli_class():
                 parser.set_defaults(verbose=False)  # rlinf's eval table replaces Lightning's metric dump
             return parser
 
+        def before_instantiate_classes(self) -> None:
+            from rlinf.validation import check_number
+
+            trainer = self.config[self.subcommand].get("trainer") if self.subcommand else self.config.get("trainer")
+            if trainer is not None:
+                check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
+                             optional=True, hint="null: never evaluate")
+
+        def _parse_ckpt_path(self) -> None:
+            # first verify --ckpt_path (LightningCLI reads it here for hyperparameters): a directory resumes from
+            # its newest good checkpoint, a bad file fails in one line before anything (a run dir) is written
+            from rlinf.checkpoint_io import resolve_resume_path
+
+            sub = self.config.get("subcommand")
+            if sub and self.config[sub].get("ckpt_path"):
+                self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
+            super()._parse_ckpt_path()
+
+        def before_fit(self) -> None:
+            from rlinf.run_dirs import check_outputs
+
+            check_outputs(self.trainer, self.model)
+
         def instantiate_trainer(self, **kwargs: Any):
             config = self._get(self.config_init, "trainer", default={})
             given = config.get("callbacks") or []
@@ -235,8 +263,8 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf.quiet import install_quiet_filters
 
         install_quiet_filters()
-    registry = load_plugins()
     try:
+        registry = load_plugins()
         check_config_class_paths(argv, registry)
     except PluginError as exc:
         print(f"rlinf: error: {exc}", file=sys.stderr)
@@ -252,7 +280,9 @@ def main(args: list[str] | None = None) -> int | None:
         pass
     cli_class = _cli_class()
     cli_class.quiet = not verbose
-    cli_class(
+    strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
+    parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
+    run_cli(lambda: cli_class(
         pl.LightningModule,
         None,
         subclass_mode_model=True,
@@ -260,7 +290,8 @@ def main(args: list[str] | None = None) -> int | None:
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
         trainer_defaults=trainer_defaults(quiet=not verbose),
-    )
+        parser_kwargs=parser_kwargs,
+    ))
     return 0
 
 

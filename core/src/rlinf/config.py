@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlinf.validation import check_number
+
 
 @dataclass
 class RolloutConfig:
@@ -39,6 +41,13 @@ class RolloutConfig:
     recompute_logprobs: bool = False
     show_progress: bool = True
 
+    def __post_init__(self) -> None:
+        for key in ("rollout_epoch", "max_steps_per_rollout_epoch", "eval_rollout_epoch", "pipeline_stage_num"):
+            check_number(f"rollout.{key}", getattr(self, key), low=1)
+        for key in ("temperature_train", "temperature_eval"):
+            check_number(f"rollout.{key}", getattr(self, key), low=0, low_open=True,
+                         hint="logits are divided by it; use do_sample: false for greedy actions")
+
 
 @dataclass
 class OptimConfig:
@@ -70,3 +79,16 @@ class OptimConfig:
     lr_warmup_steps: int = 0
     min_lr: float = 0.0
     critic_warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        check_number("optim.lr", self.lr, low=0)
+        check_number("optim.value_lr", self.value_lr, low=0, optional=True)
+        check_number("optim.weight_decay", self.weight_decay, low=0)
+        check_number("optim.adam_beta1", self.adam_beta1, low=0, high=1, high_open=True)
+        check_number("optim.adam_beta2", self.adam_beta2, low=0, high=1, high_open=True)
+        check_number("optim.adam_eps", self.adam_eps, low=0, low_open=True)
+        check_number("optim.clip_grad", self.clip_grad, low=0, low_open=True, optional=True,
+                     hint="the largest gradient norm; null turns clipping off")
+        check_number("optim.lr_warmup_steps", self.lr_warmup_steps, low=0)
+        check_number("optim.min_lr", self.min_lr, low=0, high=self.lr, hint="at most optim.lr")
+        check_number("optim.critic_warmup_steps", self.critic_warmup_steps, low=0)

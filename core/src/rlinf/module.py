@@ -24,11 +24,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf.algorithms.base import Algorithm
+from rlinf.checkpoint_io import install_atomic_io
 from rlinf.checkpointing import restore_frozen
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.envs.base import Env
 from rlinf.policies.base import Policy
 from rlinf.precision import compute_context
+from rlinf.resume import RESUME_KEY, gather_rank_states, layout_mismatch, rng_state, set_rng_state
 from rlinf.rollout.collector import RolloutCollector
 from rlinf.rollout.trajectory import Samples
 from rlinf.strategies import (
@@ -54,6 +56,7 @@ from rlinf.training.schedule import (
     schedule_seed,
     world_size_note,
 )
+from rlinf.validation import first_non_finite
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.
@@ -153,6 +156,8 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
+        if self._trainer is not None:
+            install_atomic_io(self.trainer)  # atomic checkpoint writes, verified weights_only reads
         rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
         if not self.algorithm.uses_critic:
             for p in self.policy.value_parameters():  # unused without a critic: DDP would wait for their grads
@@ -209,13 +214,15 @@ class RLModule(pl.LightningModule):
         return []
 
     def train_dataloader(self):
-        return DataLoader(ScheduleDataset(self._build_schedule), batch_size=None)
+        # own generator: a DataLoader iterator otherwise draws from the global RNG (its shared seed) at a point
+        # Lightning's loop order decides, which a resume from a checkpoint could not reproduce
+        return DataLoader(ScheduleDataset(self._build_schedule), batch_size=None, generator=torch.Generator())
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         return batch  # a MicroBatch indexes the CPU-side samples; training_step moves its slice
 
     def val_dataloader(self):
-        return DataLoader(range(1), batch_size=None)
+        return DataLoader(range(1), batch_size=None, generator=torch.Generator())
 
     # ------------------------------------------------------------------ optimizers
     def configure_optimizers(self):
@@ -451,18 +458,19 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ checkpoints / export
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rlinf"] = {
-            "env_sampler": [env.sampler_state() for env in self._stage_envs],
-            "optim_steps_done": self._optim_steps_done,
-            "skipped_steps": self.skipped_steps,
-        }
+        checkpoint["rlinf"] = {"optim_steps_done": self._optim_steps_done, "skipped_steps": self.skipped_steps}
+        # every rank's RNG and env samplers (a collective: Lightning builds the checkpoint dict on every rank)
+        local = {"rng": rng_state(), "env_sampler": [env.sampler_state() for env in self._stage_envs]}
+        checkpoint[RESUME_KEY] = gather_rank_states(local)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         restore_frozen(self, checkpoint)  # trainable-only checkpoints (LoRA): frozen weights from model_path
         state = checkpoint.get("rlinf", {})
         self._optim_steps_done = state.get("optim_steps_done", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
-        self._pending_sampler_state = state.get("env_sampler")
+        self._pending_rank_states = checkpoint.get(RESUME_KEY)
+        if self._pending_rank_states is None and "env_sampler" in state:  # older checkpoints: rank 0's samplers
+            self._pending_rank_states = [{"env_sampler": state["env_sampler"]}]
 
     def on_validation_start(self) -> None:
         if self.eval_env is not None:
@@ -471,12 +479,29 @@ class RLModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         for env in self._stage_envs:
             env.set_device(self.device)  # world-model envs run their models where the policy runs
-        pending = getattr(self, "_pending_sampler_state", None)
-        if pending and len(pending) == len(self._stage_envs) and self.trainer.world_size == 1:
-            for env, st in zip(self._stage_envs, pending):
-                env.load_sampler_state(st)
+        states = getattr(self, "_pending_rank_states", None)
+        if states is None:
+            return
+        self._pending_rank_states = None
+        world, stages = self.trainer.world_size, len(self._stage_envs)
+        why = layout_mismatch(states, world, stages)
+        if why is not None:
+            if self.global_rank == 0:
+                print(f"rlinf: warning: resuming with fresh random state and env samplers: {why}", file=sys.stderr)
+            return
+        mine = states[self.global_rank]
+        for env, sampler in zip(self._stage_envs, mine["env_sampler"]):
+            env.load_sampler_state(sampler)
+        if "rng" in mine:
+            set_rng_state(mine["rng"])  # last: nothing may draw between here and the next rollout
 
     def on_fit_end(self) -> None:
+        bad = first_non_finite(self.policy)
+        if bad is not None:  # never export (or leave as the result) a policy full of NaN / inf
+            raise ValueError(
+                f"the policy has non-finite weights after step {self.trainer.global_step} (e.g. {bad}); not "
+                f"exported: lower optim.lr / set optim.clip_grad (train/actor/skipped_steps: {self.skipped_steps})"
+            )
         if self.export_policy and self.trainer.log_dir is not None:
             try:
                 export_policy(self, Path(self.trainer.log_dir) / "policy")  # gathers sharded policies (all ranks)

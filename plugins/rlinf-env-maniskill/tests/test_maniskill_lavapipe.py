@@ -107,3 +107,19 @@ def test_no_vulkan_device_fails_with_the_install_hint(tmp_path):
         "try:\n    lavapipe.check_render_device()\nexcept RuntimeError as e:\n    print('ERR', e)\n",
     )
     assert "install_lavapipe.sh" in out.stdout and "python -m rlinf_env_maniskill.lavapipe install" in out.stdout
+
+
+def test_installer_uses_the_machines_apt_sources_and_a_failed_download_leaves_nothing(tmp_path):
+    """The package source comes from the machine's apt configuration (here a private /etc/apt whose mirror is
+    unreachable); the failed download exits non-zero and leaves no tree, stamp or work files."""
+    etc = tmp_path / "etc-apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    (etc / "sources.list").write_text("deb http://127.0.0.1:9/debian bookworm main\n")
+    target = tmp_path / "lvp"
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(target)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "RLINF_APT_ETC": str(etc), "RLINF_DEBIAN_SUITE": "bookworm"},
+    )
+    assert out.returncode != 0 and "error: apt-get" in out.stderr
+    assert "from http://127.0.0.1:9/debian" in out.stdout, "the machine's mirror (with backports added) is used"
+    assert sorted(p.name for p in target.iterdir()) == [".lock"], "nothing half-installed"

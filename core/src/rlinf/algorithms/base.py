@@ -96,6 +96,13 @@ class Algorithm:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
+        from rlinf.validation import check_number
+
+        check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
+        check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)
+        check_number("algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True)
+        check_number("algorithm.entropy_bonus", entropy_bonus)
+        check_number("algorithm.update_epoch", update_epoch, low=1, high=1000)
         if loss_agg not in ("step_mean", "trajectory_mean"):
             raise ValueError(f"loss_agg must be 'step_mean' or 'trajectory_mean', got {loss_agg!r}")
         self.loss_agg = loss_agg

@@ -42,6 +42,13 @@ class PPO(Algorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        from rlinf.validation import check_number
+
+        check_number("algorithm.gamma", gamma, low=0, high=1)
+        check_number("algorithm.gae_lambda", gae_lambda, low=0, high=1)
+        check_number("algorithm.value_clip", value_clip, low=0, low_open=True, optional=True)
+        check_number("algorithm.huber_delta", huber_delta, low=0, low_open=True, optional=True)
+        check_number("algorithm.value_loss_coef", value_loss_coef, low=0)
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.value_clip = value_clip

@@ -28,7 +28,7 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
         model_path: the checkpoint directory.
         hint: appended to the error when no weights are found (e.g. how to make a tiny checkpoint).
     """
-    from safetensors.torch import load_file
+    from rlinf.checkpoint_io import load_safetensors as load_file  # a truncated / corrupt file: one line naming it
 
     path = Path(model_path)
     index = path / INDEX_NAME

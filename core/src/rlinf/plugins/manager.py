@@ -109,6 +109,14 @@ class Registry:
         load_only = _split_env("RLINF_LOAD_PLUGINS")
         block = _split_env("RLINF_BLOCK_PLUGINS") or set()
         eps = entry_points_ if entry_points_ is not None else list(entry_points(group=hookspecs.PROJECT))
+        known = {ep.name for ep in eps} | {_dist_of(ep)[0] for ep in eps} | set(BUILTIN_PLUGINS)
+        for var, names in (("RLINF_LOAD_PLUGINS", load_only or set()), ("RLINF_BLOCK_PLUGINS", block)):
+            unknown = sorted(names - known)
+            if unknown:
+                raise PluginError(
+                    f"{var} names {', '.join(map(repr, unknown))}, which matches no installed plugin or "
+                    f"distribution (installed: {', '.join(sorted(known))}); check the spelling"
+                )
         for ep in sorted(eps, key=lambda e: e.name):
             dist, version = _dist_of(ep)
             if ep.name in BUILTIN_PLUGINS and dist == CORE_DISTRIBUTION:

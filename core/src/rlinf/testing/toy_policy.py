@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from rlinf.checkpoint_io import load_safetensors
 from rlinf.envs.observation import Observation
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 
@@ -106,7 +107,7 @@ class TinyTrunkPolicy(Policy):
         if found != cls.model_type:
             raise ValueError(f"{path} holds a {found!r} model, not {cls.model_type!r}; load it with its own class")
         policy = cls(**{**cfg, **overrides})
-        state = load_file(str(path / "model.safetensors"))
+        state = load_safetensors(path / "model.safetensors")
         if not policy.has_value_head:
             state = {k: v for k, v in state.items() if not k.startswith("value_head.")}
         missing, _ = policy.load_state_dict(state, strict=False)
@@ -159,7 +160,7 @@ class TinyVLAPolicy(TinyTrunkPolicy):
         self._build_value_head()
         self.register_buffer("bin_centers", torch.linspace(-1, 1, num_bins), persistent=False)
         if model_path is not None:
-            self.load_state_dict(load_file(str(Path(model_path) / "model.safetensors")))
+            self.load_state_dict(load_safetensors(Path(model_path) / "model.safetensors"))
 
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "num_bins": self.num_bins}

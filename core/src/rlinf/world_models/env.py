@@ -121,6 +121,7 @@ class WorldModelEnv(Env):
         self._instructions = [""] * B
         self._streak = np.zeros(B, np.int64)
         self._prev_success = np.zeros(B, np.float32)
+        self._non_finite_episodes = 0
         self._gen = torch.Generator(device=self.device).manual_seed(self.sampler_seed + 7919 * self.seed)
 
     def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
@@ -151,6 +152,14 @@ class WorldModelEnv(Env):
             acts = torch.from_numpy(actions).to(self.device)
             frames, self._state = self.world_model.predict(self._state, acts, generator=self._gen)
             B, C = frames.shape[:2]
+            # a diverged world model (NaN / inf frames): end that episode without reward, keep its last good frame
+            bad = ~torch.isfinite(frames.reshape(B, -1).float()).all(1) if frames.is_floating_point() else None
+            if bad is not None and bad.any():
+                frames = frames.clone()
+                frames[bad] = self._last[bad].unsqueeze(1).expand(-1, C, *frames.shape[2:]).to(frames.dtype)
+                self._non_finite_episodes += int(bad.sum())
+            if frames.is_floating_point():  # observations are uint8 images
+                frames = frames.clamp(0, 255).round().to(torch.uint8)
             texts = [t for t in self._instructions for _ in range(C)]  # frame-major: env b's C frames together
             probs = self.reward_model.success_prob(frames.reshape(B * C, *frames.shape[2:]), texts)
         probs = probs.reshape(B, C).float().cpu().numpy()
@@ -164,11 +173,23 @@ class WorldModelEnv(Env):
             indicator = success[:, c].astype(np.float32)
             rewards[:, c] = self.reward_coef * (indicator - self._prev_success if self.use_rel_reward else indicator)
             self._prev_success = np.maximum(self._prev_success, indicator) if self.use_rel_reward else indicator
+        terminated = success.copy()
+        if bad is not None and bad.any():
+            ids = bad.cpu().numpy()
+            rewards[ids], success[ids], terminated[ids] = 0.0, False, False
+            terminated[ids, 0] = True
+            self._streak[ids], self._prev_success[ids] = 0, 0.0
         video = []
         if self.capture_frames:
             ids = torch.as_tensor(self._video_env_ids(), device=frames.device)
             video = [frames[ids, c].cpu().numpy() for c in range(C)]
-        return rewards, success.copy(), success, video
+        return rewards, terminated, success, video
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``env/non_finite_episodes``: episodes ended because the world model produced NaN / inf frames."""
+        out = {"env/non_finite_episodes": float(getattr(self, "_non_finite_episodes", 0))}
+        self._non_finite_episodes = 0
+        return out
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device)

@@ -10,8 +10,11 @@
 # install is kept unless --force is given. Works as root or as a normal user on Debian 12
 # (bookworm: packages from bookworm-backports) and Debian >= 13 (from the main archive).
 #
-# Environment: RLINF_DEBIAN_MIRROR (default http://deb.debian.org/debian),
-#              RLINF_DEBIAN_SUITE (default: from /etc/os-release).
+# Package source: the machine's own apt sources (mirrors) and settings (proxies, in apt.conf.d); bookworm
+# gets bookworm-backports added on the first Debian mirror found there. A failed download leaves nothing
+# (no half-installed tree, no work files); a previous complete install stays as it was.
+# Environment: RLINF_DEBIAN_MIRROR (use this mirror instead of the machine's sources),
+#              RLINF_DEBIAN_SUITE (default: from /etc/os-release), RLINF_APT_ETC (default /etc/apt).
 set -euo pipefail
 
 FORCE=0
@@ -19,7 +22,7 @@ DIR=""
 for arg in "$@"; do
   case "$arg" in
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "install_lavapipe.sh: unknown option $arg (use --force or --help)" >&2; exit 2 ;;
     *) DIR="$arg" ;;
   esac
@@ -27,7 +30,7 @@ done
 DIR="${DIR:-${RLINF_LAVAPIPE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rlinf/lavapipe}}"
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
-MIRROR="${RLINF_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+APT_ETC="${RLINF_APT_ETC:-/etc/apt}"
 ARCH_TRIPLET="x86_64-linux-gnu"
 LIBDIR="$DIR/rootfs/usr/lib/$ARCH_TRIPLET"
 ICD="$DIR/lvp_icd.json"
@@ -63,12 +66,31 @@ esac
 
 WORK="$DIR/.work"
 rm -rf "$WORK"
+trap 'rm -rf "$WORK"' EXIT  # whatever happens, no work files (partial downloads) stay behind
 mkdir -p "$WORK/etc/sources.list.d" "$WORK/lists/partial" "$WORK/cache/archives/partial" "$WORK/debs"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SIGNED=""
 [[ -r "$KEYRING" ]] && SIGNED="[signed-by=$KEYRING] "
 : > "$WORK/etc/sources.list"
-for s in "${SUITES[@]}"; do echo "deb ${SIGNED}$MIRROR $s main" >> "$WORK/etc/sources.list"; done
+if [[ -n "${RLINF_DEBIAN_MIRROR:-}" ]]; then
+  MIRROR="$RLINF_DEBIAN_MIRROR"
+  for s in "${SUITES[@]}"; do echo "deb ${SIGNED}$MIRROR $s main" >> "$WORK/etc/sources.list"; done
+else
+  # the machine's own sources (one-line and deb822 formats), so its mirror / local proxy cache is used
+  [[ -r "$APT_ETC/sources.list" ]] && cp "$APT_ETC/sources.list" "$WORK/etc/sources.list"
+  for f in "$APT_ETC"/sources.list.d/*.list "$APT_ETC"/sources.list.d/*.sources; do
+    [[ -r "$f" ]] && cp "$f" "$WORK/etc/sources.list.d/"
+  done
+  MIRROR="$(cat "$WORK/etc/sources.list" "$WORK"/etc/sources.list.d/* 2>/dev/null \
+    | grep -v '^[[:space:]]*#' | grep -oE '(https?|file)://[^[:space:]]+' | grep -v -- '-security' | head -n1 || true)"
+  [[ -n "$MIRROR" ]] || die "no Debian package source found in $APT_ETC/sources.list{,.d}: configure apt, \
+or set RLINF_DEBIAN_MIRROR=http://deb.debian.org/debian"
+  for s in "${SUITES[@]}"; do
+    if ! grep -rqsE "(^|[[:space:]])$s([[:space:]]|\$)" "$WORK/etc/sources.list" "$WORK/etc/sources.list.d"; then
+      echo "deb ${SIGNED}$MIRROR $s main" >> "$WORK/etc/sources.list"
+    fi
+  done
+fi
 cat > "$WORK/etc/apt.conf" <<EOF
 Dir::Etc::SourceList "$WORK/etc/sources.list";
 Dir::Etc::SourceParts "$WORK/etc/sources.list.d";
@@ -123,7 +145,8 @@ fi
 API_VERSION="$(sed -n 's/.*"api_version": *"\([^"]*\)".*/\1/p' "$STAGE/usr/share/vulkan/icd.d/lvp_icd.json" | head -n1)"
 MESA_VERSION="$(ls "$WORK"/debs/mesa-vulkan-drivers_*.deb | sed 's/.*mesa-vulkan-drivers_\([^_]*\)_.*/\1/' | sed 's/%3a/:/')"
 
-# Swap the new tree in only once it is complete.
+# Swap the new tree in only once it is complete (no stamp while swapping: an interrupted swap reinstalls).
+rm -f "$STAMP"
 rm -rf "$DIR/rootfs.old"
 [[ -d "$DIR/rootfs" ]] && mv "$DIR/rootfs" "$DIR/rootfs.old"
 mv "$STAGE" "$DIR/rootfs"
