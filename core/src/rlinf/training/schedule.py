@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: Lightning's precision plugins rebuild dataclass batches (DeepSpeed's convert_input)
 class MicroBatch:
     """One forward/backward pass.
 
