@@ -121,6 +121,7 @@ class RLModule(pl.LightningModule):
         self.samples: Samples | None = None
         self.schedule: list[MicroBatch] = []
         self.denominators: list[Denominators] = []  # per minibatch of this RL step, at its first training_step
+        self._schedule_epoch = -1  # the RL step self.schedule was built for
         self.reducer = DistReducer()
         self.last_eval: dict[str, Any] = {}
         self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
@@ -324,17 +325,38 @@ class RLModule(pl.LightningModule):
         """This RL step's micro-batches (called when the epoch's dataloader iterator starts, which can be
         before ``on_train_epoch_start``: the indices need only sizes and the epoch; denominators come later)."""
         world = self.trainer.world_size
+        epoch = self._upcoming_epoch()
         self.schedule = build_schedule(
             self._minibatch_sizes(world), self.micro_batch_size, self.algorithm.update_epoch,
-            schedule_seed(world, self.global_rank, self.current_epoch),
+            schedule_seed(world, self.global_rank, epoch),
         )
+        self._schedule_epoch = epoch
         return self.schedule
+
+    def _upcoming_epoch(self) -> int:
+        """The RL step whose micro-batches the dataloader iterator being started will hand out.
+
+        Not ``current_epoch``: Lightning starts the first epoch's iterator in ``FitLoop.setup_data``, which in a
+        fit resumed from an end-of-epoch checkpoint runs while ``current_epoch`` still names the checkpoint's
+        finished epoch (Lightning advances it only in ``on_run_start``), so the first RL step after a resume
+        would reuse the previous step's shuffle (a different micro-batch split and summation order: resumed
+        runs drifted from uninterrupted ones). ``epoch_progress.current.processed`` counts the finished epochs
+        (it is incremented before ``on_train_epoch_end`` writes the checkpoint), i.e. names the epoch about to
+        run at every point where Lightning starts the iterator: fresh start, resume, and each later epoch."""
+        if self._trainer is None:
+            return self.current_epoch
+        return self.trainer.fit_loop.epoch_progress.current.processed
 
     # ------------------------------------------------------------------ update
     def training_step(self, batch: MicroBatch, batch_idx: int):
         if not self.denominators:
             # Lightning starts the epoch's iterator (building the schedule) before on_train_epoch_start in
             # the first epoch and after it in the others; here both the schedule and the samples exist
+            if self._schedule_epoch != self.current_epoch:  # exact resume depends on it: never train on another's
+                raise RuntimeError(
+                    f"rlinf: internal error: RL step {self.current_epoch} got the micro-batch schedule of step "
+                    f"{self._schedule_epoch} (the dataloader iterator started at an unexpected point of the loop)"
+                )
             self.denominators = minibatch_denominators(
                 self.schedule, self.samples.mask, self.samples.value_mask, self.algorithm.denominator,
                 self.reducer.sum, self.trainer.world_size,
