@@ -69,8 +69,14 @@ def build_policy(model_args: dict):
     if not isinstance(node, dict) or "class_path" not in node:
         raise ValueError("the config has no model.init_args.policy.class_path")
     cls = registry.resolve("policy", node["class_path"])
+    from jsonargparse import ArgumentParser
+
+    # through jsonargparse, as `rlinf fit` builds it: typed settings (e.g. a LoRAConfig group) are converted
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "policy")
+    parsed = parser.parse_object({"policy": _init_args(node)})
     with _meta_init():
-        return cls(**_init_args(node))
+        return parser.instantiate_classes(parsed).policy
 
 
 def _buffer_bytes_per_rank(model_args: dict, policy) -> float:

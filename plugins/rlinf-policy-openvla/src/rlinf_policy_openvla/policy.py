@@ -64,8 +64,6 @@ class _PrismaticPolicy(Policy):
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
             raise ValueError(f"{name} has model_type {self.model_type!r}, got {model_type!r}; {hint}")
-        if isinstance(lora, dict):  # from Python or a raw config mapping (the CLI gives a LoRAConfig)
-            lora = LoRAConfig(**lora)
         prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
