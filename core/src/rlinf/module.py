@@ -122,6 +122,7 @@ class RLModule(pl.LightningModule):
         self.schedule: list[MicroBatch] = []
         self.denominators: list[Denominators] = []  # per minibatch of this RL step, at its first training_step
         self._schedule_epoch = -1  # the RL step self.schedule was built for
+        self._pending_rank_states: list[dict] | None = None  # per-rank RNG / samplers read from a checkpoint
         self.reducer = DistReducer()
         self.last_eval: dict[str, Any] = {}
         self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
@@ -501,7 +502,7 @@ class RLModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         for env in self._stage_envs:
             env.set_device(self.device)  # world-model envs run their models where the policy runs
-        states = getattr(self, "_pending_rank_states", None)
+        states = self._pending_rank_states
         if states is None:
             return
         self._pending_rank_states = None
