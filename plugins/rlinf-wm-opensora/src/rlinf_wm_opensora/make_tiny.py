@@ -88,7 +88,6 @@ def write_tiny(
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
     AutoencoderKL(**TINY_VAE, sample_size=image_size).save_pretrained(path / "vae")
-    torch.save(ResnetRewardModel().state_dict(), path / "resnet_rm.pth")
     (path / "dataset_statistics.json").write_text(json.dumps(action_statistics(config.action_dim), indent=2) + "\n")
 
     rng = np.random.default_rng(seed)
@@ -98,7 +97,34 @@ def write_tiny(
             path / "dataset" / f"traj{i}.npy", img[None], INSTRUCTIONS[i % len(INSTRUCTIONS)],
             np.zeros((1, config.action_dim), np.float32),
         )
+    calibrated_reward_model(path, seed).save_pretrained(path / "resnet_rm.pth")
     return path
+
+
+@torch.no_grad()
+def calibrated_reward_model(path: Path, seed: int):
+    """A random ResNet-18 reward classifier calibrated on frames the tiny world model generates from random
+    actions: its bias puts their 95th-percentile logit at 0, so a few frames count as success and GRPO groups
+    of 32-step episodes get mixed outcomes."""
+    from rlinf.world_models.init_data import condition_inputs, load_init_trajectory
+    from rlinf.world_models.reward_models import ResnetRewardModel
+    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+    torch.manual_seed(seed)
+    rm = ResnetRewardModel().eval()
+    wm = OpenSoraWorldModel(str(path), num_sampling_steps=2).eval()
+    files = sorted((path / "dataset").glob("traj*.npy"))
+    cond = [condition_inputs(load_init_trajectory(f), wm.condition, wm.action_dim) for f in files]
+    frames = torch.from_numpy(np.stack([c[0] for c in cond]))
+    state = wm.init_state(frames, torch.from_numpy(np.stack([c[1] for c in cond])))
+    gen = torch.Generator().manual_seed(seed)
+    out, _ = wm.predict(state, torch.rand(len(files), wm.chunk, wm.action_dim, generator=gen) * 2 - 1, gen)
+    logits = rm.success_logits(out.flatten(0, 1))
+    rm.net[-2].bias -= torch.quantile(logits, 0.95)
+    gain = 4.0 / max(float(logits.std()), 1e-6)  # a spread of about ±4 logits
+    rm.net[-2].weight.mul_(gain)
+    rm.net[-2].bias.mul_(gain)
+    return rm
 
 
 def main(argv: list[str] | None = None) -> None:
