@@ -374,6 +374,9 @@ class STDiT3(nn.Module):
         self.final_layer = T2IFinalLayer(D, math.prod(config.patch_size), config.out_channels)
         self.gradient_checkpointing = False
         self._init_weights()
+        for name, p in self.named_parameters():  # never in the forward: no gradients, no optimizer state
+            if is_optional_key(name):
+                p.requires_grad_(False)
 
     def _init_weights(self) -> None:
         """Upstream's initialisation (xavier Linear, zero temporal output projections); loads overwrite it."""

@@ -211,7 +211,9 @@ class OpenSoraWorldModel(WorldModel):
 
         Args:
             frames: uint8 ``[B, Tc + Tt, H, W, 3]``: ``Tc`` condition frames then ``Tt`` target frames.
-            actions: env-scale actions ``[B, Tt, A]`` leading to the target frames.
+            actions: env-scale actions ``[B, Tc + Tt, A]``, entry ``k`` the action that produced frame ``k`` (core's
+                ``ClipDataset`` alignment); the model is conditioned on the targets' ``actions[:, Tc:]``
+                (upstream ``action_np[s + 1 : s + 9]``).
             generator: source of the timesteps, the noise and the VAE posterior samples.
 
         Returns:
@@ -219,11 +221,12 @@ class OpenSoraWorldModel(WorldModel):
             logit-normal (resolution-shifted), condition frames noised at ``t = 15`` and told so.
         """
         Tc, Tt = self.clip_frames
-        if frames.shape[1] != Tc + Tt or actions.shape[1] != Tt:
+        if frames.shape[1] != Tc + Tt or actions.shape[1] != Tc + Tt:
             raise ValueError(
-                f"OpenSora training clips are {Tc} condition + {Tt} target frames with {Tt} actions, got "
+                f"OpenSora training clips are {Tc} condition + {Tt} target frames with one action per frame, got "
                 f"{frames.shape[1]} frames and {actions.shape[1]} actions"
             )
+        actions = actions[:, Tc:]
         B, device = frames.shape[0], frames.device
         with torch.no_grad():
             x0 = self.encode(frames, generator)
