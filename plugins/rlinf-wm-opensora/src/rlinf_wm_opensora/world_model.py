@@ -137,7 +137,7 @@ class OpenSoraWorldModel(WorldModel):
             want = torch.bfloat16
         if self.dit.x_embedder.proj.weight.dtype != want:
             self.dit.to(want)
-            self.vae.to(want)
+            torch.nn.Module.to(self.vae, want)  # as upstream, the whole VAE in bf16 (diffusers' .to() would warn)
 
     def _to_model_frames(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 ``[N, H, W, 3]`` → ``[N, 3, S, S]`` in ``[-1, 1]`` (bilinear resize as upstream when needed)."""
