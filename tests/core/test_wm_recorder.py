@@ -64,7 +64,7 @@ def test_a_video_and_the_recorder_share_the_captured_frames(tmp_path):
 
 def test_a_toy_fit_records_files_that_the_world_model_env_and_the_datasets_read(tmp_path, capsys):
     extra = {"trainer": {"callbacks": [{
-        "class_path": "rlinf.world_models.recorder.RolloutRecorder",
+        "class_path": "RolloutRecorder",
         "init_args": {"image_size": 16, "max_files": 100},
     }]}}  # fmt: skip
     (tmp_path / "record.yaml").write_text(yaml.safe_dump(extra))

@@ -5,7 +5,7 @@ Add it to ``trainer.callbacks``::
 
     trainer:
       callbacks:
-        - class_path: rlinf.world_models.recorder.RolloutRecorder
+        - class_path: RolloutRecorder
           init_args: {image_size: 256, action_dim: 7, max_files: 2000}
 
 Every finished episode of a recorded sub-env becomes one file ``<out_dir>/{train,eval}/traj_rank<r>_<n>.npy``:
