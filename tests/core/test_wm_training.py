@@ -13,7 +13,7 @@ from rlinf.cli import main
 from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf.world_models.env import WorldModelEnv
 from rlinf.world_models.init_data import save_init_trajectory
-from rlinf.world_models.reward_models import ResnetRewardModel, load_reward_model
+from rlinf.world_models.reward_models import ResnetRewardModel, TaskEmbedResnetRewardModel, load_reward_model
 from rlinf.world_models.training import RewardModelTrainer, WorldModelTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,5 +90,7 @@ def test_trainers_explain_what_they_cannot_train(tmp_path):
         trainer.training_step(batch, 0)
     with pytest.raises(ValueError, match="no training samples"):
         WorldModelTrainer(ToyWorldModel(num_target_frames=8), str(data), val_fraction=0.0).setup("fit")
+    with pytest.raises(ValueError, match="instruction 'task 0' is not a task of TaskEmbedResnetRewardModel"):
+        RewardModelTrainer(TaskEmbedResnetRewardModel(), str(data), val_fraction=0.5).setup("fit")
     with pytest.raises(ValueError, match="val_fraction must be in"):
         RewardModelTrainer(ResnetRewardModel(), str(data), val_fraction=1.0)

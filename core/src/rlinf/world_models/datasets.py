@@ -212,8 +212,10 @@ class FrameDataset(_EpisodeFiles):
         super().__init__(data_path, image_size, cache_episodes)
         self.index: list[tuple[int, int]] = []
         self.labels: list[float] = []
+        self.instructions: set[str] = set()
         for e in range(len(self.files)) if episodes is None else episodes:
             ep = self.episode(e)
+            self.instructions.add(ep.instruction)
             if not ep.has_success:
                 raise ValueError(
                     f"{self.files[e]} has no per-frame 'success' flags: the reward classifier needs them "

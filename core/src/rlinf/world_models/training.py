@@ -255,6 +255,13 @@ class RewardModelTrainer(_EpisodeTrainer):
     def _dataset(self, episodes: list[int]) -> FrameDataset:
         return FrameDataset(self.data_path, image_size=self.image_size, episodes=episodes)
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        task_ids = getattr(self.reward_model, "task_ids", None)
+        if callable(task_ids):  # a task-conditioned model: every recorded instruction must be one of its tasks
+            texts = sorted(set().union(*(d.instructions for d in (self.train_set, self.val_set) if d is not None)))
+            task_ids(texts, len(texts))
+
     def _loss(self, batch: tuple[torch.Tensor, torch.Tensor, list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         frames, labels, texts = batch
         logits = self.reward_model.success_logits(frames, texts).float()
