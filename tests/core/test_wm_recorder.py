@@ -70,7 +70,8 @@ def test_a_toy_fit_records_files_that_the_world_model_env_and_the_datasets_read(
     (tmp_path / "record.yaml").write_text(yaml.safe_dump(extra))
     main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"), "--config", str(tmp_path / "record.yaml"),
           "--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=2", "--trainer.enable_progress_bar=false",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", "--model.init_args.rollout.show_progress=false"])  # fmt: skip
+          f"--trainer.logger.init_args.save_dir={tmp_path}",
+          "--model.init_args.rollout.show_progress=false"])  # fmt: skip
     rollouts = next(tmp_path.glob("reach_grpo/version_*")) / "rollouts"
     train, evals = sorted((rollouts / "train").glob("traj*.npy")), sorted((rollouts / "eval").glob("traj*.npy"))
     assert len(train) == 100 and len(evals) == 60  # 2 epochs x 64 episodes capped at 100; every eval episode

@@ -159,7 +159,9 @@ class ClipDataset(_EpisodeFiles):
             ep = self.episode(e)
             self.action_dim = self.action_dim or ep.actions.shape[1]
             if ep.actions.shape[1] != self.action_dim:
-                raise ValueError(f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, others {self.action_dim}")
+                raise ValueError(
+                    f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, other episodes {self.action_dim}"
+                )
             self.index.extend((e, s) for s in range(0, len(ep.frames) - num_target_frames, stride))
 
     def __len__(self) -> int:
