@@ -159,7 +159,9 @@ class ClipDataset(_EpisodeFiles):
             ep = self.episode(e)
             self.action_dim = self.action_dim or ep.actions.shape[1]
             if ep.actions.shape[1] != self.action_dim:
-                raise ValueError(f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, others {self.action_dim}")
+                raise ValueError(
+                    f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, other episodes {self.action_dim}"
+                )
             self.index.extend((e, s) for s in range(0, len(ep.frames) - num_target_frames, stride))
 
     def __len__(self) -> int:
@@ -212,8 +214,10 @@ class FrameDataset(_EpisodeFiles):
         super().__init__(data_path, image_size, cache_episodes)
         self.index: list[tuple[int, int]] = []
         self.labels: list[float] = []
+        self.instructions: set[str] = set()
         for e in range(len(self.files)) if episodes is None else episodes:
             ep = self.episode(e)
+            self.instructions.add(ep.instruction)
             if not ep.has_success:
                 raise ValueError(
                     f"{self.files[e]} has no per-frame 'success' flags: the reward classifier needs them "

@@ -113,7 +113,8 @@ class _EpisodeTrainer(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
         if clip is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm")
+            algorithm = gradient_clip_algorithm or "norm"
+            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
 
     def on_fit_end(self) -> None:
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
@@ -255,6 +256,13 @@ class RewardModelTrainer(_EpisodeTrainer):
     def _dataset(self, episodes: list[int]) -> FrameDataset:
         return FrameDataset(self.data_path, image_size=self.image_size, episodes=episodes)
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        task_ids = getattr(self.reward_model, "task_ids", None)
+        if callable(task_ids):  # a task-conditioned model: every recorded instruction must be one of its tasks
+            texts = sorted(set().union(*(d.instructions for d in (self.train_set, self.val_set) if d is not None)))
+            task_ids(texts, len(texts))
+
     def _loss(self, batch: tuple[torch.Tensor, torch.Tensor, list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         frames, labels, texts = batch
         logits = self.reward_model.success_logits(frames, texts).float()
@@ -264,7 +272,8 @@ class RewardModelTrainer(_EpisodeTrainer):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss, _ = self._loss(batch)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch[1]), sync_dist=True)
+        n = len(batch[1])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
