@@ -41,11 +41,12 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
-from rlinf_wm_opensora.vae import SCALING_FACTOR, decode_latents, encode_frames, load_vae
+from rlinf_wm_opensora.vae import WEIGHT_NAMES, decode_latents, encode_frames, load_vae
 
 WEIGHTS_NAME = "model-00001.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 STATS_NAME = "dataset_statistics.json"
+VAE_WEIGHTS_NAME = WEIGHT_NAMES[0]
 TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny DIR"
 CONDITION_TIMESTEP = 15.0
 
@@ -246,8 +247,9 @@ class OpenSoraWorldModel(WorldModel):
         return masked_velocity_loss(v, x0 - noise, gen_mask)
 
     def save_pretrained(self, path: str | Path) -> None:
-        """Write a directory this class loads unchanged: config.json, ``model-00001.safetensors`` + index, vae/,
-        dataset_statistics.json, and (copied from the source directory) resnet_rm.pth and dataset/."""
+        """Write a directory this class loads unchanged: config.json, ``model-00001.safetensors`` + index, vae/
+        (the in-memory VAE, fp32), dataset_statistics.json and, copied from the source directory, resnet_rm.pth and
+        dataset/."""
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -259,8 +261,10 @@ class OpenSoraWorldModel(WorldModel):
         index = {"metadata": {"total_size": sum(v.numel() * 4 for v in state.values())},
                  "weight_map": {k: WEIGHTS_NAME for k in sorted(state)}}
         (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        self.vae.save_config(path / "vae")
+        vae_state = {k: v.detach().float().cpu().contiguous() for k, v in self.vae.state_dict().items()}
+        save_file(vae_state, str(path / "vae" / VAE_WEIGHTS_NAME), metadata={"format": "pt"})
         if src.resolve() != path.resolve():
-            shutil.copytree(src / "vae", path / "vae", dirs_exist_ok=True)
             for name in (STATS_NAME, "resnet_rm.pth"):
                 if (src / name).is_file():
                     shutil.copy2(src / name, path / name)
