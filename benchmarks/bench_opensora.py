@@ -24,7 +24,8 @@ def measure(model, num_envs: int, chunks: int, device: torch.device) -> float:
     frames = torch.randint(0, 256, (num_envs, model.condition.num_frames, S, S, 3), dtype=torch.uint8, device=device)
     gen = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
-        state = model.init_state(frames, torch.zeros(num_envs, model.condition.num_frames, model.action_dim, device=device))
+        cond_actions = torch.zeros(num_envs, model.condition.num_frames, model.action_dim, device=device)
+        state = model.init_state(frames, cond_actions)
         actions = torch.zeros(num_envs, model.chunk, model.action_dim, device=device)
         _, state = model.predict(state, actions, gen)  # warm-up (kernels, caches)
         if device.type == "cuda":
@@ -57,7 +58,7 @@ def main() -> None:
         path = str(write_tiny(tmp.name))
     device = torch.device(args.device)
     model = OpenSoraWorldModel(path, num_sampling_steps=args.steps).eval().to(device)
-    print(f"OpenSora world model {path} on {device} ({model.image_size}px, {args.steps} RFLOW steps, chunk {model.chunk})")
+    print(f"OpenSora world model {path} on {device}: {model.image_size}px, {args.steps} steps, chunk {model.chunk}")
     base = None
     for n in args.envs:
         fps = measure(model, n, args.chunks, device)

@@ -19,7 +19,8 @@ def test_gpu_config_world_model_settings(suite):
     assert cfg["env"]["class_path"] == "WorldModelEnv" and env["world_model"]["class_path"] == "OpenSoraWorldModel"
     assert wm == {"model_path": root, "chunk": 8, "num_sampling_steps": 10, "use_timestep_transform": True,
                   "inference_dtype": "auto"}
-    assert env["reward_model"] == {"class_path": "ResnetRewardModel", "init_args": {"checkpoint": f"{root}/resnet_rm.pth"}}
+    rm = {"class_path": "ResnetRewardModel", "init_args": {"checkpoint": f"{root}/resnet_rm.pth"}}
+    assert env["reward_model"] == rm
     assert env["init_data_path"] == f"{root}/dataset"
     assert env["success_threshold"] == UPSTREAM_SUCCESS_THRESHOLD and env["success_frames"] == 1
     assert cfg["eval_env"]["class_path"] == "LiberoEnv"  # evaluation in the real simulator, as the seeds

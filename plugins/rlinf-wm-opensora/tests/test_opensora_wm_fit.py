@@ -34,7 +34,7 @@ def _episodes(root: Path, n: int = 4, T: int = 14) -> Path:
             frames.append(img)
             actions.append(a)
         success = np.array([k >= T - 4 for k in range(T)])
-        save_init_trajectory(root / f"traj{e}.npy", np.stack(frames), "push the block right", np.stack(actions), success)
+        save_init_trajectory(root / f"traj{e}.npy", np.stack(frames), "push right", np.stack(actions), success)
     return root
 
 

@@ -180,7 +180,9 @@ class OpenSoraWorldModel(WorldModel):
     def predict(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None):
         """Frames ``uint8 [B, chunk, S, S, 3]`` for env-scale actions ``[B, chunk, A]``; the new latent queue."""
         if actions.shape[1] != self.chunk:
-            raise ValueError(f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions")
+            raise ValueError(
+                f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions"
+            )
         self._prepare_inference()
         B, C, Tc, h, w = state.shape
         device = state.device
@@ -284,7 +286,8 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     if q01.shape != (action_dim,) or q99.shape != (action_dim,):
         raise ValueError(f"{path}: action q01/q99 have {q01.size}/{q99.size} entries, the model takes {action_dim}")
     if np.any(q99 <= q01):
-        raise ValueError(f"{path}: action q99 must exceed q01 on every dim (dims {np.flatnonzero(q99 <= q01).tolist()})")
+        bad = np.flatnonzero(q99 <= q01).tolist()
+        raise ValueError(f"{path}: action q99 must exceed q01 on every dim (dims {bad})")
     return q01, q99
 
 
