@@ -8,7 +8,7 @@ Loads the released directory (``RLinf/RLinf-OpenSora-LIBERO-{Spatial,Object}``) 
 Semantics (RLinf ``world_model_opensora_env.py``):
 
 - Reset: the 4 condition frames (frame 0 of the init file, repeated) are resized to the model's resolution, mapped
-  to ``[-1, 1]`` and encoded frame by frame into the latent queue (``[B, 4, C, h, w]``, the state).
+  to ``[-1, 1]`` and encoded frame by frame into the latent queue (``[B, C, 4, h, w]``, the state).
 - Each chunk: 8 latents are sampled after the queue with the chunk's actions (normalised with the world model's
   own q01/q99: ``2 (a - q01) / (q99 - q01) - 1`` on all 7 dims, no clipping), 10 RFLOW Euler steps, the
   condition latents re-imposed after every step; the queue becomes the last 4 *generated* latents (never
