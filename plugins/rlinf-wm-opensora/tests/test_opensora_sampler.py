@@ -108,3 +108,11 @@ def test_bf16_inference_path_stays_close_to_fp32():
     assert bf16.dit.t_block[1].weight.dtype == torch.bfloat16 and next(bf16.vae.parameters()).dtype == torch.bfloat16
     assert outs[0].dtype == torch.uint8 and queue.dtype == torch.float32
     assert (outs[0].float() - outs[1].float()).abs().mean() < 3.0
+
+
+def test_bad_inputs_are_one_line_errors(model):
+    with pytest.raises(ValueError, match=r"uint8 condition frames \[B, 4, H, W, 3\]"):
+        model.init_state(torch.zeros(1, 2, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 2, 7))
+    state = model.init_state(torch.zeros(1, 4, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 4, 7))
+    with pytest.raises(ValueError, match="generates 8 frames per chunk, got 4 actions"):
+        model.predict(state, torch.zeros(1, 4, 7))

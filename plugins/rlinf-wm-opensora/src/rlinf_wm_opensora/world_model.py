@@ -173,6 +173,12 @@ class OpenSoraWorldModel(WorldModel):
     # -- WorldModel contract -------------------------------------------------------------------------
     def init_state(self, frames: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The latent queue ``[B, C, 4, h, w]`` of the condition frames ``uint8 [B, 4, H, W, 3]``."""
+        Tc = self.condition.num_frames
+        if frames.dim() != 5 or frames.shape[1] != Tc or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
+            raise ValueError(
+                f"OpenSoraWorldModel.init_state takes uint8 condition frames [B, {Tc}, H, W, 3], got "
+                f"{frames.dtype} {list(frames.shape)}"
+            )
         self._prepare_inference()
         gen = torch.Generator(device="cpu").manual_seed(self.encode_seed)
         return self.encode(frames, gen)
