@@ -109,3 +109,24 @@ def test_worker_process_envs_record_the_same_files(tmp_path):
     assert len(out[0]) == len(out[2]) == 4
     for a, b in zip(out[0], out[2]):
         assert all(np.array_equal(x["image"], y["image"]) and x["success"] == y["success"] for x, y in zip(a, b))
+
+
+def test_a_world_model_env_is_recorded_frame_by_frame(tmp_path):
+    from rlinf.world_models.init_data import save_init_trajectory
+
+    img = np.zeros((12, 12, 3), np.uint8)
+    img[5:7, 1:3] = 255
+    save_init_trajectory(tmp_path / "init" / "traj0.npy", img[None], "slide right", np.zeros((1, 2)))
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(patch=2), str(tmp_path / "init"), num_envs=1,
+                        max_episode_steps=6)  # fmt: skip
+    rec = RolloutRecorder(out_dir=str(tmp_path / "out"))
+    rec.attach(env, "train")
+    env.reset()
+    for _ in range(2):
+        env.chunk_step(torch.tensor([[[0.5, 0.0]] * 3]))  # one pixel right per step
+    traj = load_init_trajectory(rec.written["train"][0])
+    assert len(traj) == 5 and traj[0]["instruction"] == "slide right"  # the dot reaches the centre at step 4
+    for k, frame in enumerate(traj):
+        assert np.array_equal(frame["image"], np.roll(img, k, axis=1)), k
+        assert frame["delta_action"].tolist() == ([0.0, 0.0] if k == 0 else [0.5, 0.0])
+    assert [f["success"] for f in traj] == [False] * 4 + [True]
