@@ -96,3 +96,17 @@ def test_trainers_explain_what_they_cannot_train(tmp_path):
         RewardModelTrainer(TaskEmbedResnetRewardModel(), str(data), val_fraction=0.5).setup("fit")
     with pytest.raises(ValueError, match="val_fraction must be in"):
         RewardModelTrainer(ResnetRewardModel(), str(data), val_fraction=1.0)
+
+
+@pytest.mark.parametrize("config, flag, expected", [
+    ("world_model_fit", "--model.init_args.data_path=nowhere", "data_path nowhere is not a directory"),
+    ("reward_model_fit", "--model.init_args.reward_model.init_args.checkpoint=none.pth",
+     "reward model checkpoint none.pth does not exist"),
+])  # fmt: skip
+def test_bad_paths_fail_in_one_line_before_a_run_directory_exists(tmp_path, monkeypatch, capsys, config, flag, expected):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(ROOT / f"configs/toy/{config}.yaml"), flag])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert info.value.code not in (0, None) and last.startswith("rlinf: error: ") and expected in last, last
+    assert not (tmp_path / "runs").exists()

@@ -55,6 +55,7 @@ class _EpisodeTrainer(pl.LightningModule):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if image_size is not None and image_size < 1:
             raise ValueError(f"image_size must be >= 1 (or null: as recorded), got {image_size}")
+        find_trajectories(data_path)  # a missing / empty data directory fails before a run directory is made
         self.data_path = data_path
         self.batch_size = batch_size
         self.optim_cfg = optim
