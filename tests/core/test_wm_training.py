@@ -103,7 +103,7 @@ def test_trainers_explain_what_they_cannot_train(tmp_path):
     ("reward_model_fit", "--model.init_args.reward_model.init_args.checkpoint=none.pth",
      "reward model checkpoint none.pth does not exist"),
 ])  # fmt: skip
-def test_bad_paths_fail_in_one_line_before_a_run_directory_exists(tmp_path, monkeypatch, capsys, config, flag, expected):
+def test_bad_paths_fail_in_one_line_before_a_run_dir_exists(tmp_path, monkeypatch, capsys, config, flag, expected):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
         main(["fit", "--config", str(ROOT / f"configs/toy/{config}.yaml"), flag])
