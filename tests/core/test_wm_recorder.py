@@ -130,3 +130,15 @@ def test_a_world_model_env_is_recorded_frame_by_frame(tmp_path):
         assert np.array_equal(frame["image"], np.roll(img, k, axis=1)), k
         assert frame["delta_action"].tolist() == ([0.0, 0.0] if k == 0 else [0.5, 0.0])
     assert [f["success"] for f in traj] == [False] * 4 + [True]
+
+
+def test_rlinf_validate_records_the_eval_episodes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"), "--trainer.callbacks+=RolloutRecorder",
+          "--trainer.callbacks.init_args.out_dir=recorded", "--model.init_args.env.init_args.trials_per_task=2",
+          "--model.init_args.env.init_args.num_envs=8", "--trainer.enable_progress_bar=false",
+          f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+    files = sorted((tmp_path / "recorded" / "eval").glob("traj*.npy"))
+    assert len(files) == 6 and not (tmp_path / "recorded" / "train").exists()  # 3 tasks x 2 trials, once each
+    assert {load_init_trajectory(p)[0]["instruction"] for p in files} == {
+        "move to the red square", "move to the green square", "move to the blue square"}
