@@ -45,7 +45,9 @@ def dimming_world(tmp_path, episodes=6, T=10, size=16, gain=0.8):
 def test_world_model_trainer_learns_through_rlinf_fit_and_its_export_loads_back(tmp_path):
     data = dimming_world(tmp_path)
     main(["fit", "--config", str(ROOT / "configs/toy/world_model_fit.yaml"), f"--model.init_args.data_path={data}",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", *QUIET])  # fmt: skip
+          f"--trainer.logger.init_args.save_dir={tmp_path}", f"--model.init_args.cache_dir={tmp_path / 'cache'}",
+          *QUIET])  # fmt: skip
+    assert len(list((tmp_path / "cache").iterdir())) == 6  # one memory-mapped entry per episode
     export = next(tmp_path.glob("toy_world_model/version_*")) / "world_model"
     loaded = ToyWorldModel(model_path=str(export))
     saved = load_safetensors(export / "model.safetensors")
