@@ -194,3 +194,24 @@ def test_nan_frames_end_the_episode_without_reward_and_are_counted(tmp_path):
     assert torch.isfinite(out.obs.main_images.float()).all(), "the policy never sees a NaN frame"
     assert not out.terminations[0].any(), "the other sub-env runs on"
     assert env.pop_metrics() == {"env/non_finite_episodes": 1.0} and env.pop_metrics()["env/non_finite_episodes"] == 0
+
+
+def test_relative_reward_pays_once_and_never_goes_negative_when_episodes_run_on(tmp_path):
+    """With ``ignore_terminations`` an episode continues past its first success; frames that fall back
+    under the threshold (the dot moved off centre) must not be charged ``-reward_coef``."""
+    root = tmp_path / "init"
+    root.mkdir()
+    img = np.zeros((16, 16, 3), np.uint8)
+    img[7:10, 7:10] = 255  # centred: success from the first predicted frame
+    np.save(root / "traj0.npy", np.array([{"image": img, "instruction": "centre"}], dtype=object), allow_pickle=True)
+    env = WorldModelEnv(
+        world_model=ToyWorldModel(), reward_model=ToyRewardModel(patch=2), init_data_path=str(root), reward_coef=5.0,
+        num_envs=1, auto_reset=False, ignore_terminations=True, max_episode_steps=50, is_eval=False,
+    )
+    env.reset(reset_state_ids=np.array([0]))
+    first = env.chunk_step(torch.zeros(1, 3, 2))
+    away = env.chunk_step(torch.full((1, 3, 2), 2.0))  # the dot leaves the centre: success indicator drops to 0
+    back = env.chunk_step(torch.full((1, 3, 2), -2.0))
+    rewards = torch.cat([first.rewards, away.rewards, back.rewards], 1)
+    assert float(first.rewards[0, 0]) == 5.0
+    assert (rewards >= 0).all() and float(rewards.sum()) == 5.0

@@ -171,8 +171,12 @@ class WorldModelEnv(Env):
             self._streak = np.where(hit, self._streak + 1, 0)
             success[:, c] = self._streak >= self.success_frames
             indicator = success[:, c].astype(np.float32)
-            rewards[:, c] = self.reward_coef * (indicator - self._prev_success if self.use_rel_reward else indicator)
-            self._prev_success = np.maximum(self._prev_success, indicator) if self.use_rel_reward else indicator
+            if self.use_rel_reward:  # the running success indicator's increase: pays reward_coef once, never < 0
+                running = np.maximum(self._prev_success, indicator)
+                rewards[:, c] = self.reward_coef * (running - self._prev_success)
+                self._prev_success = running
+            else:
+                rewards[:, c] = self.reward_coef * indicator
         terminated = success.copy()
         if bad is not None and bad.any():
             ids = bad.cpu().numpy()
