@@ -48,13 +48,14 @@ MANISKILL = {
     "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
     "eval_env.image_size": [480, 640],
 }
+MANISKILL_TRAIN_RESETS = {"env.reset_with": "episode_id", "env.trials_per_task": 802816}  # randint over obj_set train
 MANISKILL_GRPO = {
-    **MANISKILL, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
+    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
     "rollout.max_steps_per_rollout_epoch": 80, "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean",
     "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_low": 0.2, "micro_batch_size": 40,
 }
 MANISKILL_PPO = {
-    **MANISKILL, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
+    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
     "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "optim.lr": 1e-4, "optim.value_lr": 3e-3,
     "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.add_value_head": True, "policy.top_k": 0,
 }
