@@ -48,13 +48,14 @@ MANISKILL = {
     "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
     "eval_env.image_size": [480, 640],
 }
+MANISKILL_TRAIN_RESETS = {"env.reset_with": "episode_id", "env.trials_per_task": 802816}  # randint over obj_set train
 MANISKILL_GRPO = {
-    **MANISKILL, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
+    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
     "rollout.max_steps_per_rollout_epoch": 80, "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean",
     "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_low": 0.2, "micro_batch_size": 40,
 }
 MANISKILL_PPO = {
-    **MANISKILL, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
+    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
     "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "optim.lr": 1e-4, "optim.value_lr": 3e-3,
     "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.add_value_head": True, "policy.top_k": 0,
 }
@@ -138,6 +139,23 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         if suite in ("spatial", "object", "goal") else suite})
        for kind in ("rl", "sft") for suite in ("spatial", "object", "goal", "libero_10", "libero_90", "libero_130")},
 }
+# the SFT rows of the seeds' world-model tables, evaluated in real LIBERO as upstream's env.eval of the WM configs
+WM_SFT_EVAL = {
+    "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
+    "eval_env.settle_steps": 15, "rollout.eval_rollout_epoch": 1, "rollout.temperature_eval": 1.6,
+    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
+    "policy.top_k": -1, "policy.num_action_chunks": 8, "policy.use_proprio": False, "policy.num_images_in_input": 1,
+}
+UPSTREAM.update({
+    f"libero/eval/{wm}_sft_{suite}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {
+        **WM_SFT_EVAL, "eval_env.task_suite_name": f"libero_{suite}", "policy.unnorm_key": f"libero_{suite}_no_noops",
+        "policy.model_path": f"/path/to/Openvla-oft-SFT-libero-{suite}-traj1",
+        # OpenSora page: SFT greedy, reset_gripper_open false; Wan page: SFT sampled at T = 1.6, gripper open
+        "rollout.do_sample_eval": wm == "wan", "eval_env.settle_gripper": "open" if wm == "wan" else "neutral"})
+    for wm, suites in (("opensora", ("spatial", "object")), ("wan", ("spatial", "object", "goal")))
+    for suite in suites
+    for up in ["opensora_libero_spatial" if wm == "opensora" else f"wan_libero_{suite}"]
+})
 # configs that are not seeds' experiments: CPU smoke tests and the quickstart
 NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
              "metaworld/quickstart_grpo.yaml", "opensora/cpu_smoke.yaml", "opensora/world_model_fit.yaml",

@@ -115,8 +115,8 @@ def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path):
 
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments_resumes_exactly_two_ranks(tmp_path):
-    kills, versions = _kill_chain(tmp_path, devices=2, kills=3, seed=2)  # 3, not 5: each 2-rank start costs ~10 s
-    assert kills >= 2
+    kills, versions = _kill_chain(tmp_path, devices=2, kills=5, seed=2)
+    assert kills >= 5, "the toy run finished before the kills landed: the test no longer interrupts it"
     assert _check_against_baseline(tmp_path, 2, versions, kills) > 50
 
 

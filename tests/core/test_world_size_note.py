@@ -1,5 +1,7 @@
 """A config written for N GPUs run on fewer says what changes, in one line at the start of fit."""
 
+from pathlib import Path
+
 import lightning.pytorch as pl
 
 from rlinf.algorithms import GRPO
@@ -36,3 +38,28 @@ def test_fit_prints_the_note_once_at_start(tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if "written for 8 processes" in line]
     assert err == ["rlinf: this config was written for 8 processes but runs on 1: 4 envs in total instead of 32, "
                    "1 optimizer steps per RL step instead of 8 (scale num_envs by 8/1 to keep the totals)"]
+
+
+def test_global_batch_not_divisible_by_the_world_size_is_refused_at_start(tmp_path, capsys, monkeypatch):
+    """2 DDP ranks, global batch 33: refused in one line by ``rlinf fit`` before any rank starts or a run
+    directory is written (before, each optimizer step silently took 32 samples, 16 per rank)."""
+    import pytest
+
+    from rlinf.cli import main
+    from rlinf.training.schedule import batch_split_error
+
+    assert batch_split_error(32, 2) is None and batch_split_error(33, 1) is None
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    args = ["fit", "--config", str(root / "configs/toy/reach_grpo.yaml"), "--trainer.devices=2", "--trainer.strategy=ddp",
+            "--model.init_args.global_batch_size=33", "--model.init_args.micro_batch_size=8",
+            "--trainer.logger.init_args.save_dir=runs"]
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines[-1] == (
+        "rlinf: error: global_batch_size (33) is not a multiple of the world size (2): each optimizer step would "
+        "take 32 samples, not 33; set global_batch_size to a multiple of 2 (e.g. 32 or 34)"
+    )
+    assert not (tmp_path / "runs").exists()

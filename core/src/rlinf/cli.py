@@ -194,6 +194,9 @@ def _cli_class():
             from rlinf.run_dirs import check_outputs
 
             check_outputs(self.trainer, self.model)
+            check = getattr(self.model, "check_world_size", None)
+            if check is not None:  # before the launcher starts ranks and before a run directory exists
+                check(self.trainer.world_size)
 
         def instantiate_trainer(self, **kwargs: Any):
             config = self._get(self.config_init, "trainer", default={})

@@ -49,6 +49,7 @@ from rlinf.training.schedule import (
     Denominators,
     MicroBatch,
     ScheduleDataset,
+    batch_split_error,
     build_schedule,
     count_micro_batches,
     minibatch_denominators,
@@ -156,11 +157,20 @@ class RLModule(pl.LightningModule):
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
             raise ValueError("global_batch_size and micro_batch_size must be >= 1")
 
+    def check_world_size(self, world: int) -> None:
+        """Raise ``ValueError`` (one line) when the sizes cannot run on ``world`` ranks as configured
+        (called by ``rlinf fit`` before anything is written, and again at setup)."""
+        error = batch_split_error(self.global_batch_size, world)
+        if error is not None:
+            raise ValueError(error)
+
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
         if self._trainer is not None:
             install_atomic_io(self.trainer)  # atomic checkpoint writes, verified weights_only reads
         rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
+        if stage == "fit":
+            self.check_world_size(world)
         if not self.algorithm.uses_critic:
             for p in self.policy.value_parameters():  # unused without a critic: DDP would wait for their grads
                 p.requires_grad_(False)

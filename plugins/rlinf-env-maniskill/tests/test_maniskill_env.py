@@ -292,3 +292,53 @@ def test_camera_with_fixed_intrinsic_must_render_at_its_native_size():
             env.reset(np.array([0]))
     finally:
         env.close()
+
+
+def test_reset_with_episode_id_places_every_group_member_in_the_id_s_scene(monkeypatch):
+    """RLinf resets RL4VLA's tasks with ``options={"episode_id": id}`` and a constant seed; the task decodes the
+    id into its scene. Reset by seed, such a task draws the id from the torch RNG ManiSkill seeds with the episode
+    seed: a fixed pseudo-random scene per trial, not the trial's own id."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # task_modules: [episode_id_task]
+    from episode_id_task import cube_xy
+
+    kwargs = dict(SMALL, tasks=["EpisodeIdPickCube-v1"], task_modules=["episode_id_task"], trials_per_task=16,
+                  instructions={"EpisodeIdPickCube-v1": "pick up the cube"}, num_envs=2)
+
+    def cubes(env):
+        return torch.stack([env._sim_of(slot, 0)[0].u.cube.pose.p[0, :2].cpu() for slot in range(env.num_envs)])
+
+    env = ManiSkillEnv(reset_with="episode_id", **kwargs)
+    try:
+        env.reset(np.array([5, 11]))
+        assert torch.allclose(cubes(env), cube_xy(torch.tensor([5, 11])), atol=1e-4)
+        env.reset(np.array([2, 2]))  # a GRPO group: one scene
+        assert torch.allclose(cubes(env), cube_xy(torch.tensor([2, 2])), atol=1e-4)
+    finally:
+        env.close()
+
+    env = ManiSkillEnv(reset_with="seed", **kwargs)
+    try:
+        scenes = []
+        for trial in range(6):
+            env.reset(np.array([trial, trial]))
+            c = cubes(env)
+            assert torch.allclose(c, c[:1].expand_as(c), atol=1e-4), "one seed, one scene"
+            scenes.append(c[0])
+        assert not all(torch.allclose(c, cube_xy(torch.tensor([t]))[0], atol=1e-4) for t, c in enumerate(scenes))
+    finally:
+        env.close()
+
+    with pytest.raises(ValueError, match="exceeds the 16 episode ids of 'EpisodeIdPickCube-v1'"):
+        bad = ManiSkillEnv(reset_with="episode_id", **{**kwargs, "trials_per_task": 17})
+        try:
+            bad.reset(np.array([0, 0]))
+        finally:
+            bad.close()
+    with pytest.raises(ValueError, match="'PickCube-v1' has none: use reset_with: seed"):
+        bad = ManiSkillEnv(reset_with="episode_id", **SMALL, num_envs=1)
+        try:
+            bad.reset(np.array([0]))
+        finally:
+            bad.close()

@@ -21,6 +21,18 @@ class CheckpointError(ValueError):
     """A checkpoint directory is missing files or does not match the model built from its config."""
 
 
+def read_json(path: str | Path, kind: type = dict):
+    """The JSON file ``path`` (an object by default); one-line :class:`CheckpointError` naming it otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}); re-download or re-export it") from None
+    if not isinstance(data, kind):
+        raise CheckpointError(f"{path} holds a JSON {type(data).__name__}, expected a JSON {kind.__name__} (object)")
+    return data
+
+
 def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tensor]:
     """All tensors of a directory: sharded safetensors + index, or a single ``model.safetensors``.
 
@@ -33,7 +45,9 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
     path = Path(model_path)
     index = path / INDEX_NAME
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(f'{index} has no "weight_map" {{tensor name: shard file}}; re-download the checkpoint')
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:

@@ -27,7 +27,9 @@ def read_norm_stats(path: str | Path, config: dict | None = None) -> dict:
     stats = dict((config or {}).get("norm_stats") or {})
     extra = path / STATISTICS_FILE
     if extra.is_file():
-        data = json.loads(extra.read_text())
+        from rlinf.models.checkpoint import read_json
+
+        data = read_json(extra)
         if "action" in data and isinstance(data["action"], dict) and "q01" in data["action"]:
             data = {path.name: data}
         stats.update(data)

@@ -51,6 +51,22 @@ def minibatch_sizes(samples_per_rank: int, global_batch_size: int, world: int) -
     return sizes
 
 
+def batch_split_error(global_batch_size: int, world: int) -> str | None:
+    """Why ``global_batch_size`` cannot be split evenly over ``world`` ranks (``None`` when it can).
+
+    Each rank takes ``global_batch_size // world`` samples per optimizer step; a remainder would silently
+    shrink every optimizer step below the configured batch (the remainder's samples never make a batch).
+    """
+    if world <= 1 or global_batch_size % world == 0:
+        return None
+    low = global_batch_size - global_batch_size % world
+    return (
+        f"global_batch_size ({global_batch_size}) is not a multiple of the world size ({world}): each optimizer "
+        f"step would take {low} samples, not {global_batch_size}; set global_batch_size to a multiple of {world} "
+        f"(e.g. {low} or {low + world})"
+    )
+
+
 def count_micro_batches(sizes: list[int], micro_batch_size: int, update_epoch: int) -> int:
     """Micro-batches (training steps) of one RL step."""
     return sum(math.ceil(m / micro_batch_size) for m in sizes) * update_epoch

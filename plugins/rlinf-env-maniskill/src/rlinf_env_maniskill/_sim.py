@@ -208,18 +208,29 @@ class SimBatch:
     def device(self) -> torch.device:
         return self.u.device
 
-    def reset_rows(self, rows: list[int], seeds: list[int]) -> None:
-        """Start new episodes in ``rows``, each from ManiSkill episode seed ``seeds[i]``.
+    @property
+    def total_num_trials(self) -> int | None:
+        """Episode ids the task decodes into scenes (RL4VLA's ``total_num_trials``); None if it has none."""
+        value = getattr(self.u, "total_num_trials", None)
+        return None if value is None else int(value)
+
+    def reset_rows(self, rows: list[int], seeds: list[int], episode_ids: list[int] | None = None) -> None:
+        """Start new episodes in ``rows``, each from ManiSkill episode seed ``seeds[i]`` (and, when given,
+        ``options["episode_id"] = episode_ids[i]``, which RL4VLA's tasks decode into object, plate, table
+        overlay, position and rotation).
 
         Rows are reset one at a time: ManiSkill seeds its torch generator with the first seed of a
         call, so a batched reset would give rows sharing a seed different initial states.
         """
-        for row, seed in zip(rows, seeds):
+        for i, (row, seed) in enumerate(zip(rows, seeds)):
+            options: dict[str, Any] = {}
+            if episode_ids is not None:
+                options["episode_id"] = torch.tensor([int(episode_ids[i])], device=self.device)
             if self.n == 1:
-                self.u.reset(seed=[int(seed)])
+                self.u.reset(seed=[int(seed)], options=options)
             else:
                 idx = torch.tensor([row], device=self.device)
-                self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx))
+                self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx, **options))
             self._frozen.pop(row, None)
 
     def step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

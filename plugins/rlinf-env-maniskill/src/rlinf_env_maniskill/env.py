@@ -29,8 +29,9 @@ class ManiSkillEnv(Env):
     """ManiSkill3 tasks with the Panda arm, on the CPU (lavapipe) or GPU simulation backend.
 
     A reset state id is ``task_id * trials_per_task + trial``; trial ``t`` starts ManiSkill's
-    episode with seed ``episode_seed_offset + t``, so an id always gives the same initial state, on
-    any sub-env (GRPO groups start identically). Actions are ManiSkill's ``pd_ee_delta_pose``
+    episode with seed ``episode_seed_offset + t`` (or, with ``reset_with: episode_id``, with
+    ``options={"episode_id": t}`` and the constant seed ``episode_seed_offset``), so an id always gives
+    the same initial state, on any sub-env (GRPO groups start identically). Actions are ManiSkill's ``pd_ee_delta_pose``
     (xyz and roll/pitch/yaw deltas of the end effector, then the gripper). Success ends an episode
     (unless ``ignore_terminations``), and so does ManiSkill's ``fail`` flag; episode records carry
     ``fail_once``, logged as ``env/fail_once`` and ``eval/fail_once``.
@@ -49,6 +50,14 @@ class ManiSkillEnv(Env):
             command.
         trials_per_task: initial states per task (the trial axis of the eval grid).
         episode_seed_offset: ManiSkill seed of trial 0 (use a different range for held-out eval).
+        reset_with: how a trial picks its initial state. ``seed``: ManiSkill's episode seed
+            ``episode_seed_offset + trial`` (the task samples its scene from it). ``episode_id``: as RLinf
+            resets RL4VLA's PutOnPlateInScene25 tasks, ``options={"episode_id": trial}`` with the constant
+            seed ``episode_seed_offset``; the task decodes the id into a scene of its ``obj_set``, and
+            ``trials_per_task`` may be at most the task's ``total_num_trials`` (802816 for ``obj_set:
+            train``: 16 carrots x 16 table overlays x 784 placements x 4 rotations, one plate). Reset by
+            ``seed``, those tasks draw the id from the torch RNG ManiSkill seeds with the episode seed: each
+            trial is then a fixed pseudo-random scene, and the run only ever sees ``trials_per_task`` of them.
         image_size: camera resolution, one side or ``[height, width]``.
         camera: ManiSkill sensor camera used as ``main_images`` (Bridge scenes: ``3rd_view_camera``).
         control_mode: ManiSkill control mode; must take 7-D actions (``null``: the task's default,
@@ -88,6 +97,7 @@ class ManiSkillEnv(Env):
         tasks: list[str] | None = None,
         trials_per_task: int = 100,
         episode_seed_offset: int = 0,
+        reset_with: Literal["seed", "episode_id"] = "seed",
         image_size: int | list[int] = 224,
         camera: str = "base_camera",
         control_mode: str | None = "pd_ee_delta_pose",
@@ -116,6 +126,7 @@ class ManiSkillEnv(Env):
             ("reward_mode", reward_mode, ("sparse", "dense", "grasp")),
             ("action_format", action_format, ("normalized", "bridge")),
             ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
+            ("reset_with", reset_with, ("seed", "episode_id")),
         ):
             if value not in valid:
                 raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
@@ -124,6 +135,7 @@ class ManiSkillEnv(Env):
         self.tasks = tasks
         self.trials_per_task = trials_per_task
         self.episode_seed_offset = episode_seed_offset
+        self.reset_with = reset_with
         self.image_size = (size[0], size[-1])
         self.camera = camera
         self.control_mode = control_mode
@@ -218,8 +230,26 @@ class ManiSkillEnv(Env):
                 control_mode=self.control_mode,
                 render_gpu=torch.cuda.is_available(),
             )
+            self._check_episode_ids(sim)
             self._sims[key] = sim
         return sim, (slot if self.uses_gpu else 0)
+
+    def _check_episode_ids(self, sim) -> None:
+        if self.reset_with != "episode_id":
+            return
+        total = sim.total_num_trials
+        if total is None:
+            sim.close()
+            raise ValueError(
+                f"reset_with: episode_id needs a task that decodes episode ids (total_num_trials, as RL4VLA's "
+                f"PutOnPlateInScene25 tasks); {sim.task!r} has none: use reset_with: seed"
+            )
+        if self.trials_per_task > total:
+            sim.close()
+            raise ValueError(
+                f"trials_per_task ({self.trials_per_task}) exceeds the {total} episode ids of {sim.task!r} "
+                f"(its total_num_trials for these make_kwargs): set trials_per_task <= {total}"
+            )
 
     def _groups(self, slots: np.ndarray) -> dict[int, tuple[Any, list[int], list[int]]]:
         """``slots`` grouped by simulator: ``id(sim) -> (sim, slots, rows)``."""
@@ -233,12 +263,14 @@ class ManiSkillEnv(Env):
 
     def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
         task_ids = self.task_ids(reset_state_ids)
-        seeds = self.episode_seed_offset + np.asarray(reset_state_ids) % self.trials_per_task
-        for slot, task_id, seed in zip(env_ids, task_ids, seeds):
+        trials = np.asarray(reset_state_ids) % self.trials_per_task
+        by_id = self.reset_with == "episode_id"
+        seeds = np.full_like(trials, self.episode_seed_offset) if by_id else self.episode_seed_offset + trials
+        for slot, task_id, seed, trial in zip(env_ids, task_ids, seeds, trials):
             self._slot_task[slot] = task_id
             self._started[slot] = True
             sim, row = self._sim_of(int(slot), int(task_id))
-            sim.reset_rows([row], [int(seed)])
+            sim.reset_rows([row], [int(seed)], [int(trial)] if by_id else None)
             self._prev_reward[slot] = 0.0
 
     def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

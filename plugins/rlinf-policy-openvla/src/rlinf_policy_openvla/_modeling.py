@@ -226,6 +226,14 @@ def load_into(vla: PrismaticVLA, state: dict[str, torch.Tensor], source: str, dt
             f"{source}: checkpoint lacks {len(missing)} parameters, e.g. {missing[0]!r}; is it an OpenVLA checkpoint"
             " matching its config.json?"
         )
+    for k, v in own.items():
+        t = state.get(k)
+        if t is None:
+            continue
+        if v.is_floating_point() and not t.is_floating_point():
+            raise CheckpointError(f"{source}: parameter {k!r} is stored as {t.dtype}, expected a floating-point dtype")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{source}: parameter {k!r} holds NaN or inf values; re-download or re-export it")
     wanted = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items() if k in own}
     vla.load_state_dict(wanted, strict=False, assign=True)
     _materialize_buffers(vla)

@@ -10,14 +10,13 @@ Weights (sharded safetensors + index) and norm stats go through core's :mod:`rli
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import torch
 
-from rlinf.models.checkpoint import CheckpointError
+from rlinf.models.checkpoint import CheckpointError, read_json
 from rlinf.models.norm_stats import read_norm_stats
 from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
 
@@ -82,8 +81,8 @@ def llama_config(text_config: dict):
     fields_ = {k: v for k, v in text_config.items() if k not in ("model_type", "architectures", "transformers_version")}
     try:
         return LlamaConfig(**fields_)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"config.json: text_config is not a valid Llama config ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - TypeError, ValueError or huggingface_hub's StrictDataclassError
+        raise CheckpointError(f"config.json: text_config is not a valid Llama config ({' '.join(str(exc).split())})") from None
 
 
 def check_model_dir(path: str | Path) -> Path:
@@ -139,7 +138,7 @@ def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
     stds = [SIGLIP_STD if "siglip" in (ids[i] if i < len(ids) else "") else DINO_STD for i in range(n)]
     pre = path / "preprocessor_config.json"
     if pre.is_file():
-        p = json.loads(pre.read_text())
+        p = read_json(pre)
         if p.get("tvf_normalize_params"):
             means = [tuple(x["mean"]) for x in p["tvf_normalize_params"]][:n]
             stds = [tuple(x["std"]) for x in p["tvf_normalize_params"]][:n]
@@ -148,13 +147,21 @@ def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
     return means, stds
 
 
+def _int(cfg: dict, key: str, default: int) -> int:
+    value = cfg.get(key, default)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointError(f"config.json: {key} must be an integer, got {value!r}")
+    return value
+
+
 def read_spec(model_path: str | Path) -> PrismaticSpec:
     path = check_model_dir(model_path)
-    try:
-        cfg = json.loads((path / "config.json").read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
-    if "text_config" not in cfg:
+    cfg = read_json(path / "config.json")
+    if not isinstance(cfg.get("text_config"), dict):
         raise CheckpointError(
             f"{path / 'config.json'} has no text_config (model_type={cfg.get('model_type')!r});"
             " is this an OpenVLA / Prismatic checkpoint?"
@@ -172,9 +179,9 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
         vision=vision,
         projector=projector,
         text_config=dict(cfg["text_config"]),
-        pad_token_id=int(cfg.get("pad_token_id", cfg["text_config"].get("pad_token_id", 0)) or 0),
-        pad_to_multiple_of=int(cfg.get("pad_to_multiple_of", 0) or 0),
-        n_action_bins=int(cfg.get("n_action_bins", 256)),
+        pad_token_id=_int(cfg, "pad_token_id", cfg["text_config"].get("pad_token_id", 0)),
+        pad_to_multiple_of=_int(cfg, "pad_to_multiple_of", 0),
+        n_action_bins=_int(cfg, "n_action_bins", 256),
         norm_stats=read_norm_stats(path, cfg),
         image_means=means,
         image_stds=stds,

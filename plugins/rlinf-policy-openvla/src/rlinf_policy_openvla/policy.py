@@ -77,9 +77,11 @@ class _PrismaticPolicy(Policy):
         if "action" not in stats:
             raise CheckpointError(f"norm_stats[{self.unnorm_key!r}] of {path} has no 'action' entry")
         self.stats = stats
-        self.action_tokenizer = ActionTokenizer(
-            spec.action_vocab_size, spec.n_action_bins, stats["action"], normalization_type
-        )
+        vocab = spec.action_vocab_size  # builds text_config's LlamaConfig (its own one-line errors)
+        try:
+            self.action_tokenizer = ActionTokenizer(vocab, spec.n_action_bins, stats["action"], normalization_type)
+        except (ValueError, TypeError) as exc:  # malformed statistics: name where they come from
+            raise CheckpointError(f"norm_stats[{self.unnorm_key!r}]['action'] of {path}: {exc}") from None
         stats_dim = self.action_tokenizer.action_dim
         if action_dim is not None and action_dim != stats_dim:
             raise ValueError(
@@ -162,6 +164,11 @@ class _PrismaticPolicy(Policy):
     def _load_tokenizer(path: Path):
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+        if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
+            raise CheckpointError(
+                f"{path} has no tokenizer (tokenizer.json or tokenizer.model with tokenizer_config.json); copy the"
+                " tokenizer files of the base model into it"
+            )
         try:
             if (path / "tokenizer.json").is_file():  # the exact pipeline the checkpoint was trained with
                 return PreTrainedTokenizerFast.from_pretrained(str(path))
