@@ -24,6 +24,9 @@ def register_policies(register):
 @hookimpl
 def register_world_models(register):
     from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
+    from rlinf.world_models.reward_models import ResnetRewardModel, TaskEmbedResnetRewardModel
 
     register(ToyWorldModel)
     register(ToyRewardModel)
+    register(ResnetRewardModel)
+    register(TaskEmbedResnetRewardModel)
