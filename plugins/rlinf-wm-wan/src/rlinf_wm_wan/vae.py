@@ -156,7 +156,7 @@ def load_vae_state_dict(state: dict[str, torch.Tensor], vae: AutoencoderKLWan, s
     missing = sorted(set(expected) - set(out))
     if missing:
         raise ValueError(f"{source}: missing {len(missing)} VAE key(s), e.g. diffusers {missing[0]!r}")
-    vae.load_state_dict(out, strict=True)
+    vae.load_state_dict(out, strict=True, assign=any(p.is_meta for p in vae.parameters()))
 
 
 def _stats(vae: AutoencoderKLWan, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

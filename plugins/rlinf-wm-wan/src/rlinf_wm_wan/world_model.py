@@ -26,6 +26,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
 from rlinf.checkpoint_io import load_safetensors
 from rlinf.world_models.base import WorldModel
@@ -102,8 +103,9 @@ class WanWorldModel(WorldModel):
         self.config = read_config(root)
         self.image_size = int(self.config["image_size"])
         inference_scheduler(num_inference_steps, sigma_shift)  # validates the step count
-        self.dit = WanActionTransformer(**self.config["dit"])
-        self.vae = build_vae(**self.config["vae"]).requires_grad_(False)
+        with torch.device("meta"):  # weights are checked against the config before any memory is spent
+            self.dit = WanActionTransformer(**self.config["dit"])
+            self.vae = build_vae(**self.config["vae"]).requires_grad_(False)
         self._load(root)
         if gradient_checkpointing:
             self.dit.enable_gradient_checkpointing()
@@ -121,7 +123,14 @@ class WanWorldModel(WorldModel):
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
             state.update(load_safetensors(shard))
-        self.dit.load_state_dict(convert_diffsynth_state_dict(state, self.dit, str(shards[0])), strict=True)
+        state = convert_diffsynth_state_dict(state, self.dit, str(shards[0]))
+        file_dtype = next(iter(state.values())).dtype
+        self.dit.load_state_dict(state, strict=True, assign=True)
+        rope = self.dit.rope  # its tables are non-persistent buffers: rebuild them off the meta device
+        self.dit.rope = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size, rope.max_seq_len)
+        # a bf16 release stays bf16 until the model is moved (fp32 on CPU under precision auto): no fp32 5 B copy
+        keep_bf16 = self.precision == "bf16" or (self.precision == "auto" and file_dtype == torch.bfloat16)
+        self.dit.to(torch.bfloat16 if keep_bf16 else torch.float32)
         vae_path = root / VAE_NAME
         if not vae_path.is_file():
             raise FileNotFoundError(f"no VAE weights {vae_path}; expected {HINT}")
@@ -130,6 +139,7 @@ class WanWorldModel(WorldModel):
         except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
             raise ValueError(f"{vae_path}: not a loadable .pth state dict ({type(exc).__name__})") from None
         load_vae_state_dict(vae_state, self.vae, str(vae_path))
+        self.vae.requires_grad_(False).to(self.dit.dtype)
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json``); the reward
