@@ -66,14 +66,39 @@ def make_tiny(path: str | Path, reward: str = "resnet", image_size: int = 64, nu
     save_file({diffusers_to_diffsynth_key(k): v.contiguous() for k, v in dit.state_dict().items()}, str(out / DIT_NAME))
     torch.save(to_original_state_dict(build_vae(**config["vae"])), out / VAE_NAME)
     (out / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
-    if reward == "resnet":
-        ResnetRewardModel().save_pretrained(out / "resnet_rm.pth")
-    elif reward == "taskemb":
-        TaskEmbedResnetRewardModel().save_pretrained(out / "taskemb_resnet_rm.pth")
-    else:
-        raise ValueError(f"--reward must be resnet or taskemb, got {reward!r}")
     write_init_data(out / "dataset", num_init, image_size, seed)
+    if reward not in ("resnet", "taskemb"):
+        raise ValueError(f"--reward must be resnet or taskemb, got {reward!r}")
+    rm = ResnetRewardModel() if reward == "resnet" else TaskEmbedResnetRewardModel()
+    calibrate(rm.eval(), out)
+    rm.save_pretrained(out / ("resnet_rm.pth" if reward == "resnet" else "taskemb_resnet_rm.pth"))
     return out
+
+
+@torch.no_grad()
+def calibrate(rm: ResnetRewardModel | TaskEmbedResnetRewardModel, root: Path, seed: int = 0) -> None:
+    """Shift and scale the random classifier's last layer so that about half of the chunks the tiny world model
+    predicts (random actions and noise, 3 chunks from each key-frame init) contain a frame above 0.5, with
+    logits spread to about N(0, 2): a random ResNet otherwise scores every frame alike (all success or none),
+    and GRPO groups would never have mixed outcomes."""
+    from rlinf.world_models.init_data import condition_inputs, instruction_of, load_init_trajectory
+    from rlinf_wm_wan.world_model import WanWorldModel
+
+    model = WanWorldModel(model_path=str(root), num_inference_steps=2, noise_seed=None)
+    trajs = [load_init_trajectory(p) for p in sorted((root / "dataset").glob("*_kir.npy"))]
+    inputs = [condition_inputs(t, model.condition, model.action_dim) for t in trajs]
+    state = model.init_state(*(torch.from_numpy(np.stack(x)) for x in zip(*inputs)))
+    gen = torch.Generator().manual_seed(seed)
+    logits = []
+    for _ in range(3):
+        out, state = model.predict(state, torch.rand(len(trajs), 8, 7, generator=gen) * 2 - 1, generator=gen)
+        texts = [instruction_of(t) for t in trajs for _ in range(out.shape[1])]
+        logits.append(rm.success_logits(out.reshape(-1, *out.shape[2:]), texts).reshape(len(trajs), -1))
+    logits = torch.cat(logits)  # [chunks, 8]
+    head = rm.net[-2] if isinstance(rm, ResnetRewardModel) else rm.fusion_layer[-2]
+    scale = 2.0 / logits.std().clamp_min(1e-8)  # logits of a random ResNet barely differ
+    head.bias.sub_(logits.max(1).values.median()).mul_(scale)
+    head.weight.mul_(scale)
 
 
 def main(argv: list[str] | None = None) -> None:

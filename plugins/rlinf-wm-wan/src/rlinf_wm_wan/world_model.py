@@ -26,6 +26,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
 from rlinf.checkpoint_io import load_safetensors
@@ -130,7 +131,7 @@ class WanWorldModel(WorldModel):
         self.dit.rope = WanRotaryPosEmbed(rope.attention_head_dim, rope.patch_size, rope.max_seq_len)
         # a bf16 release stays bf16 until the model is moved (fp32 on CPU under precision auto): no fp32 5 B copy
         keep_bf16 = self.precision == "bf16" or (self.precision == "auto" and file_dtype == torch.bfloat16)
-        self.dit.to(torch.bfloat16 if keep_bf16 else torch.float32)
+        nn.Module.to(self.dit, torch.bfloat16 if keep_bf16 else torch.float32)  # all of it, as upstream
         vae_path = root / VAE_NAME
         if not vae_path.is_file():
             raise FileNotFoundError(f"no VAE weights {vae_path}; expected {HINT}")
@@ -139,7 +140,7 @@ class WanWorldModel(WorldModel):
         except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
             raise ValueError(f"{vae_path}: not a loadable .pth state dict ({type(exc).__name__})") from None
         load_vae_state_dict(vae_state, self.vae, str(vae_path))
-        self.vae.requires_grad_(False).to(self.dit.dtype)
+        nn.Module.to(self.vae.requires_grad_(False), self.dit.dtype)
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json``); the reward
@@ -168,9 +169,9 @@ class WanWorldModel(WorldModel):
         """As ``nn.Module.to``; with ``precision: auto`` the DiT and VAE weights follow the device (bf16 on CUDA)."""
         out = super().to(*args, **kwargs)
         dtype = self.compute_dtype
-        if self.dit.dtype != dtype:
-            self.dit.to(dtype)
-            self.vae.to(dtype)
+        if self.dit.dtype != dtype:  # nn.Module.to: every weight, no fp32 islands (upstream runs all in bf16)
+            nn.Module.to(self.dit, dtype)
+            nn.Module.to(self.vae, dtype)
         return out
 
     @property
