@@ -21,7 +21,7 @@ import yaml
 from rlinf.errors import run_cli
 from rlinf.plugins.manager import KINDS, PluginError, Registry, load_plugins
 
-# keys of RLModule / SFTModule init args that name a plugin class, and the kind they take
+# keys of RLModule / SFTModule / WorldModelTrainer / RewardModelTrainer init args that name a plugin class, and the kind
 PLUGIN_KEYS = {
     "env": "env",
     "eval_env": "env",
@@ -278,6 +278,8 @@ def main(args: list[str] | None = None) -> int | None:
         import rlinf.sft  # noqa: F401 - makes SFTModule resolvable
     except ImportError:
         pass
+    import rlinf.world_models.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
+    import rlinf.world_models.training  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
     cli_class = _cli_class()
     cli_class.quiet = not verbose
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations

@@ -26,6 +26,9 @@ class WorldModel(nn.Module):
     #: repeated; Wan: ``ConditionSpec(5, "first_and_last", pad_gripper=-1.0)``, keyframe init).
     condition: ConditionSpec = ConditionSpec()
     action_dim: int = 7
+    #: ``(condition, target)`` frames of a training clip (OpenSora ``(4, 8)``, Wan ``(5, 8)``); see
+    #: :class:`rlinf.world_models.datasets.ClipDataset` for how windows are cut and aligned with actions.
+    clip_frames: tuple[int, int] = (1, 1)
 
     @property
     def num_condition_frames(self) -> int:
@@ -48,6 +51,27 @@ class WorldModel(nn.Module):
         """``state`` with rows ``env_ids`` replaced by ``new``."""
         raise NotImplementedError
 
+    # -- fine-tuning (optional; :class:`rlinf.world_models.training.WorldModelTrainer` needs both) ------------
+    def training_loss(
+        self, frames: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Scalar training loss of a batch of clips (the model's own objective, e.g. rectified flow).
+
+        Args:
+            frames: ``uint8 [B, Nc + Nt, H, W, 3]``: ``Nc, Nt = clip_frames`` condition then target frames.
+            actions: ``float32 [B, Nc + Nt, D]`` env-scale actions, entry ``k`` the action that produced frame
+                ``k`` (pad action for padded / initial frames; ``ClipDataset``'s alignment).
+            generator: RNG of the noise and timesteps (``None``: the global RNG); a fixed one makes the loss
+                deterministic (validation).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement training_loss, so it cannot be fine-tuned by WorldModelTrainer"
+        )
+
+    def save_pretrained(self, path: str) -> None:
+        """Write the model to directory ``path`` in the layout its loader reads unchanged (the released one)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")
+
 
 class RewardModel(nn.Module):
     """Scores frames: probability of task success per frame."""
@@ -56,3 +80,14 @@ class RewardModel(nn.Module):
         """``float [N]`` success probabilities for frames ``uint8 [N, H, W, 3]``; ``instructions`` (one per
         frame) lets a task-conditioned model (Wan's ``TaskEmbedResnetRewModel``) pick the task."""
         raise NotImplementedError
+
+    # -- training (optional; :class:`rlinf.world_models.training.RewardModelTrainer` needs both) --------------
+    def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
+        """``float [N]`` logits whose sigmoid is :meth:`success_prob` (trained with BCE)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement success_logits, so it cannot be trained by RewardModelTrainer"
+        )
+
+    def save_pretrained(self, path: str) -> Any:
+        """Write the model's checkpoint into directory ``path`` (the file its loader reads); returns the file."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")

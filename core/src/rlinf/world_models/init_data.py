@@ -3,12 +3,15 @@ a world model starts an episode from.
 
 Format (RLinf's ``dataset/traj*.npy``, ``traj*_kir.npy``): every ``.npy`` file is a 1-D object array of
 per-frame dicts with ``"image"`` (uint8 ``[H, W, 3]``), ``"delta_action"`` (float ``[D]``) and
-``"instruction"`` (str; ``"task"`` is accepted too). A plain ``traj*.npy`` holds the initial frame;
-a keyframe-init ``traj*_kir.npy`` holds frame 0 (the reference) plus the frames before a keyframe.
+``"instruction"`` (str; ``"task"`` is accepted too); recorded episodes add a per-frame ``"success"``
+(bool). A plain ``traj*.npy`` holds the initial frame (recorded ones: the whole episode, of which a reset
+uses frame 0); a keyframe-init ``traj*_kir.npy`` holds frame 0 (the reference) plus the frames before a
+keyframe.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -43,15 +46,22 @@ class ConditionSpec:
 
 
 def save_init_trajectory(
-    path: str | Path, images: np.ndarray, instruction: str, delta_actions: np.ndarray | None = None
+    path: str | Path,
+    images: np.ndarray,
+    instruction: str,
+    delta_actions: np.ndarray | None = None,
+    success: np.ndarray | None = None,
 ) -> Path:
-    """Write one initial-state file in the released format.
+    """Write one initial-state / episode file in the released format (atomically: a temporary file, then renamed).
 
     Args:
         path: the ``.npy`` file (``traj<i>.npy``, or ``traj<i>_kir.npy`` for keyframe init).
         images: uint8 ``[T, H, W, 3]`` frames (frame 0 = the episode's first observation).
         instruction: the task instruction.
-        delta_actions: float ``[T, D]`` action taken at each frame (default: zeros, ``D = 7``).
+        delta_actions: float ``[T, D]``: frame ``k``'s entry is the action that produced frame ``k`` (frame 0:
+            zeros); default: zeros, ``D = 7``.
+        success: bool ``[T]`` per-frame success (recorded episodes, training data of the reward classifier);
+            ``None``: no ``success`` key.
     """
     images = np.asarray(images)
     if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
@@ -64,9 +74,18 @@ def save_init_trajectory(
     frames = [
         {"image": img, "delta_action": act, "instruction": instruction} for img, act in zip(images, delta_actions)
     ]
+    if success is not None:
+        success = np.asarray(success, bool).reshape(-1)
+        if len(success) != len(images):
+            raise ValueError(f"success must be [T={len(images)}], got {list(success.shape)}")
+        for frame, ok in zip(frames, success):
+            frame["success"] = bool(ok)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.array(frames, dtype=object), allow_pickle=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, np.array(frames, dtype=object), allow_pickle=True)
+    os.replace(tmp, path)
     return path
 
 
