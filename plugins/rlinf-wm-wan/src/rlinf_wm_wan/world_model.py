@@ -30,6 +30,7 @@ from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
 from rlinf.checkpoint_io import load_safetensors
+from rlinf.meta import is_meta_init
 from rlinf.world_models.base import WorldModel
 from rlinf.world_models.init_data import ConditionSpec
 from rlinf_wm_wan._modeling import WanActionTransformer, convert_diffsynth_state_dict, diffusers_to_diffsynth_key
@@ -94,20 +95,22 @@ class WanWorldModel(WorldModel):
         if precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"WanWorldModel precision must be auto, bf16 or fp32, got {precision!r}")
         root = Path(model_path)
-        if not root.is_dir():
+        meta = is_meta_init()  # architecture only (rlinf memory, config checks): no file is read
+        if not meta and not root.is_dir():
             raise FileNotFoundError(f"WanWorldModel model_path {root} is not a directory; expected {HINT}")
         self.model_path = str(root)
         self.num_inference_steps = num_inference_steps
         self.noise_seed = noise_seed
         self.precision = precision
         self.sigma_shift = sigma_shift
-        self.config = read_config(root)
+        self.config = read_config(root) if root.is_dir() else json.loads(json.dumps(DEFAULT_CONFIG))
         self.image_size = int(self.config["image_size"])
         inference_scheduler(num_inference_steps, sigma_shift)  # validates the step count
         with torch.device("meta"):  # weights are checked against the config before any memory is spent
             self.dit = WanActionTransformer(**self.config["dit"])
             self.vae = build_vae(**self.config["vae"]).requires_grad_(False)
-        self._load(root)
+        if not meta:
+            self._load(root)
         if gradient_checkpointing:
             self.dit.enable_gradient_checkpointing()
         train_t, train_sigma, train_w = training_grid(sigma_shift)
