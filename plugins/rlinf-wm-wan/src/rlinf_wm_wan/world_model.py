@@ -75,6 +75,9 @@ class WanWorldModel(WorldModel):
         precision: ``auto`` (bf16 weights on CUDA as upstream, fp32 on CPU), ``bf16`` or ``fp32``.
         sigma_shift: flow-matching shift (upstream: 5).
         gradient_checkpointing: recompute DiT blocks in the backward pass (world-model fine-tuning at 5 B).
+        static_clip_prob: fine-tuning augmentation (upstream ``static_video_prob``, 0.05 in its 5 B recipe): the
+            probability that a training clip becomes frame 0 repeated with padding actions, so the model learns
+            that no motion keeps the scene still.
     """
 
     condition = ConditionSpec(5, "first_and_last", pad_gripper=-1.0)
@@ -90,6 +93,7 @@ class WanWorldModel(WorldModel):
         precision: Literal["auto", "bf16", "fp32"] = "auto",
         sigma_shift: float = 5.0,
         gradient_checkpointing: bool = False,
+        static_clip_prob: float = 0.0,
     ) -> None:
         super().__init__()
         if precision not in ("auto", "bf16", "fp32"):
@@ -103,6 +107,9 @@ class WanWorldModel(WorldModel):
         self.noise_seed = noise_seed
         self.precision = precision
         self.sigma_shift = sigma_shift
+        if not 0.0 <= static_clip_prob <= 1.0:
+            raise ValueError(f"static_clip_prob must be in [0, 1], got {static_clip_prob}")
+        self.static_clip_prob = static_clip_prob
         self.config = read_config(root) if root.is_dir() else json.loads(json.dumps(DEFAULT_CONFIG))
         self.image_size = int(self.config["image_size"])
         inference_scheduler(num_inference_steps, sigma_shift)  # validates the step count
@@ -271,14 +278,19 @@ class WanWorldModel(WorldModel):
         if (frames.shape[1] - 1) % 4 or frames.shape[1] < 9:
             raise ValueError(f"Wan training clips have 1 + 4k >= 9 frames (upstream 13), got {frames.shape[1]}")
         frames = self._resize(frames.to(self.device))
+        actions = actions.to(self.device, torch.float32).clone()
+        gdev = generator.device if generator is not None else torch.device("cpu")
+        if self.static_clip_prob > 0:  # upstream's static-video augmentation
+            static = (torch.rand(len(frames), generator=generator, device=gdev) < self.static_clip_prob).to(self.device)
+            frames = torch.where(static.view(-1, 1, 1, 1, 1), frames[:, :1].expand_as(frames), frames)
+            actions[static] = 0.0
+            actions[static, :, -1] = self.condition.pad_gripper  # zeros, gripper -1 (open), as upstream
         dtype = self.compute_dtype
         with torch.no_grad():
             x0 = encode(self.vae, self._to_video(frames, dtype)).float()  # [B, 48, F, h, w]
         B = x0.shape[0]
-        actions = actions.to(self.device, torch.float32).clone()
         actions[:, 0] = 0.0
         actions[:, 0, -1] = self.condition.pad_gripper
-        gdev = generator.device if generator is not None else torch.device("cpu")
         ids = torch.randint(0, len(self.train_timesteps), (B,), generator=generator, device=gdev).to(self.device)
         noise = torch.randn(x0.shape, generator=generator, device=gdev).to(self.device)
         sigma = self.train_sigmas[ids].view(B, 1, 1, 1, 1)
