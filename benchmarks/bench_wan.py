@@ -6,7 +6,8 @@ decode 5 + C frames; C = 8 frames are returned per env. Each batch size runs ``-
 the time of the three stages is reported too (the DiT's share grows with the model, the VAE's with the frame size).
 By default a tiny random release is written (``make_tiny``, CPU); pass a real release and a GPU for real numbers::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_wan.py [--envs 1 4 8] [--model /path/to/RLinf-Wan-LIBERO-Spatial --device cuda]
+    OMP_NUM_THREADS=1 python benchmarks/bench_wan.py [--envs 1 4 8]
+    python benchmarks/bench_wan.py --model /path/to/RLinf-Wan-LIBERO-Spatial --device cuda
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def main() -> None:
     steps = args.steps or (5 if args.model else 2)
     model = WanWorldModel(model_path=path, num_inference_steps=steps).to(args.device).eval()
     print(f"Wan world model {path} on {args.device} ({model.compute_dtype}), {model.image_size} px, {steps} steps, "
-          f"{sum(p.numel() for p in model.dit.parameters()) / 1e6:.1f} M DiT parameters, threads {torch.get_num_threads()}")
+          f"{sum(p.numel() for p in model.dit.parameters()) / 1e6:.1f} M DiT parameters, "
+          f"threads {torch.get_num_threads()}")
     print(f"{'envs':>5} {'chunk s':>9} {'encode':>8} {'DiT':>8} {'decode':>8} {'frames/s':>9} {'ratio':>8}")
     base = None
     for n in args.envs:

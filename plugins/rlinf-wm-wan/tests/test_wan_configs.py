@@ -29,7 +29,8 @@ def test_libero_config_parses_and_builds_the_5b_world_model_on_meta(suite, capsy
     assert wm["model_path"] == release and env["init_data_path"] == f"{release}/dataset" and env["enable_kir"]
     reward = env["reward_model"]
     assert reward["class_path"] == SUITES[suite] and reward["init_args"]["checkpoint"].startswith(release)
-    assert cfg["eval_env"]["class_path"] == "LiberoEnv" and cfg["eval_env"]["init_args"]["task_suite_name"] == f"libero_{suite}"
+    eval_env = cfg["eval_env"]
+    assert eval_env["class_path"] == "LiberoEnv" and eval_env["init_args"]["task_suite_name"] == f"libero_{suite}"
     policy = cfg["policy"]["init_args"]
     assert policy["unnorm_key"] == f"libero_{suite}_no_noops" and policy["num_action_chunks"] == 8
     assert Registry().load().resolve("world_model", reward["class_path"])

@@ -38,7 +38,8 @@ def test_training_grid_and_weights_are_upstreams():
 def _env(tiny, enable_kir, num_envs=2):
     model = WanWorldModel(model_path=str(tiny), num_inference_steps=2)
     rm = ResnetRewardModel(str(tiny / "resnet_rm.pth"))
-    return WorldModelEnv(model, rm, str(tiny / "dataset"), num_envs=num_envs, max_episode_steps=16, enable_kir=enable_kir)
+    data = str(tiny / "dataset")
+    return WorldModelEnv(model, rm, data, num_envs=num_envs, max_episode_steps=16, enable_kir=enable_kir)
 
 
 def test_kir_and_plain_resets_start_from_different_condition_frames(tiny_wan):
@@ -110,3 +111,18 @@ def test_training_loss_decreases_on_tiny_clips(tiny_wan):
     assert not any(p.grad is not None for p in model.vae.parameters())  # the VAE is frozen
     with pytest.raises(ValueError, match="1 \\+ 4k >= 9 frames"):
         model.training_loss(frames[:, :12], actions[:, :12])
+
+
+def test_goal_release_with_the_task_conditioned_reward_model(tmp_path):
+    from rlinf.world_models.reward_models import TaskEmbedResnetRewardModel
+    from rlinf_wm_wan.make_tiny import make_tiny
+
+    root = make_tiny(tmp_path / "RLinf-Wan-LIBERO-Goal-Tiny", reward="taskemb", num_init=2)
+    assert (root / "taskemb_resnet_rm.pth").is_file() and not (root / "resnet_rm.pth").exists()
+    rm = TaskEmbedResnetRewardModel(str(root / "taskemb_resnet_rm.pth"), task_suite="libero_goal")
+    model = WanWorldModel(model_path=str(root), num_inference_steps=1)
+    env = WorldModelEnv(model, rm, str(root / "dataset"), num_envs=2, max_episode_steps=8, enable_kir=True)
+    obs = env.reset(reset_state_ids=np.array([1, 3]))
+    assert obs.task_descriptions == ["open the middle drawer of the cabinet", "open the top drawer and put the bowl inside"]
+    out = env.chunk_step(torch.zeros(2, 8, 7))
+    assert out.rewards.shape == (2, 8) and np.isfinite(out.rewards).all()

@@ -52,8 +52,8 @@ def test_static_clip_augmentation_and_the_5b_recipe(tiny_wan):
     model = WanWorldModel(model_path=str(tiny_wan), static_clip_prob=1.0)
     frames = torch.randint(0, 256, (2, 13, 64, 64, 3), dtype=torch.uint8)
     loss = model.training_loss(frames, torch.rand(2, 13, 7), generator=torch.Generator().manual_seed(0))
-    still = model.training_loss(frames[:, :1].expand_as(frames), torch.zeros(2, 13, 7) - torch.tensor([0.0] * 6 + [1.0]),
-                                generator=torch.Generator().manual_seed(0))
+    pad = torch.zeros(2, 13, 7) - torch.tensor([0.0] * 6 + [1.0])
+    still = model.training_loss(frames[:, :1].expand_as(frames), pad, generator=torch.Generator().manual_seed(0))
     assert loss.item() == pytest.approx(still.item(), rel=1e-6)  # every clip replaced by its frame 0, pad actions
     with pytest.raises(ValueError, match="static_clip_prob"):
         WanWorldModel(model_path=str(tiny_wan), static_clip_prob=2.0)

@@ -50,8 +50,9 @@ def write_init_data(root: Path, num_init: int, size: int, seed: int) -> None:
         later = np.stack([np.roll(first, 2 * (k + 1), axis=1) for k in range(4)])
         actions = np.concatenate([np.zeros((1, 7)), rng.uniform(-1, 1, (4, 7))]).astype(np.float32)
         actions[1:, -1] = np.sign(actions[1:, -1])  # the gripper is +-1
-        save_init_trajectory(root / f"traj{i}.npy", first[None], tasks[i % len(tasks)], actions[:1])
-        save_init_trajectory(root / f"traj{i}_kir.npy", np.concatenate([first[None], later]), tasks[i % len(tasks)], actions)
+        task = tasks[i % len(tasks)]
+        save_init_trajectory(root / f"traj{i}.npy", first[None], task, actions[:1])
+        save_init_trajectory(root / f"traj{i}_kir.npy", np.concatenate([first[None], later]), task, actions)
 
 
 def make_tiny(path: str | Path, reward: str = "resnet", image_size: int = 64, num_init: int = 4, seed: int = 0) -> Path:

@@ -16,7 +16,7 @@ NUM_TRAIN_TIMESTEPS = 1000
 
 
 def inference_scheduler(num_steps: int = 5, shift: float = 5.0) -> FlowMatchEulerDiscreteScheduler:
-    """A scheduler set to upstream's ``num_steps`` grid (``.timesteps`` ``[N]``, ``.sigmas`` ``[N + 1]`` ending in 0)."""
+    """A scheduler set to upstream's ``num_steps`` grid (``.timesteps [N]``, ``.sigmas [N + 1]`` ending in 0)."""
     if num_steps < 1:
         raise ValueError(f"num_inference_steps must be >= 1, got {num_steps}")
     scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=NUM_TRAIN_TIMESTEPS, shift=shift)

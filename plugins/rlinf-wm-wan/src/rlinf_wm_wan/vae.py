@@ -50,7 +50,8 @@ _FIXED = {
     "decoder.head.0.": "decoder.norm_out.", "decoder.head.2.": "decoder.conv_out.",
 }
 _MIDDLE = re.compile(r"^(encoder|decoder)\.middle\.([012])\.(.+)$")
-_STAGE = re.compile(r"^(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)$|^(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)$")
+_STAGE = re.compile(r"^(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)$"
+                    r"|^(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)$")
 _MID_D = re.compile(r"^(encoder|decoder)\.mid_block\.(resnets|attentions)\.(\d+)\.(.+)$")
 _STAGE_D = re.compile(r"^(encoder)\.down_blocks\.(\d+)\.(resnets\.(\d+)|downsampler)\.(.+)$"
                       r"|^(decoder)\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.+)$")

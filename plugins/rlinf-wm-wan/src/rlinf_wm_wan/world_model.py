@@ -4,7 +4,7 @@ Loads a released directory (``RLinf-Wan-LIBERO-{Spatial,Object,Goal}``) as is::
 
     model-00001.safetensors   the DiT in DiffSynth ``WanModel`` names (renamed to diffusers at load, strict)
     Wan2.2_VAE.pth            the VAE in the original Wan names
-    wan_config.json           optional side-car (absent: the 5 B sizes, 256 px) — written by make_tiny / save_pretrained
+    wan_config.json           optional side-car (absent: the 5 B sizes, 256 px); make_tiny / save_pretrained write it
 
 The reward model (``resnet_rm.pth`` / ``taskemb_resnet_rm.pth``) and the initial states (``dataset/traj*.npy``)
 are the env's (:class:`rlinf.WorldModelEnv` ``reward_model`` / ``init_data_path``).
@@ -199,14 +199,18 @@ class WanWorldModel(WorldModel):
     def init_state(self, frames: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
         """Queue ``uint8 [B, 5, S, S, 3]`` (resized to the model's size) and condition actions ``[B, 5, 7]``."""
         if frames.shape[1] != self.condition.num_frames:
-            raise ValueError(f"WanWorldModel starts from {self.condition.num_frames} condition frames, got {frames.shape[1]}")
+            raise ValueError(
+                f"WanWorldModel starts from {self.condition.num_frames} condition frames, got {frames.shape[1]}"
+            )
         return {"frames": self._resize(frames.to(self.device)), "actions": actions.to(self.device, torch.float32)}
 
     def predict(self, state, actions, generator=None):
         """Frames ``uint8 [B, C, S, S, 3]`` for raw actions ``[B, C, 7]`` (C a multiple of 4, upstream 8)."""
         C = actions.shape[1]
         if C % 4 or C < 4:
-            raise ValueError(f"WanWorldModel predicts 4k frames per chunk (5 condition + C = 1 + 4k), got a chunk of {C}")
+            raise ValueError(
+                f"WanWorldModel predicts 4k frames per chunk (5 condition + C = 1 + 4k), got a chunk of {C}"
+            )
         acts = torch.cat([state["actions"], actions.to(self.device, torch.float32)], dim=1)  # [B, 5 + C, 7]
         video = self.generate(state["frames"], acts, generator)  # uint8 [B, 5 + C, S, S, 3]
         n = self.condition.num_frames - 1
