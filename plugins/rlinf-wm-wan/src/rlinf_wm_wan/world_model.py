@@ -178,7 +178,7 @@ class WanWorldModel(WorldModel):
     def to(self, *args, **kwargs):  # type: ignore[override]
         """As ``nn.Module.to``; with ``precision: auto`` the DiT and VAE weights follow the device (bf16 on CUDA)."""
         out = super().to(*args, **kwargs)
-        dtype = self.compute_dtype
+        dtype = self.target_dtype
         if self.dit.dtype != dtype:  # nn.Module.to: every weight, no fp32 islands (upstream runs all in bf16)
             nn.Module.to(self.dit, dtype)
             nn.Module.to(self.vae, dtype)
@@ -189,10 +189,17 @@ class WanWorldModel(WorldModel):
         return self.dit.device
 
     @property
-    def compute_dtype(self) -> torch.dtype:
+    def target_dtype(self) -> torch.dtype:
+        """The weights' dtype ``precision`` asks for on the current device (applied by :meth:`to`)."""
         if self.precision == "bf16" or (self.precision == "auto" and self.dit.device.type == "cuda"):
             return torch.bfloat16
         return torch.float32
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype sampling and the loss run in: the weights' (a parent module's ``.to`` moves them without
+        calling :meth:`to`, e.g. Lightning moving a ``WorldModelTrainer``; autocast still applies)."""
+        return self.dit.dtype
 
     # ------------------------------------------------------------------ the WorldModel contract
 
