@@ -151,6 +151,9 @@ class WanWorldModel(WorldModel):
             raise ValueError(f"{vae_path}: not a loadable .pth state dict ({type(exc).__name__})") from None
         load_vae_state_dict(vae_state, self.vae, str(vae_path))
         nn.Module.to(self.vae.requires_grad_(False), self.dit.dtype)
+        left = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if t.is_meta and "train_" not in n]
+        if left:  # a tensor no file provided (a diffusers change): fail here, not at the first forward
+            raise RuntimeError(f"WanWorldModel: {left[0]!r} was not loaded from {root}")
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json``); the reward
