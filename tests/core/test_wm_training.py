@@ -45,7 +45,9 @@ def dimming_world(tmp_path, episodes=6, T=10, size=16, gain=0.8):
 def test_world_model_trainer_learns_through_rlinf_fit_and_its_export_loads_back(tmp_path):
     data = dimming_world(tmp_path)
     main(["fit", "--config", str(ROOT / "configs/toy/world_model_fit.yaml"), f"--model.init_args.data_path={data}",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", *QUIET])  # fmt: skip
+          f"--trainer.logger.init_args.save_dir={tmp_path}", f"--model.init_args.cache_dir={tmp_path / 'cache'}",
+          *QUIET])  # fmt: skip
+    assert len(list((tmp_path / "cache").iterdir())) == 6  # one memory-mapped entry per episode
     export = next(tmp_path.glob("toy_world_model/version_*")) / "world_model"
     loaded = ToyWorldModel(model_path=str(export))
     saved = load_safetensors(export / "model.safetensors")
@@ -96,3 +98,17 @@ def test_trainers_explain_what_they_cannot_train(tmp_path):
         RewardModelTrainer(TaskEmbedResnetRewardModel(), str(data), val_fraction=0.5).setup("fit")
     with pytest.raises(ValueError, match="val_fraction must be in"):
         RewardModelTrainer(ResnetRewardModel(), str(data), val_fraction=1.0)
+
+
+@pytest.mark.parametrize("config, flag, expected", [
+    ("world_model_fit", "--model.init_args.data_path=nowhere", "data_path nowhere is not a directory"),
+    ("reward_model_fit", "--model.init_args.reward_model.init_args.checkpoint=none.pth",
+     "reward model checkpoint none.pth does not exist"),
+])  # fmt: skip
+def test_bad_paths_fail_in_one_line_before_a_run_dir_exists(tmp_path, monkeypatch, capsys, config, flag, expected):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(ROOT / f"configs/toy/{config}.yaml"), flag])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert info.value.code not in (0, None) and last.startswith("rlinf: error: ") and expected in last, last
+    assert not (tmp_path / "runs").exists()
