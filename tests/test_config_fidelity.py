@@ -92,6 +92,19 @@ LIBERO_130_EVAL = {
     "policy.unnorm_key": "libero_130_no_noops_trajall",
     "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
 }
+WAN_GRPO = {  # wan_libero_*_grpo_openvlaoft.yaml + env/wan_libero_*.yaml (YAML Adam eps: passed since RLinf #332)
+    "optim.adam_eps": 1e-5, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999,
+    "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32, "total_envs": 64,
+    "env.class_path": "WorldModelEnv", "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
+    "env.reward_coef": 5.0, "env.use_rel_reward": True, "env.enable_kir": True,
+    "eval_env.class_path": "LiberoEnv", "eval_env.max_episode_steps": 512, "eval_env.settle_gripper": "open",
+    "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 256, "rollout.temperature_train": 1.6,
+    "rollout.temperature_eval": 1.6, "algorithm.class_path": "GRPO", "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.5, "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_c": 3.0, "algorithm.logprob_type": "token_level",
+    "algorithm.reward_type": "action_level", "policy.attention_mode": "bidirectional", "policy.top_k": -1,
+    "policy.is_lora": False, "policy.num_action_chunks": 8, "policy.max_prompt_length": 128,
+}
 RL_EVAL = {"rollout.do_sample_eval": True, "rollout.temperature_eval": 1.6, "rollout.eval_rollout_epoch": 2}
 SFT_EVAL = {"rollout.do_sample_eval": False, "rollout.eval_rollout_epoch": 1}
 
@@ -118,6 +131,9 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
     "maniskill/maniskill_ppo_openvlaoft.yaml": (V03 + "maniskill_ppo_openvlaoft.yaml", {
         **MANISKILL_PPO, "micro_batch_size": 40, "algorithm.clip_ratio_high": 0.28,
         "algorithm.logprob_type": "token_level", "policy.attention_mode": "bidirectional"}),
+    **{f"wan/wan_libero_{s}_grpo_openvlaoft.yaml": (V03 + f"wan_libero_{s}_grpo_openvlaoft.yaml", {
+        **WAN_GRPO, "policy.unnorm_key": f"libero_{s}_no_noops", "eval_env.task_suite_name": f"libero_{s}"})
+       for s in ("spatial", "object", "goal")},
     "metaworld/mt50_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
     **{f"opensora/libero_{suite}_grpo_openvlaoft.yaml": (V03 + "opensora_libero_spatial_grpo_openvlaoft.yaml", {
         **OPENSORA, "policy.unnorm_key": f"libero_{suite}_no_noops", "eval_env.task_suite_name": f"libero_{suite}"})
@@ -159,8 +175,9 @@ UPSTREAM.update({
 # configs that are not seeds' experiments: CPU smoke tests and the quickstart
 NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
              "metaworld/quickstart_grpo.yaml", "opensora/cpu_smoke.yaml", "opensora/world_model_fit.yaml",
-             "opensora/reward_model_fit.yaml"}
-SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora")
+             "opensora/reward_model_fit.yaml", "wan/wan_cpu_smoke.yaml", "wan/wan_world_model_fit.yaml",
+             "wan/wan_world_model_fit_cpu_smoke.yaml"}
+SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora", "wan")
 
 
 def _load(rel: str) -> dict:

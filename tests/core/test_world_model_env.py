@@ -117,6 +117,11 @@ def test_wan_like_condition_takes_frame_zero_and_the_last_four_frames_of_a_keyfr
     plain = kir[:1]  # a traj*.npy with the initial frame only: frame 0 everywhere, zero / gripper -1 actions
     frames, actions = condition_inputs(plain, spec, action_dim=7)
     assert (frames == kir[0]["image"]).all() and (actions[:, -1] == -1).all() and not actions[:, :-1].any()
+    # upstream's last_n_frames: a file of exactly 4 frames fills slots 1-4 with its frames 0-3 (and their actions)
+    frames, actions = condition_inputs(kir[:4], spec, action_dim=7)
+    assert [int(f[0, 0, 0]) for f in frames] == [10, 10, 20, 30, 40] and actions[1:, 0].tolist() == [0, 1, 2, 3]
+    frames, actions = condition_inputs(kir[:3], spec, action_dim=7)  # fewer: frame 0 everywhere
+    assert (frames == kir[0]["image"]).all() and (actions[:, -1] == -1).all()
 
 
 class _RecordingRewardModel(ToyRewardModel):

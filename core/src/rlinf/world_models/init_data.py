@@ -26,8 +26,9 @@ class ConditionSpec:
     Args:
         num_frames: condition frames ``T``.
         frames: ``repeat_first``: frame 0 repeated ``T`` times (OpenSora fills its condition queue this
-            way); ``first_and_last``: frame 0 then the file's last ``T - 1`` frames when it has that many
-            after frame 0 (keyframe init, Wan), else frame 0 repeated.
+            way); ``first_and_last``: frame 0 then the file's last ``T - 1`` frames when it has at least
+            ``T - 1`` frames (keyframe init, Wan; with exactly ``T - 1`` frames these include frame 0, as
+            upstream), else frame 0 repeated.
         pad_gripper: condition actions of frames that are copies of frame 0 are zeros with the last
             (gripper) entry set to this value (Wan: -1, open); ``None``: all zeros. Frames taken from the
             file keep their ``delta_action``.
@@ -107,7 +108,9 @@ def condition_inputs(traj: list[dict], spec: ConditionSpec, action_dim: int) -> 
     pad = np.zeros(action_dim, np.float32)
     if spec.pad_gripper is not None:
         pad[-1] = spec.pad_gripper
-    tail = traj[1:][-(T - 1) :] if T > 1 else []
+    # upstream (RLinf NpyTrajectoryDatasetWrapper "last_n_frames"): the file's last T - 1 frames whenever it has
+    # at least T - 1 frames, so a file of exactly T - 1 frames puts its own frame 0 in slot 1
+    tail = traj[-(T - 1) :] if T > 1 else []
     if spec.frames == "first_and_last" and T > 1 and len(tail) == T - 1:
         chosen = [(traj[0], pad), *((f, _action(f, action_dim)) for f in tail)]
     else:

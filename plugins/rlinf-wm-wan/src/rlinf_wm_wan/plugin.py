@@ -1,0 +1,10 @@
+"""rlinf entry point of rlinf-wm-wan: registers WanWorldModel."""
+
+from rlinf import hookimpl
+
+
+@hookimpl
+def register_world_models(register):
+    from rlinf_wm_wan.world_model import WanWorldModel
+
+    register(WanWorldModel)
