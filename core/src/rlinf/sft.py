@@ -7,21 +7,19 @@ the policy's ``model_path``.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from rlinf.config import OptimConfig
 from rlinf.data.demos import DemoDataset
 from rlinf.envs.observation import Observation
 from rlinf.policies.base import Policy
-from rlinf.training.optim import configure_adamw
+from rlinf.training.supervised import SupervisedModule
 
 
-class SFTModule(pl.LightningModule):
+class SFTModule(SupervisedModule):
     """Behaviour cloning: minimises ``policy.sft_loss(obs, expert_action_chunks)``.
 
     Args:
@@ -38,6 +36,9 @@ class SFTModule(pl.LightningModule):
         export_dir: where the trained policy is saved (``save_pretrained``) at the end of fit;
             default ``<log_dir>/policy``. Point the RL config's ``policy.init_args.model_path`` here.
     """
+
+    export_name = "policy"
+    export_hint = " (use it as the policy's model_path)"
 
     def __init__(
         self,
@@ -83,27 +84,11 @@ class SFTModule(pl.LightningModule):
             )
         self.train_set, self.val_set = data.split(self.val_fraction, seed=self.split_seed)
 
-    def _loader(self, dataset: DemoDataset, train: bool) -> DataLoader:
-        sampler = None
-        world = self.trainer.world_size if self._trainer is not None else 1
-        if world > 1:
-            sampler = DistributedSampler(dataset, num_replicas=world, rank=self.global_rank, shuffle=train, seed=self.split_seed)
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=train and sampler is None,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            collate_fn=DemoDataset.collate,
-            drop_last=train and len(dataset) > self.batch_size * world,
-            persistent_workers=self.num_workers > 0,
-        )
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, train=True)
+        return self._loader(self.train_set, True, DemoDataset.collate)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self._loader(self.val_set, train=False) if self.val_set is not None else []
+        return self._loader(self.val_set, False, DemoDataset.collate) if self.val_set is not None else []
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         obs, actions = batch
@@ -123,28 +108,5 @@ class SFTModule(pl.LightningModule):
         pred = self.policy.act(obs, do_sample=False).actions.to(actions.device)
         self.log("val/action_l1", (pred - actions).abs().mean(), batch_size=n, sync_dist=True)
 
-    # ------------------------------------------------------------------ optim
-    def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        return configure_adamw(self.optim_cfg, params, total_steps=int(self.trainer.estimated_stepping_batches))
-
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
-        if clip is not None:
-            algorithm = gradient_clip_algorithm or "norm"
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
-
-    # ------------------------------------------------------------------ export
-    def on_fit_end(self) -> None:
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
-        if self.global_rank != 0:
-            return
-        if self.export_dir is not None:
-            path = Path(self.export_dir)
-        elif log_dir is not None:
-            path = Path(log_dir) / "policy"
-        else:
-            return
-        self.policy.save_pretrained(path)
-        self.export_path = path
-        print(f"rlinf: SFT policy saved to {path} (use it as the policy's model_path)", file=sys.stderr)
+    def trained_module(self) -> torch.nn.Module:
+        return self.policy

@@ -16,24 +16,22 @@ The data lives in the module (as in :class:`rlinf.sft.SFTModule`): the ``rlinf``
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from rlinf.config import OptimConfig
-from rlinf.training.optim import configure_adamw
+from rlinf.training.supervised import SupervisedModule
 from rlinf.world_models.base import RewardModel, WorldModel
 from rlinf.world_models.datasets import ClipDataset, FrameDataset, find_trajectories, split_episodes
 
 __all__ = ["RewardModelTrainer", "WorldModelTrainer"]
 
 
-class _EpisodeTrainer(pl.LightningModule):
-    """Shared parts: episode split, loaders, AdamW + schedule, gradient clipping, export at the end of fit."""
+class _EpisodeTrainer(SupervisedModule):
+    """Shared parts: the episode split and the loaders (optimizer, clipping and export: :class:`SupervisedModule`)."""
 
     export_name = "model"
 
@@ -70,7 +68,7 @@ class _EpisodeTrainer(pl.LightningModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
 
-    def _model(self) -> torch.nn.Module:
+    def trained_module(self) -> torch.nn.Module:
         raise NotImplementedError
 
     def _dataset(self, episodes: list[int]) -> Dataset:
@@ -85,57 +83,11 @@ class _EpisodeTrainer(pl.LightningModule):
         if len(self.train_set) == 0:
             raise ValueError(f"{self.data_path}: no training samples in {len(train)} episodes (episodes too short?)")
 
-    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
-        world = self.trainer.world_size if self._trainer is not None else 1
-        sampler = None
-        if world > 1:
-            sampler = DistributedSampler(dataset, world, self.global_rank, shuffle=train, seed=self.split_seed)
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=train and sampler is None,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            collate_fn=type(dataset).collate,
-            drop_last=train and len(dataset) > self.batch_size * world,
-            persistent_workers=self.num_workers > 0,
-        )
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, train=True)
+        return self._loader(self.train_set, True, type(self.train_set).collate)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self._loader(self.val_set, train=False) if self.val_set is not None else []
-
-    def configure_optimizers(self):
-        params = [p for p in self._model().parameters() if p.requires_grad]
-        if not params:
-            raise ValueError(f"{type(self._model()).__name__} has no trainable parameters")
-        return configure_adamw(self.optim_cfg, params, total_steps=int(self.trainer.estimated_stepping_batches))
-
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
-        if clip is not None:
-            algorithm = gradient_clip_algorithm or "norm"
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
-
-    def on_fit_end(self) -> None:
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
-        if self.global_rank != 0:
-            return
-        if self.export_dir is not None:
-            path = Path(self.export_dir)
-        elif log_dir is not None:
-            path = Path(log_dir) / self.export_name
-        else:
-            return
-        model = self._model()
-        was_training = model.training
-        model.eval()
-        written = model.save_pretrained(str(path))
-        model.train(was_training)
-        self.export_path = Path(written) if written is not None else path
-        print(f"rlinf: {type(model).__name__} saved to {self.export_path}", file=sys.stderr)
+        return self._loader(self.val_set, False, type(self.val_set).collate) if self.val_set is not None else []
 
 
 class WorldModelTrainer(_EpisodeTrainer):
@@ -184,7 +136,7 @@ class WorldModelTrainer(_EpisodeTrainer):
         self.world_model = world_model
         self.stride = stride
 
-    def _model(self) -> torch.nn.Module:
+    def trained_module(self) -> torch.nn.Module:
         return self.world_model
 
     def _dataset(self, episodes: list[int]) -> ClipDataset:
@@ -263,7 +215,7 @@ class RewardModelTrainer(_EpisodeTrainer):
         self.reward_model = reward_model
         self.pos_weight = pos_weight
 
-    def _model(self) -> torch.nn.Module:
+    def trained_module(self) -> torch.nn.Module:
         return self.reward_model
 
     def _dataset(self, episodes: list[int]) -> FrameDataset:
