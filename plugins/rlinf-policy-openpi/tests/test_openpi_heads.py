@@ -35,7 +35,7 @@ def test_explore_noise_net_keys_and_std_range():
     ]
     assert [net.mlp_logvar.moduleList[i].linear_1.out_features for i in range(3)] == [128, 64, 32]
     for scale in (0.0, 1.0, 100.0):  # tanh squashing: always within [0.08, 0.16]
-        std = net(torch.randn(3, 5, 48) * scale)
+        std = net(torch.randn(3, 5, 48) * scale).detach()
         assert std.shape == (3, 5, 32)
         assert float(std.min()) >= 0.08 - 1e-6 and float(std.max()) <= 0.16 + 1e-6
     feats = torch.randn(2, 48)
