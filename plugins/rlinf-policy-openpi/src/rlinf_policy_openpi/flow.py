@@ -67,7 +67,7 @@ def step_mean_std(
         grid: ``[N + 1]`` :func:`timestep_grid`.
         idx: ``long [B]`` step index per row, in ``[0, N − 1]``.
         method: one of :data:`NOISE_METHODS`.
-        noise_level: ``nl`` of flow_sde / flow_cps (float or 0-dim tensor).
+        noise_level: ``nl`` of flow_sde / flow_cps: a float, a 0-dim tensor or one per row ``[B]``.
         noise_std: ``[B, H, A]`` std of flow_noise.
 
     Returns:
@@ -86,16 +86,22 @@ def step_mean_std(
                 raise ValueError("flow_noise needs noise_std (the explore-noise head's output)")
             std = noise_std.expand_as(mean)
     elif method == "flow_sde":
-        sigma = sde_sigmas(grid, noise_level)[idx].view(-1, 1, 1).to(x_t.dtype)
+        sigma = (sde_sigmas(grid, 1.0)[idx] * _per_row(noise_level, idx)).view(-1, 1, 1).to(x_t.dtype)
         mean = x0_hat * (1 - s) + x1_hat * (s - sigma**2 * delta / (2 * t))
         std = (torch.sqrt(delta) * sigma).expand_as(mean)
     elif method == "flow_cps":
-        angle = math.pi * torch.as_tensor(noise_level, dtype=x_t.dtype, device=x_t.device) / 2
+        angle = (math.pi * _per_row(noise_level, idx) / 2).view(-1, 1, 1).to(x_t.dtype)
         mean = x0_hat * (1 - s) + x1_hat * s * torch.cos(angle)
         std = (s * torch.sin(angle)).expand_as(mean)
     else:
         raise ValueError(f"noise_method {method!r} not supported; use one of {', '.join(NOISE_METHODS)}")
     return mean, std
+
+
+def _per_row(noise_level: float | torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``noise_level`` as ``[B]`` (a scalar is broadcast over the rows of ``idx``)."""
+    nl = torch.as_tensor(noise_level, dtype=torch.float32, device=idx.device)
+    return nl.expand(idx.shape) if nl.dim() == 0 else nl
 
 
 def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
