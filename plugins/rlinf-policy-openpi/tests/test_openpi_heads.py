@@ -23,9 +23,8 @@ def test_value_head_has_rlinf_keys_and_relu_mlp():
 
 
 def test_value_hidden_sizes_read_from_a_checkpoint():
-    state = {f"value_head.{k}": v for k, v in ValueHead(64, (1024, 512, 256)).state_dict().items()}
-    assert value_hidden_sizes_from(state) == (1024, 512, 256)
-    assert value_hidden_sizes_from({"other.weight": torch.zeros(1)}) is None
+    assert value_hidden_sizes_from(ValueHead(64, (1024, 512, 256)).state_dict()) == (1024, 512, 256)
+    assert value_hidden_sizes_from({}) is None
 
 
 def test_explore_noise_net_keys_and_std_range():
@@ -48,17 +47,17 @@ def test_explore_noise_net_keys_and_std_range():
 
 def test_load_head_is_strict_and_ignores_rlinf_logvar_buffers():
     src, dst = ValueHead(16, (8, 4, 2)), ValueHead(16, (8, 4, 2))
-    state = {f"value_head.{k}": v for k, v in src.state_dict().items()}
+    state = src.state_dict()
     load_head(dst, state, "value_head", "ckpt")
     x = torch.randn(3, 16)
     torch.testing.assert_close(dst(x), src(x))
     with pytest.raises(ValueError, match=r"ckpt lacks value_head\.mlp\.0\.bias"):
-        load_head(dst, {k: v for k, v in state.items() if k != "value_head.mlp.0.bias"}, "value_head", "ckpt")
+        load_head(dst, {k: v for k, v in state.items() if k != "mlp.0.bias"}, "value_head", "ckpt")
     with pytest.raises(ValueError, match=r"unexpected value_head\.mlp\.8\.weight"):
-        load_head(dst, {**state, "value_head.mlp.8.weight": torch.zeros(1)}, "value_head", "ckpt")
+        load_head(dst, {**state, "mlp.8.weight": torch.zeros(1)}, "value_head", "ckpt")
     with pytest.raises(ValueError, match=r"shape \(8, 16\).*expects \(8, 32\)"):
         load_head(ValueHead(32, (8, 4, 2)), state, "value_head", "ckpt")
     net = ExploreNoiseNet(8, 4)
-    noise_state = {f"noise_head.{k}": v for k, v in ExploreNoiseNet(8, 4).state_dict().items()}
-    noise_state["noise_head.logvar_min"] = torch.tensor([-5.0])  # RLinf saves its buffers: derived, ignored
+    noise_state = dict(ExploreNoiseNet(8, 4).state_dict())
+    noise_state["logvar_min"] = torch.tensor([-5.0])  # RLinf saves its buffers: derived, ignored
     load_head(net, noise_state, "noise_head", "ckpt")

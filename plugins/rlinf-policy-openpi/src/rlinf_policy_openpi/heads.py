@@ -49,13 +49,9 @@ class ValueHead(nn.Module):
         return self.mlp(x)
 
 
-def value_hidden_sizes_from(state: dict[str, torch.Tensor], prefix: str = "value_head.") -> tuple[int, ...] | None:
-    """Hidden widths of a saved :class:`ValueHead` (from its ``mlp.N.weight`` shapes), None if ``state`` has none."""
-    weights = sorted(
-        ((int(k[len(prefix) + 4 :].split(".")[0]), v) for k, v in state.items()
-         if k.startswith(prefix + "mlp.") and k.endswith(".weight")),
-        key=lambda kv: kv[0],
-    )
+def value_hidden_sizes_from(state: dict[str, torch.Tensor]) -> tuple[int, ...] | None:
+    """Hidden widths of a saved :class:`ValueHead` (``state``: its tensors without ``value_head.``), None if empty."""
+    weights = sorted((int(k.split(".")[1]), v) for k, v in state.items() if k.startswith("mlp.") and k.endswith(".weight"))
     return tuple(int(w.shape[0]) for _, w in weights[:-1]) if weights else None
 
 
@@ -112,12 +108,13 @@ class ExploreNoiseNet(nn.Module):
         return torch.exp(0.5 * logvar)
 
 
-IGNORED_HEAD_KEYS = ("noise_head.logvar_min", "noise_head.logvar_max")  # RLinf's derived buffers (config wins)
+IGNORED_HEAD_KEYS = ("logvar_min", "logvar_max")  # RLinf's derived noise-head buffers (the config wins)
 
 
 def load_head(head: nn.Module, state: dict[str, torch.Tensor], prefix: str, source: str) -> None:
-    """Strictly load ``prefix.*`` tensors of ``state`` into ``head``; one-line error naming the first bad key."""
-    own = {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".") and k not in IGNORED_HEAD_KEYS}
+    """Strictly load a head's tensors (``state``: names without ``prefix.``) into ``head``; one-line error naming
+    the first missing / unexpected key or wrong shape."""
+    own = {k: v for k, v in state.items() if k not in IGNORED_HEAD_KEYS}
     expected = head.state_dict()
     missing = sorted(set(expected) - set(own))
     unexpected = sorted(set(own) - set(expected))

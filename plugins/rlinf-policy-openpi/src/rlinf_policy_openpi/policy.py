@@ -22,6 +22,7 @@ from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 from rlinf.precision import apply_precision, resolve_precision
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import DEFAULT_VALUE_HIDDEN, ExploreNoiseNet, ValueHead, load_head, value_hidden_sizes_from
+from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
 
 ValueVLMMode = Literal["mean_token", "last_token", "first_token"]
@@ -68,6 +69,8 @@ class OpenPIPolicy(Policy):
             only one in the checkpoint).
         discrete_state_input: π0.5 only: write the state into the prompt as 256-bin tokens (default: the
             checkpoint's config; RLinf's π0.5 MetaWorld / LIBERO fine-tunes use False).
+        tokenizer_path: the PaliGemma ``paligemma_tokenizer.model`` (default: in ``model_path``, else openpi's cache
+            ``~/.cache/openpi/big_vision/``; never downloaded).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
         precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf.precision`): with ``bf16`` the
@@ -98,12 +101,14 @@ class OpenPIPolicy(Policy):
         num_images_in_input: int = 1,
         asset_id: str | None = None,
         discrete_state_input: bool | None = None,
+        tokenizer_path: str | None = None,
         lora: LoRAConfig | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
-        from rlinf_policy_openpi.checkpoint import load_checkpoint_for_policy
+        from rlinf_policy_openpi.checkpoint import load_model, read_norm_stats
+        from rlinf_policy_openpi.transforms import find_tokenizer
 
         prec = resolve_precision(precision)
         path = Path(model_path)
@@ -115,9 +120,11 @@ class OpenPIPolicy(Policy):
         self.sampler = FlowSampler(num_steps, noise_method, joint_logprob, ignore_last)
         self.model_path = str(path)
         overrides = {} if discrete_state_input is None else {"discrete_state_input": bool(discrete_state_input)}
-        loaded = load_checkpoint_for_policy(path, asset_id=asset_id, meta=is_meta_init(), **overrides)
-        model, self.inputs = loaded.model, loaded.inputs
+        model, ckpt = load_model(path, **overrides)
         config = model.config
+        self.asset_id = asset_id
+        self.tokenizer_path = str(find_tokenizer(path, tokenizer_path))
+        self.inputs = ObservationInputs(config, read_norm_stats(path, asset_id), self.tokenizer_path)
         self.config = config
         self.is_pi05 = config.pi05
 
@@ -145,20 +152,20 @@ class OpenPIPolicy(Policy):
         self.rl_step = 0
 
         # --- heads (RLinf names, optional tensors of the checkpoint)
-        heads = loaded.heads
-        has_saved_value = any(k.startswith("value_head.") for k in heads)
+        heads = ckpt.heads
+        has_saved_value = bool(heads.get("value_head"))
         self.has_value_head = bool(add_value_head if add_value_head is not None else saved.get("add_value_head", has_saved_value))
         if self.has_value_head:
-            hidden = tuple(value_hidden_sizes or value_hidden_sizes_from(heads) or DEFAULT_VALUE_HIDDEN)
+            hidden = tuple(value_hidden_sizes or value_hidden_sizes_from(heads.get("value_head", {})) or DEFAULT_VALUE_HIDDEN)
             width = config.vlm_width if self.value_after_vlm else config.expert_width
             model.value_head = ValueHead(width, hidden)
             if has_saved_value and not is_meta_init():
-                load_head(model.value_head, heads, "value_head", str(path))
+                load_head(model.value_head, heads["value_head"], "value_head", str(path))
         if noise_method == "flow_noise":
             model.noise_head = ExploreNoiseNet(config.expert_width, config.action_dim,
                                                noise_logvar_range=self.noise_logvar_range)
-            if any(k.startswith("noise_head.") for k in heads) and not is_meta_init():
-                load_head(model.noise_head, heads, "noise_head", str(path))
+            if heads.get("noise_head") and not is_meta_init():
+                load_head(model.noise_head, heads["noise_head"], "noise_head", str(path))
 
         # --- what trains, LoRA, precision
         if self.train_expert_only:
@@ -291,7 +298,7 @@ class OpenPIPolicy(Policy):
             noise_level=level, noise_std_fn=self._noise_std_fn(),
         )
         C, D = self.num_action_chunks, self.action_dim
-        actions = self.inputs.unnormalize_actions(out.actions)[:, :C, :D]
+        actions = self.inputs.unnormalize_actions(out.actions[:, :C], D)
         return ActOutput(
             actions=actions.float(),
             logprobs=out.logprobs[:, :C, :D].float(),
@@ -320,35 +327,73 @@ class OpenPIPolicy(Policy):
 
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
+        """Constructor settings :meth:`from_pretrained` restores (runtime ones — LoRA, precision — excluded)."""
+        hidden = [m.out_features for m in self.openpi.value_head.mlp[:-1] if isinstance(m, nn.Linear)] \
+            if self.has_value_head else None
         return {
             "policy": type(self).__name__,
             "action_dim": self.action_dim,
             "num_action_chunks": self.num_action_chunks,
+            "num_steps": self.num_steps,
             "add_value_head": self.has_value_head,
+            "noise_method": self.noise_method,
+            "noise_level": self.noise_level,
+            "noise_anneal": self.noise_anneal,
+            "noise_params": list(self.noise_params),
+            "noise_logvar_range": list(self.noise_logvar_range),
+            "joint_logprob": self.sampler.joint_logprob,
+            "ignore_last": self.sampler.ignore_last,
+            "detach_critic_input": self.detach_critic_input,
+            "chunk_critic_input": self.chunk_critic_input,
             "value_after_vlm": self.value_after_vlm,
+            "value_vlm_mode": self.value_vlm_mode,
+            "value_hidden_sizes": hidden,
+            "train_expert_only": self.train_expert_only,
             "num_images_in_input": self.num_images_in_input,
+            "asset_id": self.asset_id,
+            "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
         }
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
-        """Checkpoint-named weights (heads as ``value_head.*`` / ``noise_head.*``; LoRA merged)."""
+        """openpi-named weights without the tied ``embed_tokens`` (as openpi saves them), the heads as
+        ``value_head.*`` / ``noise_head.*`` (RLinf's names); LoRA deltas merged in."""
+        from rlinf_policy_openpi.checkpoint import EMBED_KEY
+
         if self.is_lora:
             from rlinf.models.lora import merged_state_dict
 
-            return merged_state_dict(self.model)
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+            state = merged_state_dict(self.model)
+        else:
+            state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        return {k: v for k, v in state.items() if k != EMBED_KEY}
 
     def save_pretrained(self, path: str | Path) -> None:
-        """An RLinf-Pi0-style directory: ``model.safetensors`` (openpi names, heads included), ``config.json``
-        (openpi form + the policy settings under ``rlinf``), norm stats and tokenizer."""
-        from rlinf_policy_openpi.checkpoint import save_policy_checkpoint
+        """An RLinf-Pi0-style directory that :meth:`from_pretrained` (and RLinf) load: ``model.safetensors``,
+        ``config.json`` (openpi form + the policy settings under ``rlinf``), ``assets/<asset_id>/norm_stats.json``
+        and the tokenizer."""
+        import shutil
 
-        save_policy_checkpoint(self, Path(path), {RLINF_KEY: self._settings()})
+        from rlinf.models.checkpoint import save_weights
+        from rlinf_policy_openpi.checkpoint import write_norm_stats
+        from rlinf_policy_openpi.transforms import TOKENIZER_FILE
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_weights(self.state_dict_for_export(), path)
+        cfg = {**self.config.to_json(), RLINF_KEY: self._settings()}
+        (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        write_norm_stats(path / "assets" / (self.asset_id or "default"), self.inputs.stats)
+        if Path(self.tokenizer_path).resolve() != (path / TOKENIZER_FILE).resolve():
+            shutil.copyfile(self.tokenizer_path, path / TOKENIZER_FILE)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides) -> "OpenPIPolicy":
         """Load a checkpoint directory; ``overrides`` are constructor settings. Settings a :meth:`save_pretrained`
         directory recorded (``action_dim``, ``num_action_chunks``, ``value_after_vlm``, ...) are the defaults."""
         saved = {k: v for k, v in _saved_settings(Path(path)).items() if k != "policy"}
+        for key in ("noise_params", "noise_logvar_range", "value_hidden_sizes"):
+            if saved.get(key) is not None:
+                saved[key] = tuple(saved[key])
         return cls(model_path=str(path), **{**saved, **overrides})
 
 
