@@ -216,7 +216,7 @@ def read_checkpoint(model_path: str | Path, *, weights: bool = True, **overrides
         any((path / rel).is_file() for rel in FULL_WEIGHTS) or len(weight_files(path)) > 1
     ):
         layout = "rlinf"  # RLinf reads every *.safetensors of the directory
-    config = read_config(path, pi05=variant_from_keys(state), **overrides)
+    config = read_config(path, keys_pi05=variant_from_keys(state), **overrides)
     return OpenPICheckpoint(config=config, layout=layout, state_dict=state if weights else {}, heads=heads, path=path)
 
 

@@ -292,12 +292,12 @@ def config_from_json(raw: dict, *, pi05: bool | None = None, source: str = "conf
     return OpenPIConfig(**kwargs)
 
 
-def read_config(model_path: str | Path, *, pi05: bool | None = None, **overrides) -> OpenPIConfig:
+def read_config(model_path: str | Path, *, keys_pi05: bool | None = None, **overrides) -> OpenPIConfig:
     """:class:`OpenPIConfig` of a checkpoint directory (``config.json`` optional), with ``overrides`` applied.
 
     Args:
         model_path: the checkpoint directory.
-        pi05: the variant read from the weights' key names (see :func:`variant_from_keys`).
+        keys_pi05: the variant read from the weights' key names (see :func:`variant_from_keys`).
         overrides: OpenPIConfig fields to change (e.g. ``action_horizon`` from the policy's settings).
     """
     path = Path(model_path)
@@ -308,7 +308,7 @@ def read_config(model_path: str | Path, *, pi05: bool | None = None, **overrides
             raw = json.loads(cfg_file.read_text())
         except json.JSONDecodeError as exc:
             raise OpenPIConfigError(f"{cfg_file} is not valid JSON: {exc}") from None
-    config = config_from_json(raw, pi05=pi05, source=str(cfg_file))
+    config = config_from_json(raw, pi05=keys_pi05, source=str(cfg_file))
     if overrides:
         known = {f.name for f in dataclasses.fields(OpenPIConfig)}
         unknown = sorted(set(overrides) - known)
