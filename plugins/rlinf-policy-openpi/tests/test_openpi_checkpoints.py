@@ -140,3 +140,8 @@ def test_norm_stats_locations(tiny, tmp_path):
     shutil.copytree(tmp_path / "ckpt" / "assets" / "lerobot", tmp_path / "ckpt" / "assets" / "other")
     with pytest.raises(CheckpointError, match="set asset_id to one of: lerobot/metaworld_mt50, other/metaworld_mt50"):
         read_norm_stats(tmp_path / "ckpt")
+    # deeper asset ids (RLinf's real-world recipes: <repo_id>/<subset>/norm_stats.json)
+    shutil.rmtree(tmp_path / "ckpt" / "assets")
+    shutil.copytree(tiny(layout="rlinf") / "lerobot", tmp_path / "ckpt" / "org" / "repo" / "tcp_v1")
+    assert read_norm_stats(tmp_path / "ckpt")["state"].mean.equal(openpi["state"].mean)
+    assert read_norm_stats(tmp_path / "ckpt", "org/repo/tcp_v1/metaworld_mt50")["state"].mean.equal(openpi["state"].mean)

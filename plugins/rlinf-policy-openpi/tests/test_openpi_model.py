@@ -137,6 +137,26 @@ def test_sample_actions_is_the_euler_ode(model):
     torch.testing.assert_close(actions, x, atol=1e-5, rtol=1e-5)
 
 
+def test_low_precision_storage_and_autocast(model):
+    import copy
+
+    inputs = make_inputs(model.config)
+    with torch.no_grad():
+        ref = model(*inputs)[0]
+        full = copy.deepcopy(model).to(torch.bfloat16)  # bf16-true
+        frozen_vlm = copy.deepcopy(model)  # train_expert_only: the frozen VLM stored in bf16, the expert in fp32
+        frozen_vlm.paligemma_with_expert.paligemma.to(torch.bfloat16)
+        outs = [m(*inputs)[0] for m in (full, frozen_vlm)]
+        for m in (full, frozen_vlm):
+            cache = m.prefix_cache(*inputs[:5])
+            outs.append(m.suffix_forward(cache, None, *inputs[5:])[0])
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # precision: bf16 (fp32 weights, bf16 compute)
+            outs.append(model(*inputs)[0])
+    for out in outs:
+        assert out.dtype == torch.float32 and torch.isfinite(out).all()
+        torch.testing.assert_close(out, ref, atol=0.05, rtol=0.05)
+
+
 def test_pure_helpers():
     pad = torch.tensor([[True, True, False, True, True]])
     ar = torch.tensor([[0, 0, 0, 1, 0]])

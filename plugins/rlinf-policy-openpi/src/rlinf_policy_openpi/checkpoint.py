@@ -249,9 +249,7 @@ def norm_stats_candidates(path: Path, asset_id: str | None) -> list[Path]:
     """Where ``norm_stats.json`` may live: ``<dir>/assets/<asset_id>/`` (openpi) or ``<dir>/<asset_id>/`` (RLinf)."""
     if asset_id is not None:
         return [path / "assets" / asset_id / NORM_STATS_FILE, path / asset_id / NORM_STATS_FILE]
-    found = sorted(path.glob(f"assets/*/{NORM_STATS_FILE}")) + sorted(path.glob(f"assets/*/*/{NORM_STATS_FILE}"))
-    found += sorted(path.glob(f"*/{NORM_STATS_FILE}")) + sorted(path.glob(f"*/*/{NORM_STATS_FILE}"))
-    return list(dict.fromkeys(found))
+    return sorted(path.rglob(NORM_STATS_FILE))  # asset ids nest (``lerobot/metaworld_mt50``, ``<repo>/<sub>``)
 
 
 def asset_id_of(path: Path, stats_file: Path) -> str:
