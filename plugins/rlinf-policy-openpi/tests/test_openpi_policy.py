@@ -9,24 +9,15 @@ import torch
 from rlinf.envs.observation import Observation
 from rlinf.testing.conformance import PolicyPluginTests
 from rlinf_policy_openpi import flow
-from rlinf_policy_openpi.make_tiny import make_tiny
 from rlinf_policy_openpi.policy import OpenPIPolicy
 
 VLM = "paligemma_with_expert.paligemma."
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """``tiny(pi05)``: a tiny RLinf-layout checkpoint (value head included), one per variant."""
-    made = {}
-
-    def get(pi05: bool = False):
-        if pi05 not in made:
-            made[pi05] = make_tiny(tmp_path_factory.mktemp("pi05" if pi05 else "pi0"), pi05=pi05, layout="rlinf",
-                                   max_token_len=24)
-        return made[pi05]
-
-    return get
+@pytest.fixture
+def ckpt(tiny):
+    """``ckpt(pi05)``: the tiny RLinf-layout checkpoint (value head included) of a variant (made once per process)."""
+    return lambda pi05=False: tiny(pi05=pi05, layout="rlinf", max_token_len=24)
 
 
 def _obs(B=3, seed=1, states=True):
@@ -48,8 +39,8 @@ class TestPi0Conformance(PolicyPluginTests):
     state_dim = 4
 
     @pytest.fixture(autouse=True)
-    def _ckpt(self, tiny):
-        self.path = tiny(False)
+    def _ckpt(self, ckpt):
+        self.path = ckpt(False)
 
     def make_policy(self):
         return _policy(self.path, noise_method="flow_sde", add_value_head=True)
@@ -59,8 +50,8 @@ class TestPi05FlowNoiseConformance(PolicyPluginTests):
     state_dim = 4
 
     @pytest.fixture(autouse=True)
-    def _ckpt(self, tiny):
-        self.path = tiny(True)
+    def _ckpt(self, ckpt):
+        self.path = ckpt(True)
 
     def make_policy(self):
         return _policy(self.path, noise_method="flow_noise", value_after_vlm=True)
@@ -74,8 +65,8 @@ CASES = [
 
 @pytest.mark.parametrize("pi05", [False, True], ids=["pi0", "pi05"])
 @pytest.mark.parametrize("method,extra", CASES, ids=[m + "".join(f"-{k}" for k in e) for m, e in CASES])
-def test_rollout_logprobs_equal_recompute(tiny, pi05, method, extra):
-    policy = _policy(tiny(pi05), noise_method=method, value_after_vlm=pi05, **extra)
+def test_rollout_logprobs_equal_recompute(ckpt, pi05, method, extra):
+    policy = _policy(ckpt(pi05), noise_method=method, value_after_vlm=pi05, **extra)
     obs = _obs(4)
     torch.manual_seed(5)
     out = policy.act(obs, temperature=1.2)
@@ -91,19 +82,19 @@ def test_rollout_logprobs_equal_recompute(tiny, pi05, method, extra):
         assert int(out.record["denoise_inds"][0]) <= 1
 
 
-def test_actions_are_the_chains_end_unnormalised(tiny):
+def test_actions_are_the_chains_end_unnormalised(ckpt):
     from rlinf_policy_openpi.transforms import unnormalize
 
-    policy = _policy(tiny(False), num_action_chunks=3, action_dim=2)
+    policy = _policy(ckpt(False), num_action_chunks=3, action_dim=2)
     out = policy.act(_obs(), do_sample=False)
     end = out.record["chains"][:, -1, :3, :2]
     torch.testing.assert_close(out.actions, unnormalize(end, policy.inputs.stats["actions"], quantile=False))
     assert out.actions.shape == (3, 3, 2) and out.logprobs.shape == (3, 3, 2)
 
 
-def test_greedy_is_the_model_sampler_from_a_fixed_noise(tiny):
+def test_greedy_is_the_model_sampler_from_a_fixed_noise(ckpt):
     """do_sample=False is the plain Euler ODE of OpenPIModel.sample_actions (from the fixed greedy noise)."""
-    policy = _policy(tiny(False))
+    policy = _policy(ckpt(False))
     obs = _obs()
     out = policy.act(obs, do_sample=False)
     batch = policy.inputs(obs, 1, policy.device)
@@ -113,8 +104,8 @@ def test_greedy_is_the_model_sampler_from_a_fixed_noise(tiny):
     torch.testing.assert_close(out.record["chains"][:, -1], ref, rtol=1e-5, atol=1e-5)
 
 
-def test_expert_critic_reads_the_action_expert(tiny):
-    policy = _policy(tiny(False), add_value_head=True)
+def test_expert_critic_reads_the_action_expert(ckpt):
+    policy = _policy(ckpt(False), add_value_head=True)
     model = policy.openpi
     assert model.value_head.mlp[0].in_features == policy.config.expert_width
     obs, moved = _obs(), _obs()
@@ -122,15 +113,15 @@ def test_expert_critic_reads_the_action_expert(tiny):
     assert not torch.allclose(policy.value(obs), policy.value(moved))
     # the critic's gradient reaches the expert unless detach_critic_input
     for detach, reaches in ((False, True), (True, False)):
-        policy = _policy(tiny(False), add_value_head=True, detach_critic_input=detach).train()
+        policy = _policy(ckpt(False), add_value_head=True, detach_critic_input=detach).train()
         policy.evaluate(obs, policy.act(obs).record, compute_values=True).values.sum().backward()
         expert = [p.grad for n, p in policy.openpi.named_parameters() if "gemma_expert" in n]
         assert any(g is not None and g.abs().sum() > 0 for g in expert) == reaches
         assert policy.openpi.value_head.mlp[0].weight.grad.abs().sum() > 0
 
 
-def test_vlm_critic_reads_the_prefix_output(tiny):
-    policy = _policy(tiny(True), value_after_vlm=True, value_vlm_mode="mean_token")
+def test_vlm_critic_reads_the_prefix_output(ckpt):
+    policy = _policy(ckpt(True), value_after_vlm=True, value_vlm_mode="mean_token")
     assert policy.openpi.value_head.mlp[0].in_features == policy.config.vlm_width
     obs = _obs()
     cache = policy._prefix(obs)
@@ -143,20 +134,20 @@ def test_vlm_critic_reads_the_prefix_output(tiny):
         torch.testing.assert_close(policy.value(obs), policy.openpi.value_head(cache.prefix_out[:, pos].float()))
 
 
-def test_value_head_weights_load_from_the_checkpoint(tiny):
+def test_value_head_weights_load_from_the_checkpoint(ckpt):
     from rlinf_policy_openpi.checkpoint import read_checkpoint
 
-    heads = read_checkpoint(tiny(False)).heads["value_head"]
-    policy = _policy(tiny(False))  # add_value_head defaults to what the checkpoint has
+    heads = read_checkpoint(ckpt(False)).heads["value_head"]
+    policy = _policy(ckpt(False))  # add_value_head defaults to what the checkpoint has
     assert policy.has_value_head
     for k, v in heads.items():
         torch.testing.assert_close(policy.openpi.value_head.state_dict()[k], v)
     with pytest.raises(ValueError, match=r"value_head\.mlp\.0\.(weight|bias) has shape"):
-        _policy(tiny(False), value_hidden_sizes=(8, 4, 2))  # not the saved head's widths
+        _policy(ckpt(False), value_hidden_sizes=(8, 4, 2))  # not the saved head's widths
 
 
-def test_train_expert_only_freezes_paligemma(tiny):
-    policy = _policy(tiny(False), train_expert_only=True).train()
+def test_train_expert_only_freezes_paligemma(ckpt):
+    policy = _policy(ckpt(False), train_expert_only=True).train()
     named = dict(policy.openpi.named_parameters())
     assert not any(p.requires_grad for n, p in named.items() if n.startswith(VLM))
     assert all(p.requires_grad for n, p in named.items() if not n.startswith(VLM))
@@ -166,12 +157,12 @@ def test_train_expert_only_freezes_paligemma(tiny):
     policy.evaluate(obs, policy.act(obs).record).logprobs.sum().backward()
     assert all(p.grad is None for n, p in named.items() if n.startswith(VLM))
     assert named["action_in_proj.weight"].grad.abs().sum() > 0
-    full = _policy(tiny(False), train_expert_only=False)
+    full = _policy(ckpt(False), train_expert_only=False)
     assert all(p.requires_grad for p in full.parameters())
 
 
-def test_noise_anneal_follows_rl_steps_and_the_record(tiny):
-    policy = _policy(tiny(False), noise_anneal=True, noise_params=(0.7, 0.3, 10))
+def test_noise_anneal_follows_rl_steps_and_the_record(ckpt):
+    policy = _policy(ckpt(False), noise_anneal=True, noise_params=(0.7, 0.3, 10))
     obs = _obs()
     levels = []
     for step in (0, 5, 10, 50):
@@ -184,8 +175,8 @@ def test_noise_anneal_follows_rl_steps_and_the_record(tiny):
     torch.testing.assert_close(policy.evaluate(obs, out.record).logprobs, out.logprobs, rtol=1e-5, atol=1e-5)
 
 
-def test_save_load_round_trip_with_heads(tiny, tmp_path):
-    policy = _policy(tiny(False), noise_method="flow_noise", num_action_chunks=2, action_dim=3)
+def test_save_load_round_trip_with_heads(ckpt, tmp_path):
+    policy = _policy(ckpt(False), noise_method="flow_noise", num_action_chunks=2, action_dim=3)
     with torch.no_grad():
         policy.openpi.noise_head.mlp_logvar.moduleList[0].linear_1.bias.add_(0.3)
     policy.save_pretrained(tmp_path / "out")
@@ -201,8 +192,8 @@ def test_save_load_round_trip_with_heads(tiny, tmp_path):
     torch.testing.assert_close(a.values, b.values)
 
 
-def test_bad_settings_are_one_line_errors(tiny):
-    path = tiny(False)
+def test_bad_settings_are_one_line_errors(ckpt):
+    path = ckpt(False)
     for kw, match in (
         ({"num_action_chunks": 9}, "num_action_chunks must be 1..5"),
         ({"action_dim": 33}, "action_dim must be 1..32"),
@@ -222,6 +213,6 @@ def test_bad_settings_are_one_line_errors(tiny):
         _policy(path).act(_obs(), temperature=0.0)
 
 
-def test_greedy_record_is_marked_greedy(tiny):
-    out = _policy(tiny(False)).act(_obs(), do_sample=False)
+def test_greedy_record_is_marked_greedy(ckpt):
+    out = _policy(ckpt(False)).act(_obs(), do_sample=False)
     assert (out.record["denoise_inds"] == flow.GREEDY).all()
