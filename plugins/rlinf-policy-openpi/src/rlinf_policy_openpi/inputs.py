@@ -42,14 +42,15 @@ class ObservationInputs:
     Args:
         config: the model's architecture (π0 / π0.5 decides z-score vs quantile normalisation).
         norm_stats: ``{"state": NormStats, "actions": NormStats}`` of the checkpoint.
-        tokenizer_path: the local ``paligemma_tokenizer.model``.
+        tokenizer_path: the local ``paligemma_tokenizer.model`` (None only for meta-device builds).
     """
 
-    def __init__(self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path) -> None:
+    def __init__(self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None) -> None:
         self.config = config
         self.stats = norm_stats
         self.quantile = bool(config.pi05)  # openpi: quantile normalisation for every model but π0
-        self.tokenizer = PromptTokenizer(tokenizer_path, config.max_token_len)
+        # None: a meta-device build (architecture only), which never tokenises
+        self.tokenizer = None if tokenizer_path is None else PromptTokenizer(tokenizer_path, config.max_token_len)
 
     @property
     def action_dim(self) -> int:

@@ -17,6 +17,7 @@ from torch import nn
 
 from rlinf.envs.observation import Observation
 from rlinf.meta import is_meta_init
+from rlinf.models.checkpoint import CheckpointError
 from rlinf.models.lora import LoRAConfig
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 from rlinf.precision import apply_precision, resolve_precision
@@ -123,7 +124,12 @@ class OpenPIPolicy(Policy):
         model, ckpt = load_model(path, **overrides)
         config = model.config
         self.asset_id = asset_id
-        self.tokenizer_path = str(find_tokenizer(path, tokenizer_path))
+        try:
+            self.tokenizer_path = str(find_tokenizer(path, tokenizer_path))
+        except CheckpointError:
+            if not is_meta_init():
+                raise
+            self.tokenizer_path = None  # architecture only (rlinf memory, config checks): no prompt is tokenised
         self.inputs = ObservationInputs(config, read_norm_stats(path, asset_id), self.tokenizer_path)
         self.config = config
         self.is_pi05 = config.pi05
@@ -383,7 +389,7 @@ class OpenPIPolicy(Policy):
         cfg = {**self.config.to_json(), RLINF_KEY: self._settings()}
         (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         write_norm_stats(path / "assets" / (self.asset_id or "default"), self.inputs.stats)
-        if Path(self.tokenizer_path).resolve() != (path / TOKENIZER_FILE).resolve():
+        if self.tokenizer_path and Path(self.tokenizer_path).resolve() != (path / TOKENIZER_FILE).resolve():
             shutil.copyfile(self.tokenizer_path, path / TOKENIZER_FILE)
 
     @classmethod
