@@ -331,6 +331,25 @@ class OpenPIPolicy(Policy):
             values=self._values(cache) if compute_values else None,
         )
 
+    def sft_loss(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
+        """openpi's flow-matching loss for expert ``actions [B, C, D]`` (env scale): ``‖v(x_t, t) − (ε − a)‖²`` with
+        ``x_t = t·ε + (1 − t)·a``, ``t ~ 0.999·Beta(1.5, 1) + 0.001``, ``a`` the normalised actions zero-padded to 32
+        (as openpi pads them); mean over the C given action tokens (the other H − C are not supervised)."""
+        from rlinf_policy_openpi.transforms import normalize, pad_to_dim
+
+        B, C, D = actions.shape
+        if C > self.config.action_horizon or D != self.action_dim:
+            raise ValueError(f"sft_loss expects actions [B, <= {self.config.action_horizon}, {self.action_dim}], "
+                             f"got {list(actions.shape)}")
+        a = normalize(actions.to(self.device).float(), self.inputs.stats["actions"], self.inputs.quantile)
+        target = torch.zeros(B, self.config.action_horizon, self.config.action_dim, device=self.device)
+        target[:, :C] = pad_to_dim(a, self.config.action_dim)
+        eps = torch.randn_like(target)
+        t = torch.distributions.Beta(1.5, 1.0).sample((B,)).to(self.device) * 0.999 + 0.001
+        x_t = t.view(B, 1, 1) * eps + (1 - t.view(B, 1, 1)) * target
+        v, _ = self.openpi.suffix_forward(self._prefix(obs), None, x_t, t)
+        return ((v.float() - (eps - target))[:, :C] ** 2).mean()
+
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
         """Constructor settings :meth:`from_pretrained` restores (runtime ones — LoRA, precision — excluded)."""
