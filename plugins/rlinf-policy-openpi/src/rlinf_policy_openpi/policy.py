@@ -350,6 +350,36 @@ class OpenPIPolicy(Policy):
         v, _ = self.openpi.suffix_forward(self._prefix(obs), None, x_t, t)
         return ((v.float() - (eps - target))[:, :C] ** 2).mean()
 
+    def memory_profile(self):
+        """The stacks one ``evaluate`` sample runs through, for ``rlinf memory``: SigLIP + the VLM over the prefix
+        when PaliGemma trains (frozen: no activations kept), the expert over the suffix once per pass (step k, the
+        critic pass unless detached; N with ``joint_logprob``), the prefix keys / values each pass's attention keeps,
+        and the rollout's prefix KV cache."""
+        from rlinf.memory import MemoryProfile, Stack
+
+        cfg, ckpt = self.config, self.gradient_checkpointing
+        rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
+        images = self.num_images_in_input * cfg.num_image_tokens
+        prefix = images + cfg.max_token_len
+        stacks = []
+        if self.is_lora or not self.train_expert_only:
+            v, g = cfg.vision, cfg.vlm
+            stacks.append(Stack("vision.siglip", "vit", v.depth, images, v.width, v.mlp_dim, v.num_heads,
+                                lora_rank=rank, checkpointed=ckpt))
+            stacks.append(Stack("vlm", "llama", g.depth, prefix, g.width, g.mlp_dim, g.num_heads, lora_rank=rank,
+                                checkpointed=ckpt))
+        passes = self.num_steps if self.sampler.joint_logprob else 1
+        if self.has_value_head and not self.value_after_vlm and not self.detach_critic_input:
+            passes += 1
+        e = cfg.expert
+        stacks.append(Stack("expert", "llama", e.depth, cfg.suffix_len * passes, e.width, e.mlp_dim, e.num_heads,
+                            checkpointed=ckpt))
+        kv_width = cfg.vlm.num_kv_heads * cfg.vlm.head_dim
+        kept = 2 * kv_width * (prefix + cfg.suffix_len) * e.depth * passes  # k, v per expert layer and pass
+        other = {"fp32": 4 * kept, "mixed": 2 * kept, "bf16": 2 * kept}
+        return MemoryProfile(tuple(stacks), other, kv_cache_tokens=prefix, kv_cache_width=kv_width,
+                             kv_cache_layers=cfg.vlm.depth)
+
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
         """Constructor settings :meth:`from_pretrained` restores (runtime ones — LoRA, precision — excluded)."""
