@@ -157,8 +157,13 @@ def test_train_expert_only_freezes_paligemma(ckpt):
     policy.evaluate(obs, policy.act(obs).record).logprobs.sum().backward()
     assert all(p.grad is None for n, p in named.items() if n.startswith(VLM))
     assert named["action_in_proj.weight"].grad.abs().sum() > 0
-    full = _policy(ckpt(False), train_expert_only=False)
-    assert all(p.requires_grad for p in full.parameters())
+    for critic_after_vlm in (False, True):  # full fine-tune: every parameter a gradient reaches trains (DDP-safe)
+        full = _policy(ckpt(False), train_expert_only=False, value_after_vlm=critic_after_vlm).train()
+        out = full.evaluate(obs, full.act(obs).record, compute_values=True)
+        (out.logprobs.sum() + out.values.sum()).backward()
+        trains = {n for n, p in full.openpi.named_parameters() if p.requires_grad}
+        assert trains == {n for n, p in full.openpi.named_parameters() if p.grad is not None}
+        assert any(n.startswith(VLM) for n in trains)
 
 
 def test_noise_anneal_follows_rl_steps_and_the_record(ckpt):
@@ -216,3 +221,30 @@ def test_bad_settings_are_one_line_errors(ckpt):
 def test_greedy_record_is_marked_greedy(ckpt):
     out = _policy(ckpt(False)).act(_obs(), do_sample=False)
     assert (out.record["denoise_inds"] == flow.GREEDY).all()
+
+
+def test_lora_on_paligemma_with_the_expert_training_in_full(ckpt, tmp_path):
+    from rlinf.models.lora import LoRAConfig
+
+    policy = _policy(ckpt(False), lora=LoRAConfig(rank=4))
+    named = dict(policy.openpi.named_parameters())
+    lora = [n for n in named if ".lora_" in n]
+    assert lora and all(n.startswith(VLM) for n in lora)
+    assert any(".language_model.layers.0.self_attn.q_proj" in n for n in lora)
+    assert any(".vision_tower." in n for n in lora) and any("multi_modal_projector" in n for n in lora)
+    trainable = {n for n, p in named.items() if p.requires_grad}
+    assert not [n for n in trainable if n.startswith(VLM) and ".lora_" not in n], "PaliGemma base weights train"
+    assert any(n.startswith("paligemma_with_expert.gemma_expert.") for n in trainable)
+    assert "value_head.mlp.0.weight" in trainable
+    obs = _obs()
+    out = policy.evaluate(obs, policy.act(obs).record, compute_values=True)
+    (out.logprobs.sum() + out.values.sum()).backward()
+    assert all(named[n].grad is not None for n in lora if "lora_B" in n)
+    with torch.no_grad():  # a non-zero adapter: the merged export must carry it
+        for n in lora:
+            if "lora_B" in n:
+                named[n].add_(0.05)
+    before = policy.act(obs, do_sample=False)
+    policy.save_pretrained(tmp_path / "merged")
+    after = OpenPIPolicy.from_pretrained(tmp_path / "merged").eval().act(obs, do_sample=False)
+    torch.testing.assert_close(after.actions, before.actions, rtol=1e-4, atol=1e-5)

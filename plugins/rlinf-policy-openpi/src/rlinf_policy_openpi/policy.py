@@ -174,10 +174,11 @@ class OpenPIPolicy(Policy):
                 load_head(model.noise_head, heads["noise_head"], "noise_head", str(path))
 
         # --- what trains, LoRA, precision
-        if self.train_expert_only:
-            for name, p in model.named_parameters():
-                if name.startswith(VLM_PREFIX):
-                    p.requires_grad_(False)
+        unused = unused_vlm_prefixes(config.vlm.depth, self.value_after_vlm)
+        model.unused_parameter_prefixes = lambda: unused  # read by rlinf.models.lora: no adapters there
+        for name, p in model.named_parameters():
+            if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
+                p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
         self.gradient_checkpointing = bool(gradient_checkpointing)
         model.gradient_checkpointing = self.gradient_checkpointing
         self.lora = lora
@@ -186,7 +187,7 @@ class OpenPIPolicy(Policy):
 
             wrapped = apply_lora(model, lora, default_targets=default_lora_targets())
             for name, p in model.named_parameters():  # RLinf wraps only PaliGemma: the rest trains in full
-                if not name.startswith(VLM_PREFIX) and ".lora_" not in name:
+                if not name.startswith(VLM_PREFIX) and ".lora_" not in name and not name.startswith(unused):
                     p.requires_grad_(True)
             self.model = wrapped
         else:
@@ -462,6 +463,17 @@ def _saved_settings(path: Path) -> dict:
         return {}
 
 
+def unused_vlm_prefixes(depth: int, value_after_vlm: bool) -> tuple[str, ...]:
+    """Parameters the forward runs but no gradient reaches unless the critic reads the VLM's output: the last VLM
+    layer's query / output projections, MLP and post-attention norm, and the final norm (the expert reads only the
+    VLM layers' keys and values)."""
+    if value_after_vlm:
+        return ()
+    last = f"{VLM_PREFIX}model.language_model.layers.{depth - 1}."
+    return tuple(last + m for m in ("self_attn.q_proj.", "self_attn.o_proj.", "mlp.", "post_attention_layernorm.")) + (
+        f"{VLM_PREFIX}model.language_model.norm.",)
+
+
 def default_lora_targets() -> str:
     """PaliGemma's linears on the forward path: Gemma attention / MLP, SigLIP attention / MLP, the projector."""
     return (
@@ -472,4 +484,4 @@ def default_lora_targets() -> str:
     )
 
 
-__all__ = ["OpenPIPolicy", "default_lora_targets"]
+__all__ = ["OpenPIPolicy", "default_lora_targets", "unused_vlm_prefixes"]
