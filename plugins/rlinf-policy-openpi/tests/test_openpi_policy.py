@@ -248,3 +248,29 @@ def test_lora_on_paligemma_with_the_expert_training_in_full(ckpt, tmp_path):
     policy.save_pretrained(tmp_path / "merged")
     after = OpenPIPolicy.from_pretrained(tmp_path / "merged").eval().act(obs, do_sample=False)
     torch.testing.assert_close(after.actions, before.actions, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_precision_keeps_fp32_trainable_weights_and_recomputes_the_rollout(ckpt):
+    policy = _policy(ckpt(False), precision="bf16")
+    named = dict(policy.openpi.named_parameters())
+    assert {p.dtype for n, p in named.items() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for n, p in named.items() if n.startswith(VLM)} == {torch.bfloat16}  # the frozen VLM
+    assert policy.compute_dtype == torch.bfloat16
+    obs = _obs()
+    torch.manual_seed(0)
+    out = policy.act(obs)
+    assert out.actions.dtype == torch.float32 and out.record["chains"].dtype == torch.float32
+    ev = policy.train().evaluate(obs, out.record, compute_values=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=1e-4, atol=1e-4)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(ckpt):
+    obs = _obs()
+    grads = []
+    for flag in (False, True):
+        policy = _policy(ckpt(False), train_expert_only=False, gradient_checkpointing=flag)
+        torch.manual_seed(0)
+        record = policy.act(obs).record
+        policy.train().evaluate(obs, record).logprobs.sum().backward()
+        grads.append(policy.openpi.action_in_proj.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
