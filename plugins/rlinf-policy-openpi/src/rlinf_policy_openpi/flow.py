@@ -134,7 +134,9 @@ def sample_denoise_index(num_steps: int, ignore_last: bool, generator: torch.Gen
     which keeps the last, action-producing step deterministic). Drawn from torch's RNG (reproducible)."""
     high = num_steps - 1 if ignore_last else num_steps
     if high < 1:
-        raise ValueError(f"ignore_last needs num_steps >= 2 (a step other than the last to inject noise), got {num_steps}")
+        raise ValueError(
+            f"ignore_last needs num_steps >= 2 (a step other than the last to inject noise), got {num_steps}"
+        )
     return int(torch.randint(0, high, (1,), generator=generator).item())
 
 

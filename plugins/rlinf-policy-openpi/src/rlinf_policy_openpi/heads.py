@@ -28,7 +28,9 @@ class ValueHead(nn.Module):
         output_dim: 1 (chunk-level value).
     """
 
-    def __init__(self, input_dim: int, hidden_sizes: tuple[int, ...] = DEFAULT_VALUE_HIDDEN, output_dim: int = 1) -> None:
+    def __init__(
+        self, input_dim: int, hidden_sizes: tuple[int, ...] = DEFAULT_VALUE_HIDDEN, output_dim: int = 1
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         d = input_dim
@@ -51,7 +53,9 @@ class ValueHead(nn.Module):
 
 def value_hidden_sizes_from(state: dict[str, torch.Tensor]) -> tuple[int, ...] | None:
     """Hidden widths of a saved :class:`ValueHead` (``state``: its tensors without ``value_head.``), None if empty."""
-    weights = sorted((int(k.split(".")[1]), v) for k, v in state.items() if k.startswith("mlp.") and k.endswith(".weight"))
+    weights = sorted(
+        (int(k.split(".")[1]), v) for k, v in state.items() if k.startswith("mlp.") and k.endswith(".weight")
+    )
     return tuple(int(w.shape[0]) for _, w in weights[:-1]) if weights else None
 
 
@@ -97,7 +101,9 @@ class ExploreNoiseNet(nn.Module):
         super().__init__()
         lo, hi = (float(x) for x in noise_logvar_range)
         if not 0 < lo <= hi:
-            raise ValueError(f"noise_logvar_range must be [min_std, max_std] with 0 < min_std <= max_std, got {[lo, hi]}")
+            raise ValueError(
+                f"noise_logvar_range must be [min_std, max_std] with 0 < min_std <= max_std, got {[lo, hi]}"
+            )
         self.mlp_logvar = _MLP([in_dim, *hidden_dims, out_dim])
         self.logvar_min = math.log(lo**2)
         self.logvar_max = math.log(hi**2)

@@ -45,7 +45,9 @@ class ObservationInputs:
         tokenizer_path: the local ``paligemma_tokenizer.model`` (None only for meta-device builds).
     """
 
-    def __init__(self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None) -> None:
+    def __init__(
+        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None
+    ) -> None:
         self.config = config
         self.stats = norm_stats
         self.quantile = bool(config.pi05)  # openpi: quantile normalisation for every model but π0
@@ -76,7 +78,9 @@ class ObservationInputs:
                 raise ValueError(f"num_images_in_input={num_images} needs wrist_images; the env gives none")
             wrist = wrist.unsqueeze(1) if wrist.dim() == 4 else wrist
             if wrist.shape[1] < num_images - 1:
-                raise ValueError(f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}")
+                raise ValueError(
+                    f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
+                )
             views += [wrist[:, i] for i in range(num_images - 1)]
         images, masks = camera_slots([v.to(device) for v in views], num_images, self.config.vision.image_size)
         state = self._state(obs, device)

@@ -22,7 +22,13 @@ from rlinf.models.lora import LoRAConfig
 from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
 from rlinf.precision import apply_precision, resolve_precision
 from rlinf_policy_openpi import flow
-from rlinf_policy_openpi.heads import DEFAULT_VALUE_HIDDEN, ExploreNoiseNet, ValueHead, load_head, value_hidden_sizes_from
+from rlinf_policy_openpi.heads import (
+    DEFAULT_VALUE_HIDDEN,
+    ExploreNoiseNet,
+    ValueHead,
+    load_head,
+    value_hidden_sizes_from,
+)
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
 
@@ -115,7 +121,9 @@ class OpenPIPolicy(Policy):
         path = Path(model_path)
         saved = _saved_settings(path)
         if value_vlm_mode not in ("mean_token", "last_token", "first_token"):
-            raise ValueError(f"value_vlm_mode {value_vlm_mode!r} not supported; use mean_token, last_token or first_token")
+            raise ValueError(
+                f"value_vlm_mode {value_vlm_mode!r} not supported; use mean_token, last_token or first_token"
+            )
         if len(noise_params) != 3:
             raise ValueError(f"noise_params must be [start, end, anneal_steps], got {list(noise_params)}")
         self.sampler = FlowSampler(num_steps, noise_method, joint_logprob, ignore_last)
@@ -136,7 +144,9 @@ class OpenPIPolicy(Policy):
 
         self.action_dim = int(action_dim or self.inputs.action_dim)
         if not 1 <= self.action_dim <= config.action_dim:
-            raise ValueError(f"action_dim must be 1..{config.action_dim} (the model's padded width), got {self.action_dim}")
+            raise ValueError(
+                f"action_dim must be 1..{config.action_dim} (the model's padded width), got {self.action_dim}"
+            )
         self.num_action_chunks = int(num_action_chunks or config.action_horizon)
         if not 1 <= self.num_action_chunks <= config.action_horizon:
             raise ValueError(
@@ -160,9 +170,12 @@ class OpenPIPolicy(Policy):
         # --- heads (RLinf names, optional tensors of the checkpoint)
         heads = ckpt.heads
         has_saved_value = bool(heads.get("value_head"))
-        self.has_value_head = bool(add_value_head if add_value_head is not None else saved.get("add_value_head", has_saved_value))
+        if add_value_head is None:
+            add_value_head = saved.get("add_value_head", has_saved_value)
+        self.has_value_head = bool(add_value_head)
         if self.has_value_head:
-            hidden = tuple(value_hidden_sizes or value_hidden_sizes_from(heads.get("value_head", {})) or DEFAULT_VALUE_HIDDEN)
+            saved_hidden = value_hidden_sizes_from(heads.get("value_head", {}))
+            hidden = tuple(value_hidden_sizes or saved_hidden or DEFAULT_VALUE_HIDDEN)
             width = config.vlm_width if self.value_after_vlm else config.expert_width
             model.value_head = ValueHead(width, hidden)
             if has_saved_value and not is_meta_init():

@@ -6,7 +6,8 @@ over a prefix KV cache computed once), so everything here is model-independent.
 
 Rollout (:meth:`FlowSampler.sample`), for a batch of B rows:
 
-* ``do_sample=True``: one denoise index ``k`` for the whole batch (:func:`~rlinf_policy_openpi.flow.sample_denoise_index`);
+* ``do_sample=True``: one denoise index ``k`` for the whole batch
+  (:func:`~rlinf_policy_openpi.flow.sample_denoise_index`);
   step ``k`` uses ``noise_method``, every other step the ODE; the log-prob is step ``k``'s Gaussian log-density
   of the sample drawn. With ``joint_logprob`` every step is stochastic and the log-prob is the mean of
   ``log N(x_1; 0, I)`` and the N transitions' log-densities.
@@ -66,7 +67,8 @@ class FlowSampler:
 
     def __post_init__(self) -> None:
         if self.noise_method not in flow.NOISE_METHODS:
-            raise ValueError(f"noise_method {self.noise_method!r} not supported; use one of {', '.join(flow.NOISE_METHODS)}")
+            known = ", ".join(flow.NOISE_METHODS)
+            raise ValueError(f"noise_method {self.noise_method!r} not supported; use one of {known}")
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {self.num_steps}")
         if self.ignore_last and self.num_steps < 2:
