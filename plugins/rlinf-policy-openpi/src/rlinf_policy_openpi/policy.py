@@ -8,6 +8,7 @@ normalised actions, un-normalised. The record holds the chain, the stochastic st
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Literal
@@ -188,7 +189,7 @@ class OpenPIPolicy(Policy):
 
         # --- what trains, LoRA, precision
         unused = unused_vlm_prefixes(config.vlm.depth, self.value_after_vlm)
-        model.unused_parameter_prefixes = lambda: unused  # read by rlinf.models.lora: no adapters there
+        model.unused_parameter_prefixes = functools.partial(tuple, unused)  # rlinf.models.lora: no adapters there
         for name, p in model.named_parameters():
             if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
                 p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
