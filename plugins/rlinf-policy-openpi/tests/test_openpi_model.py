@@ -157,6 +157,36 @@ def test_low_precision_storage_and_autocast(model):
         torch.testing.assert_close(out, ref, atol=0.05, rtol=0.05)
 
 
+def test_gradient_checkpointing_gives_the_same_gradients(tiny):
+    model, _ = load_model(tiny(pi05=True))
+    inputs = make_inputs(model.config)
+    grads = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.train().gradient_checkpointing = checkpointing
+        cache = model.prefix_cache(*inputs[:5])
+        v, _ = model.suffix_forward(cache, None, *inputs[5:])
+        (v.square().mean() + model(*inputs)[0].mean()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 50
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_fsdp2_units(tiny):
+    """Every layer an FSDP2 unit (the model's ``_no_split_modules``): same outputs and gradients as unsharded."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).with_name("fsdp2_probe.py")
+    env = {**os.environ, "MASTER_PORT": str(29500 + os.getpid() % 400)}
+    out = subprocess.run([sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
 def test_pure_helpers():
     pad = torch.tensor([[True, True, False, True, True]])
     ar = torch.tensor([[0, 0, 0, 1, 0]])
