@@ -47,6 +47,19 @@ def test_files_are_in_the_released_form(tiny):
     assert json.loads((tiny(pi05=True, layout="lerobot") / "config.json").read_text())["type"] == "pi05"
 
 
+def test_make_tiny_cli(tmp_path, capsys):
+    from rlinf_policy_openpi.make_tiny import main
+
+    main([str(tmp_path / "t"), "--pi05", "--layout", "rlinf", "--asset-id", "physical-intelligence/libero",
+          "--action-horizon", "10"])
+    assert "π0.5" in capsys.readouterr().out
+    ckpt = read_checkpoint(tmp_path / "t", weights=False)
+    assert ckpt.config.pi05 and ckpt.config.action_horizon == 10 and ckpt.layout == "rlinf"
+    assert (tmp_path / "t" / "physical-intelligence" / "libero" / "norm_stats.json").is_file()
+    with pytest.raises(ValueError, match="layout must be one of"):
+        __import__("rlinf_policy_openpi.make_tiny").make_tiny.make_tiny(tmp_path / "u", layout="hf")
+
+
 def test_embed_tokens_is_copied_from_lm_head(tiny):
     path = tiny(layout="openpi")
     model, _ = load_model(path)

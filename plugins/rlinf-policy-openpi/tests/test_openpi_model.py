@@ -204,6 +204,8 @@ def test_bad_inputs_are_one_line(model):
     images, masks, tokens, token_masks, state, x_t, t = make_inputs(model.config)
     with pytest.raises(ValueError, match="one mask per camera"):
         model.prefix_cache(images, masks[:1], tokens, token_masks)
+    with pytest.raises(ValueError, match=r"camera images must be \[B, 3, 28, 28\].*camera_slots"):
+        model.prefix_cache([torch.zeros(3, 3, 32, 32)], masks[:1], tokens, token_masks)
     if not model.config.pi05:
         cache = model.prefix_cache(images, masks, tokens, token_masks)
         with pytest.raises(ValueError, match="needs the .*state"):

@@ -372,6 +372,11 @@ class OpenPIModel(nn.Module):
     # ---- embeddings ----
     def embed_images(self, images: list[Tensor]) -> list[Tensor]:
         """Camera slots ``[B, 3, S, S]`` in [-1, 1] → per slot ``[B, N_img, vlm_width]`` (one SigLIP call)."""
+        size = self.config.vision.image_size
+        for img in images:
+            if img.ndim != 4 or tuple(img.shape[1:]) != (3, size, size):
+                raise ValueError(f"camera images must be [B, 3, {size}, {size}] in [-1, 1], got {tuple(img.shape)}; "
+                                 "convert uint8 frames with rlinf_policy_openpi.transforms.camera_slots")
         pg = self.paligemma_with_expert.paligemma.model
         tower = pg.vision_tower.vision_model
         dtype = tower.embeddings.patch_embedding.weight.dtype
