@@ -67,6 +67,30 @@ def test_embed_tokens_is_copied_from_lm_head(tiny):
     assert torch.equal(model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight, lm_head)
 
 
+def test_load_adopts_the_file_tensors(tiny, tmp_path):
+    """The loader builds on the meta device and adopts the file's tensors: tied LM head, real buffers, file dtype
+    (bf16 stays bf16; openpi's bf16 + fp32-norm mix is widened to fp32), same outputs as a plain build."""
+    from rlinf_policy_openpi._modeling import OpenPIModel
+    from rlinf_policy_openpi.testing import make_inputs
+
+    model, ckpt = load_model(tiny(pi05=True))
+    plain = OpenPIModel(ckpt.config)
+    plain.load_state_dict(model.state_dict())
+    assert not any(t.is_meta for t in list(model.parameters()) + list(model.buffers()))
+    pg = model.paligemma_with_expert.paligemma
+    assert pg.lm_head.weight is pg.model.language_model.embed_tokens.weight
+    inputs = make_inputs(ckpt.config)
+    with torch.no_grad():
+        torch.testing.assert_close(model(*inputs)[0], plain(*inputs)[0], atol=0, rtol=0)
+    for name, mixed in (("bf16", False), ("mixed", True)):
+        shutil.copytree(tiny(layout="openpi"), tmp_path / name)
+        f = tmp_path / name / "model.safetensors"
+        state = {k: v if mixed and "norm" in k else v.to(torch.bfloat16) for k, v in load_file(str(f)).items()}
+        save_file(state, str(f))
+        loaded, _ = load_model(tmp_path / name)
+        assert {p.dtype for p in loaded.parameters()} == {torch.float32 if mixed else torch.bfloat16}, name
+
+
 def test_lerobot_policy_prefix_and_rlinf_heads(tiny, tmp_path):
     src = tiny(layout="lerobot")
     shutil.copytree(src, tmp_path / "ckpt")

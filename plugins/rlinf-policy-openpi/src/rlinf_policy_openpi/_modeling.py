@@ -563,6 +563,23 @@ class OpenPIModel(nn.Module):
         return x
 
     # ---- checkpoints ----
+    def tie_weights(self) -> None:
+        """``paligemma.lm_head.weight`` is ``embed_tokens.weight`` (Gemma ties them; a load with ``assign`` unties)."""
+        pg = self.paligemma_with_expert.paligemma
+        pg.lm_head.weight = pg.model.language_model.embed_tokens.weight
+
+    def materialize_buffers(self, device: torch.device | str | None = None) -> None:
+        """Recompute the non-persistent buffers (RoPE frequencies, SigLIP position ids) after a meta-device build
+        whose parameters were loaded with ``assign=True`` (those buffers are in no checkpoint)."""
+        device = torch.device(device) if device is not None else next(self.parameters()).device
+        rope = self.paligemma_with_expert.vlm.rotary_emb
+        inv_freq, scaling = rope.compute_default_rope_parameters(rope.config, device=device)
+        rope.inv_freq = inv_freq.to(device)
+        rope.original_inv_freq = inv_freq.clone().to(device)
+        rope.attention_scaling = scaling
+        emb = self.paligemma_with_expert.paligemma.model.vision_tower.vision_model.embeddings
+        emb.position_ids = torch.arange(emb.num_positions, device=device).expand((1, -1))
+
     def released_state_dict(self) -> dict[str, Tensor]:
         """The state dict as openpi saves it: tied ``embed_tokens`` dropped (``lm_head`` kept)."""
         return {k: v for k, v in self.state_dict().items() if k != EMBED_KEY}

@@ -231,17 +231,32 @@ def load_model(model_path: str | Path, **overrides):
 
     meta = is_meta_init()
     ckpt = read_checkpoint(model_path, weights=not meta, **overrides)
-    model = OpenPIModel(ckpt.config)
-    if not meta:
-        load_into(model, ckpt.state_dict, source=str(ckpt.path))
+    if meta:
+        return OpenPIModel(ckpt.config), ckpt
+    with torch.device("meta"):  # no random init of ~3 B parameters, no second copy: the tensors are adopted
+        model = OpenPIModel(ckpt.config)
+    load_into(model, ckpt.state_dict, source=str(ckpt.path), assign=True)
     return model, ckpt
 
 
-def load_into(model, state: dict[str, torch.Tensor], source: str) -> None:
-    """Strict, shape-checked load of openpi-named ``state`` into ``model`` (tied weights filled once)."""
+def load_into(model, state: dict[str, torch.Tensor], source: str, assign: bool = False) -> None:
+    """Strict, shape-checked load of openpi-named ``state`` into ``model``.
+
+    ``assign=True`` adopts the tensors (their dtype, e.g. the file's bfloat16, and device) into a model built on
+    the meta device, then re-ties ``lm_head`` to ``embed_tokens`` and recomputes the non-persistent buffers.
+    """
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     check_keys(expected, state, source)
-    model.load_state_dict(state, strict=True)
+    if not assign:
+        model.load_state_dict(state, strict=True)
+        return
+    dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
+    if len(dtypes) > 1:  # one storage dtype for the whole model (precision is applied afterwards)
+        wide = torch.float32 if torch.float32 in dtypes else max(dtypes, key=lambda d: torch.finfo(d).bits)
+        state = {k: v.to(wide) if v.is_floating_point() else v for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    model.tie_weights()
+    model.materialize_buffers(next(iter(state.values())).device)
 
 
 # ---- norm stats --------------------------------------------------------------------------------------
