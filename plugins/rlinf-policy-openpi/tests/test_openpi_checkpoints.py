@@ -151,6 +151,19 @@ def test_variant_detection_and_conflicts(tiny, tmp_path):
         read_checkpoint(tmp_path / "nope")
 
 
+def test_config_json_round_trips(tiny):
+    import dataclasses
+
+    from rlinf_policy_openpi.config import config_from_json
+    from rlinf_policy_openpi.make_tiny import _lerobot_config
+
+    for pi05 in (False, True):
+        cfg = read_checkpoint(tiny(pi05=pi05), weights=False).config
+        assert config_from_json(cfg.to_json()) == cfg
+        lerobot = config_from_json(_lerobot_config(cfg))
+        assert dataclasses.replace(lerobot, precision=cfg.precision) == cfg
+
+
 def test_config_defaults_and_overrides(tiny):
     pi0 = read_checkpoint(tiny(pi05=False), weights=False).config
     pi05 = read_checkpoint(tiny(pi05=True), weights=False, action_horizon=7).config

@@ -155,14 +155,14 @@ def to_openpi_names(state: dict) -> tuple[dict, dict[str, dict], str]:
     layout = "openpi"
     out: dict = {}
     heads: dict[str, dict] = {}
-    prefixed = bool(state) and all(k.startswith("model.") or k.startswith(HEAD_PREFIXES) for k in state)
+    prefixed = any(k.startswith("model.paligemma_with_expert.") for k in state)  # a lerobot policy's state dict
     for key, value in state.items():
         if key.startswith(HEAD_PREFIXES):
             head, rest = key.split(".", 1)
             heads.setdefault(head, {})[rest] = value
             layout = "rlinf"
             continue
-        if prefixed:
+        if prefixed and key.startswith("model."):
             key = key.removeprefix("model.")
             layout = "lerobot"
         if _V5_TOWER in key and _V4_TOWER not in key:
