@@ -187,6 +187,16 @@ def test_fsdp2_units(tiny):
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
+def test_fp16_masks_stay_finite():
+    from rlinf_policy_openpi._modeling import additive_mask, attention
+
+    pad = torch.tensor([[True, True, False]])
+    mask = additive_mask(make_att_2d_masks(pad, torch.zeros_like(pad)), torch.float32)
+    q, k = torch.randn(1, 2, 3, 4).half(), torch.randn(1, 1, 3, 4).half()
+    out = attention(q, k, k, mask, 0.5)
+    assert torch.isfinite(out).all()  # the pad query row attends to nothing
+
+
 def test_pure_helpers():
     pad = torch.tensor([[True, True, False, True, True]])
     ar = torch.tensor([[0, 0, 0, 1, 0]])

@@ -93,7 +93,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scaling: float) -> 
         rep = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=scaling)
+    if mask.dtype != q.dtype:  # e.g. fp16 compute: -2.38e38 would become -inf and fully masked pad rows NaN
+        mask = mask.clamp(min=torch.finfo(q.dtype).min).to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
     return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
 
 
