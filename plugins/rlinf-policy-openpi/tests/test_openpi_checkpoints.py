@@ -118,7 +118,8 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
 @pytest.mark.parametrize("change, match", [
     (lambda s: s.pop("action_out_proj.bias"), r"missing key 'action_out_proj.bias' \(1 missing"),
     (lambda s: s.__setitem__("action_out_proj.extra", torch.zeros(1)), r"unexpected key 'action_out_proj.extra'"),
-    (lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)), r"'action_in_proj.weight' has shape \[64, 7\]"),
+    (lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)),
+     r"'action_in_proj.weight' has shape \[64, 7\]"),
 ])
 def test_bad_keys_are_one_line_errors(tiny, tmp_path, change, match):
     shutil.copytree(tiny(layout="openpi"), tmp_path / "ckpt")
@@ -194,4 +195,5 @@ def test_norm_stats_locations(tiny, tmp_path):
     shutil.rmtree(tmp_path / "ckpt" / "assets")
     shutil.copytree(tiny(layout="rlinf") / "lerobot", tmp_path / "ckpt" / "org" / "repo" / "tcp_v1")
     assert read_norm_stats(tmp_path / "ckpt")["state"].mean.equal(openpi["state"].mean)
-    assert read_norm_stats(tmp_path / "ckpt", "org/repo/tcp_v1/metaworld_mt50")["state"].mean.equal(openpi["state"].mean)
+    nested = read_norm_stats(tmp_path / "ckpt", "org/repo/tcp_v1/metaworld_mt50")
+    assert nested["state"].mean.equal(openpi["state"].mean)

@@ -411,7 +411,8 @@ class OpenPIModel(nn.Module):
     def embed_suffix(self, state: Tensor | None, x_t: Tensor, t: Tensor
                      ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """state ``[B, A]`` (π0), noisy actions ``[B, H, A]``, time ``[B]`` → embeddings ``[B, S, We]``,
-        pad ``[B, S]``, ``ar`` ``[B, S]`` (π0 ``[1, 1, 0…]``, π0.5 ``[1, 0…]``), adaRMS condition ``[B, We]`` or None."""
+        pad ``[B, S]``, ``ar`` ``[B, S]`` (π0 ``[1, 1, 0…]``, π0.5 ``[1, 0…]``), adaRMS condition ``[B, We]``
+        or None."""
         bsz, horizon = x_t.shape[:2]
         width = self.config.expert_width
         time_emb = sinusoidal_time_embedding(t.float(), width)
@@ -588,5 +589,6 @@ class OpenPIModel(nn.Module):
 
 
 __all__ = [
-    "AdaRMSNorm", "OpenPIDecoderLayer", "MASK_VALUE", "OpenPIModel", "PrefixCache", "additive_mask", "attention", "make_att_2d_masks", "sinusoidal_time_embedding",
+    "AdaRMSNorm", "MASK_VALUE", "OpenPIDecoderLayer", "OpenPIModel", "PrefixCache", "additive_mask", "attention",
+    "make_att_2d_masks", "sinusoidal_time_embedding",
 ]

@@ -183,7 +183,9 @@ def check_keys(expected: dict[str, tuple[int, ...]], state: dict[str, torch.Tens
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing:
-        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing in all); {EXPECTED_LAYOUT}")
+        raise CheckpointError(
+            f"{source}: missing key {missing[0]!r} ({len(missing)} missing in all); {EXPECTED_LAYOUT}"
+        )
     if unexpected:
         raise CheckpointError(
             f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected in all); {EXPECTED_LAYOUT}"
@@ -292,7 +294,8 @@ def read_norm_stats(model_path: str | Path, asset_id: str | None = None) -> dict
     if lerobot and asset_id is None:
         return _read_lerobot_stats(lerobot[0])
     where = (f"{path}/assets/{asset_id}/{NORM_STATS_FILE} or {path}/{asset_id}/{NORM_STATS_FILE}" if asset_id
-             else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or {LEROBOT_STATS_GLOB}")
+             else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or "
+             f"{LEROBOT_STATS_GLOB}")
     raise CheckpointError(f"no norm stats found: expected {where}")
 
 

@@ -190,7 +190,8 @@ def make_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openpi.make_tiny", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openpi.make_tiny",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--pi05", action="store_true", help="π0.5 instead of π0")
     parser.add_argument("--layout", choices=LAYOUTS, default="openpi")
