@@ -113,6 +113,12 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
     shutil.copy(tiny(layout="rlinf") / "config.json", tmp_path / "config.json")
     model, ckpt = load_model(tmp_path)
     assert ckpt.layout == "rlinf" and "value_head" in ckpt.heads
+    from rlinf.meta import meta_init
+
+    with meta_init():
+        meta_model, meta_ckpt = load_model(tmp_path)
+    assert meta_ckpt.config == ckpt.config and not meta_ckpt.state_dict
+    assert next(meta_model.parameters()).is_meta
 
 
 @pytest.mark.parametrize("change, match", [

@@ -122,12 +122,12 @@ def read_key_names(path: Path) -> list[str]:
             with safe_open(str(f), framework="pt") as handle:
                 names += list(handle.keys())
         else:
-            names += list(_torch_load(f))
+            names += list(_torch_load(f, mmap=True))  # mapped, not read: a meta build stays cheap
     return names
 
 
-def _torch_load(f: Path) -> dict[str, torch.Tensor]:
-    raw = torch.load(str(f), map_location="cpu", weights_only=True)
+def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
+    raw = torch.load(str(f), map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{f} holds a {type(raw).__name__}, expected a state dict")
     return raw
