@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel, make_att_2d_masks, sinusoidal_time_embedding
 from rlinf_policy_openpi.checkpoint import load_model
@@ -185,6 +186,22 @@ def test_fsdp2_units(tiny):
     out = subprocess.run([sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kv_heads, slen", [(1, 3), (2, 3), (1, 40), (4, 5)])
+def test_folded_and_repeated_grouped_attention_agree(kv_heads, slen):
+    from rlinf_policy_openpi._modeling import additive_mask, attention
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, n, 16, generator=gen) for h, n in ((8, slen), (kv_heads, 50), (kv_heads, 50)))
+    pad = torch.rand(2, 50, generator=gen) > 0.3
+    allowed = pad[:, None, :].expand(2, slen, 50) & (torch.rand(2, slen, 50, generator=gen) > 0.2)
+    mask = additive_mask(allowed, torch.float32)
+    out = attention(q, k, v, mask, 0.25)  # slen < 2·16 folds the heads, 40 repeats k / v
+    g = 8 // kv_heads
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=mask,
+                                         scale=0.25).transpose(1, 2).reshape(2, slen, -1)
+    torch.testing.assert_close(out, ref)
 
 
 def test_fp16_masks_stay_finite():
