@@ -47,11 +47,48 @@ def test_files_are_in_the_released_form(tiny):
     assert json.loads((tiny(pi05=True, layout="lerobot") / "config.json").read_text())["type"] == "pi05"
 
 
+def test_make_tiny_cli(tmp_path, capsys):
+    from rlinf_policy_openpi.make_tiny import main
+
+    main([str(tmp_path / "t"), "--pi05", "--layout", "rlinf", "--asset-id", "physical-intelligence/libero",
+          "--action-horizon", "10"])
+    assert "π0.5" in capsys.readouterr().out
+    ckpt = read_checkpoint(tmp_path / "t", weights=False)
+    assert ckpt.config.pi05 and ckpt.config.action_horizon == 10 and ckpt.layout == "rlinf"
+    assert (tmp_path / "t" / "physical-intelligence" / "libero" / "norm_stats.json").is_file()
+    with pytest.raises(ValueError, match="layout must be one of"):
+        __import__("rlinf_policy_openpi.make_tiny").make_tiny.make_tiny(tmp_path / "u", layout="hf")
+
+
 def test_embed_tokens_is_copied_from_lm_head(tiny):
     path = tiny(layout="openpi")
     model, _ = load_model(path)
     lm_head = load_file(str(path / "model.safetensors"))[LM_HEAD_KEY]
     assert torch.equal(model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight, lm_head)
+
+
+def test_load_adopts_the_file_tensors(tiny, tmp_path):
+    """The loader builds on the meta device and adopts the file's tensors: tied LM head, real buffers, file dtype
+    (bf16 stays bf16; openpi's bf16 + fp32-norm mix is widened to fp32), same outputs as a plain build."""
+    from rlinf_policy_openpi._modeling import OpenPIModel
+    from rlinf_policy_openpi.testing import make_inputs
+
+    model, ckpt = load_model(tiny(pi05=True))
+    plain = OpenPIModel(ckpt.config)
+    plain.load_state_dict(model.state_dict())
+    assert not any(t.is_meta for t in list(model.parameters()) + list(model.buffers()))
+    pg = model.paligemma_with_expert.paligemma
+    assert pg.lm_head.weight is pg.model.language_model.embed_tokens.weight
+    inputs = make_inputs(ckpt.config)
+    with torch.no_grad():
+        torch.testing.assert_close(model(*inputs)[0], plain(*inputs)[0], atol=0, rtol=0)
+    for name, mixed in (("bf16", False), ("mixed", True)):
+        shutil.copytree(tiny(layout="openpi"), tmp_path / name)
+        f = tmp_path / name / "model.safetensors"
+        state = {k: v if mixed and "norm" in k else v.to(torch.bfloat16) for k, v in load_file(str(f)).items()}
+        save_file(state, str(f))
+        loaded, _ = load_model(tmp_path / name)
+        assert {p.dtype for p in loaded.parameters()} == {torch.float32 if mixed else torch.bfloat16}, name
 
 
 def test_lerobot_policy_prefix_and_rlinf_heads(tiny, tmp_path):
@@ -76,12 +113,19 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
     shutil.copy(tiny(layout="rlinf") / "config.json", tmp_path / "config.json")
     model, ckpt = load_model(tmp_path)
     assert ckpt.layout == "rlinf" and "value_head" in ckpt.heads
+    from rlinf.meta import meta_init
+
+    with meta_init():
+        meta_model, meta_ckpt = load_model(tmp_path)
+    assert meta_ckpt.config == ckpt.config and not meta_ckpt.state_dict
+    assert next(meta_model.parameters()).is_meta
 
 
 @pytest.mark.parametrize("change, match", [
     (lambda s: s.pop("action_out_proj.bias"), r"missing key 'action_out_proj.bias' \(1 missing"),
     (lambda s: s.__setitem__("action_out_proj.extra", torch.zeros(1)), r"unexpected key 'action_out_proj.extra'"),
-    (lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)), r"'action_in_proj.weight' has shape \[64, 7\]"),
+    (lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)),
+     r"'action_in_proj.weight' has shape \[64, 7\]"),
 ])
 def test_bad_keys_are_one_line_errors(tiny, tmp_path, change, match):
     shutil.copytree(tiny(layout="openpi"), tmp_path / "ckpt")
@@ -114,6 +158,19 @@ def test_variant_detection_and_conflicts(tiny, tmp_path):
         read_checkpoint(tmp_path / "nope")
 
 
+def test_config_json_round_trips(tiny):
+    import dataclasses
+
+    from rlinf_policy_openpi.config import config_from_json
+    from rlinf_policy_openpi.make_tiny import _lerobot_config
+
+    for pi05 in (False, True):
+        cfg = read_checkpoint(tiny(pi05=pi05), weights=False).config
+        assert config_from_json(cfg.to_json()) == cfg
+        lerobot = config_from_json(_lerobot_config(cfg))
+        assert dataclasses.replace(lerobot, precision=cfg.precision) == cfg
+
+
 def test_config_defaults_and_overrides(tiny):
     pi0 = read_checkpoint(tiny(pi05=False), weights=False).config
     pi05 = read_checkpoint(tiny(pi05=True), weights=False, action_horizon=7).config
@@ -144,4 +201,5 @@ def test_norm_stats_locations(tiny, tmp_path):
     shutil.rmtree(tmp_path / "ckpt" / "assets")
     shutil.copytree(tiny(layout="rlinf") / "lerobot", tmp_path / "ckpt" / "org" / "repo" / "tcp_v1")
     assert read_norm_stats(tmp_path / "ckpt")["state"].mean.equal(openpi["state"].mean)
-    assert read_norm_stats(tmp_path / "ckpt", "org/repo/tcp_v1/metaworld_mt50")["state"].mean.equal(openpi["state"].mean)
+    nested = read_norm_stats(tmp_path / "ckpt", "org/repo/tcp_v1/metaworld_mt50")
+    assert nested["state"].mean.equal(openpi["state"].mean)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel, make_att_2d_masks, sinusoidal_time_embedding
 from rlinf_policy_openpi.checkpoint import load_model
@@ -157,6 +158,62 @@ def test_low_precision_storage_and_autocast(model):
         torch.testing.assert_close(out, ref, atol=0.05, rtol=0.05)
 
 
+def test_gradient_checkpointing_gives_the_same_gradients(tiny):
+    model, _ = load_model(tiny(pi05=True))
+    inputs = make_inputs(model.config)
+    grads = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.train().gradient_checkpointing = checkpointing
+        cache = model.prefix_cache(*inputs[:5])
+        v, _ = model.suffix_forward(cache, None, *inputs[5:])
+        (v.square().mean() + model(*inputs)[0].mean()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 50
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_fsdp2_units(tiny):
+    """Every layer an FSDP2 unit (the model's ``_no_split_modules``): same outputs and gradients as unsharded."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).with_name("fsdp2_probe.py")
+    env = {**os.environ, "MASTER_PORT": str(29500 + os.getpid() % 400)}
+    out = subprocess.run([sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kv_heads, slen", [(1, 3), (2, 3), (1, 40), (4, 5)])
+def test_folded_and_repeated_grouped_attention_agree(kv_heads, slen):
+    from rlinf_policy_openpi._modeling import additive_mask, attention
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, n, 16, generator=gen) for h, n in ((8, slen), (kv_heads, 50), (kv_heads, 50)))
+    pad = torch.rand(2, 50, generator=gen) > 0.3
+    allowed = pad[:, None, :].expand(2, slen, 50) & (torch.rand(2, slen, 50, generator=gen) > 0.2)
+    mask = additive_mask(allowed, torch.float32)
+    out = attention(q, k, v, mask, 0.25)  # slen < 2·16 folds the heads, 40 repeats k / v
+    g = 8 // kv_heads
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=mask,
+                                         scale=0.25).transpose(1, 2).reshape(2, slen, -1)
+    torch.testing.assert_close(out, ref)
+
+
+def test_fp16_masks_stay_finite():
+    from rlinf_policy_openpi._modeling import additive_mask, attention
+
+    pad = torch.tensor([[True, True, False]])
+    mask = additive_mask(make_att_2d_masks(pad, torch.zeros_like(pad)), torch.float32)
+    q, k = torch.randn(1, 2, 3, 4).half(), torch.randn(1, 1, 3, 4).half()
+    out = attention(q, k, k, mask, 0.5)
+    assert torch.isfinite(out).all()  # the pad query row attends to nothing
+
+
 def test_pure_helpers():
     pad = torch.tensor([[True, True, False, True, True]])
     ar = torch.tensor([[0, 0, 0, 1, 0]])
@@ -174,6 +231,8 @@ def test_bad_inputs_are_one_line(model):
     images, masks, tokens, token_masks, state, x_t, t = make_inputs(model.config)
     with pytest.raises(ValueError, match="one mask per camera"):
         model.prefix_cache(images, masks[:1], tokens, token_masks)
+    with pytest.raises(ValueError, match=r"camera images must be \[B, 3, 28, 28\].*camera_slots"):
+        model.prefix_cache([torch.zeros(3, 3, 32, 32)], masks[:1], tokens, token_masks)
     if not model.config.pi05:
         cache = model.prefix_cache(images, masks, tokens, token_masks)
         with pytest.raises(ValueError, match="needs the .*state"):

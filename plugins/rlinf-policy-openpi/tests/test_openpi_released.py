@@ -8,6 +8,7 @@ from safetensors import safe_open
 
 from rlinf.meta import meta_init, parameter_count
 from rlinf_policy_openpi.checkpoint import EMBED_KEY, UNUSED_KEYS, load_model, read_norm_stats, to_openpi_names
+from rlinf_policy_openpi.transforms import PromptTokenizer, find_tokenizer
 from rlinf_policy_openpi.released import (
     EXPERT_LM_HEAD_PARAMETERS,
     PI05_PARAMETERS,
@@ -52,6 +53,8 @@ def test_released_dir_builds_on_meta_with_real_key_names(tmp_path, name):
     assert not wrong
     if spec.asset_id:
         assert read_norm_stats(path, spec.asset_id)["actions"].mean.shape == (spec.action_dim,)
+    tok = PromptTokenizer(find_tokenizer(path), cfg.max_token_len)
+    assert tok.vocab_size == cfg.vocab_size == 257152 and tok(["reach the goal"])[0][0, 0] == 2
 
 
 def test_meta_build_reads_no_tensor_data(tmp_path):

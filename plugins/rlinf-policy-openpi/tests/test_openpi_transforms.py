@@ -31,13 +31,25 @@ def test_resize_with_pad_keeps_aspect_and_pads_black():
         resize_with_pad(img.float(), 224)
 
 
+def test_resize_matches_pil_antialiased_bilinear():
+    """jax.image.resize (openpi) antialiases like PIL's bilinear reduce: same triangle filter (PIL rounds in fixed
+    point, so ±1 level)."""
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    img = (torch.rand(1, 300, 400, 3, generator=gen) * 255).to(torch.uint8)
+    ours = resize_with_pad(img, 224)[0].numpy().astype(int)
+    pil = np.asarray(Image.fromarray(img[0].numpy()).resize((224, 168), Image.BILINEAR)).astype(int)
+    assert np.abs(ours[28:196] - pil).max() <= 1 and not ours[:28].any() and not ours[196:].any()
+
+
 def test_camera_slots_mask_missing_cameras():
     base = torch.full((2, 64, 64, 3), 255, dtype=torch.uint8)
     images, masks = camera_slots([base, None], num_slots=3, size=28)
     assert len(images) == len(masks) == 3
     assert images[0].shape == (2, 3, 28, 28) and torch.allclose(images[0], torch.ones(1))  # 255 → +1
     assert [m.tolist() for m in masks] == [[True, True], [False, False], [False, False]]
-    assert not images[1].any() and not images[2].any()
+    assert (images[1] == -1).all() and (images[2] == -1).all()  # openpi: np.zeros_like(uint8 frame) → -1
     with pytest.raises(ValueError, match="4 cameras given but the model has 3"):
         camera_slots([base] * 4, num_slots=3, size=28)
 

@@ -122,12 +122,12 @@ def read_key_names(path: Path) -> list[str]:
             with safe_open(str(f), framework="pt") as handle:
                 names += list(handle.keys())
         else:
-            names += list(_torch_load(f))
+            names += list(_torch_load(f, mmap=True))  # mapped, not read: a meta build stays cheap
     return names
 
 
-def _torch_load(f: Path) -> dict[str, torch.Tensor]:
-    raw = torch.load(str(f), map_location="cpu", weights_only=True)
+def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
+    raw = torch.load(str(f), map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{f} holds a {type(raw).__name__}, expected a state dict")
     return raw
@@ -155,14 +155,14 @@ def to_openpi_names(state: dict) -> tuple[dict, dict[str, dict], str]:
     layout = "openpi"
     out: dict = {}
     heads: dict[str, dict] = {}
-    prefixed = bool(state) and all(k.startswith("model.") or k.startswith(HEAD_PREFIXES) for k in state)
+    prefixed = any(k.startswith("model.paligemma_with_expert.") for k in state)  # a lerobot policy's state dict
     for key, value in state.items():
         if key.startswith(HEAD_PREFIXES):
             head, rest = key.split(".", 1)
             heads.setdefault(head, {})[rest] = value
             layout = "rlinf"
             continue
-        if prefixed:
+        if prefixed and key.startswith("model."):
             key = key.removeprefix("model.")
             layout = "lerobot"
         if _V5_TOWER in key and _V4_TOWER not in key:
@@ -183,7 +183,9 @@ def check_keys(expected: dict[str, tuple[int, ...]], state: dict[str, torch.Tens
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing:
-        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing in all); {EXPECTED_LAYOUT}")
+        raise CheckpointError(
+            f"{source}: missing key {missing[0]!r} ({len(missing)} missing in all); {EXPECTED_LAYOUT}"
+        )
     if unexpected:
         raise CheckpointError(
             f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected in all); {EXPECTED_LAYOUT}"
@@ -231,17 +233,32 @@ def load_model(model_path: str | Path, **overrides):
 
     meta = is_meta_init()
     ckpt = read_checkpoint(model_path, weights=not meta, **overrides)
-    model = OpenPIModel(ckpt.config)
-    if not meta:
-        load_into(model, ckpt.state_dict, source=str(ckpt.path))
+    if meta:
+        return OpenPIModel(ckpt.config), ckpt
+    with torch.device("meta"):  # no random init of ~3 B parameters, no second copy: the tensors are adopted
+        model = OpenPIModel(ckpt.config)
+    load_into(model, ckpt.state_dict, source=str(ckpt.path), assign=True)
     return model, ckpt
 
 
-def load_into(model, state: dict[str, torch.Tensor], source: str) -> None:
-    """Strict, shape-checked load of openpi-named ``state`` into ``model`` (tied weights filled once)."""
+def load_into(model, state: dict[str, torch.Tensor], source: str, assign: bool = False) -> None:
+    """Strict, shape-checked load of openpi-named ``state`` into ``model``.
+
+    ``assign=True`` adopts the tensors (their dtype, e.g. the file's bfloat16, and device) into a model built on
+    the meta device, then re-ties ``lm_head`` to ``embed_tokens`` and recomputes the non-persistent buffers.
+    """
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     check_keys(expected, state, source)
-    model.load_state_dict(state, strict=True)
+    if not assign:
+        model.load_state_dict(state, strict=True)
+        return
+    dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
+    if len(dtypes) > 1:  # one storage dtype for the whole model (precision is applied afterwards)
+        wide = torch.float32 if torch.float32 in dtypes else max(dtypes, key=lambda d: torch.finfo(d).bits)
+        state = {k: v.to(wide) if v.is_floating_point() else v for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    model.tie_weights()
+    model.materialize_buffers(next(iter(state.values())).device)
 
 
 # ---- norm stats --------------------------------------------------------------------------------------
@@ -277,7 +294,8 @@ def read_norm_stats(model_path: str | Path, asset_id: str | None = None) -> dict
     if lerobot and asset_id is None:
         return _read_lerobot_stats(lerobot[0])
     where = (f"{path}/assets/{asset_id}/{NORM_STATS_FILE} or {path}/{asset_id}/{NORM_STATS_FILE}" if asset_id
-             else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or {LEROBOT_STATS_GLOB}")
+             else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or "
+             f"{LEROBOT_STATS_GLOB}")
     raise CheckpointError(f"no norm stats found: expected {where}")
 
 

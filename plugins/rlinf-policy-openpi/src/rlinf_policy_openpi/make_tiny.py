@@ -42,9 +42,10 @@ _PROMPTS = (
 )
 
 
-def build_tokenizer(path: Path, vocab_size: int = 320) -> int:
+def build_tokenizer(path: Path, vocab_size: int = 320, pad_to: int | None = None) -> int:
     """Train a PaliGemma-like SentencePiece BPE tokenizer (byte fallback, digits split, pad 0 / eos 1 / bos 2 /
-    unk 3) on robot prompts and write ``path/paligemma_tokenizer.model``. Returns its vocabulary size."""
+    unk 3) on robot prompts and write ``path/paligemma_tokenizer.model``. ``pad_to`` appends never-produced
+    ``<unusedN>`` pieces up to that size (PaliGemma's 257152 for released-form directories). Returns the size."""
     import sentencepiece as spm
 
     corpus = [p for p in _PROMPTS] + [f"Task: {p}, State: 12 250 3 77;\nAction: " for p in _PROMPTS]
@@ -56,9 +57,19 @@ def build_tokenizer(path: Path, vocab_size: int = 320) -> int:
         remove_extra_whitespaces=False, normalization_rule_name="identity", split_digits=True,
         allow_whitespace_only_pieces=True, num_threads=1, minloglevel=2,
     )
+    data = buf.getvalue()
+    if pad_to is not None:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+
+        proto = pb.ModelProto()
+        proto.ParseFromString(data)
+        for i in range(pad_to - len(proto.pieces)):
+            piece = proto.pieces.add()
+            piece.piece, piece.score, piece.type = f"<unused{i}>", 0.0, pb.ModelProto.SentencePiece.UNUSED
+        data = proto.SerializeToString()
     path.mkdir(parents=True, exist_ok=True)
-    (path / TOKENIZER_FILE).write_bytes(buf.getvalue())
-    return int(spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size())
+    (path / TOKENIZER_FILE).write_bytes(data)
+    return int(spm.SentencePieceProcessor(model_proto=data).get_piece_size())
 
 
 def tiny_norm_stats(state_dim: int, action_dim: int, seed: int) -> dict[str, NormStats]:
@@ -190,7 +201,8 @@ def make_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openpi.make_tiny", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openpi.make_tiny",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--pi05", action="store_true", help="π0.5 instead of π0")
     parser.add_argument("--layout", choices=LAYOUTS, default="openpi")

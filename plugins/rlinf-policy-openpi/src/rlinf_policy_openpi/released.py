@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlinf_policy_openpi.checkpoint import NormStats, write_norm_stats
+from rlinf_policy_openpi.config import PALIGEMMA_VOCAB
 
 PI0_PARAMETERS = 3_238_048_528
 PI05_PARAMETERS = 3_353_433_872
 PI0_FILE_PARAMETERS = 3_501_372_176
 EXPERT_LM_HEAD_PARAMETERS = 257_152 * 1024
+_TOKENIZER: list[bytes] = []
 _PG = "paligemma_with_expert.paligemma"
 _EX = "paligemma_with_expert.gemma_expert"
 
@@ -188,11 +190,23 @@ def _spec(name: str) -> ReleasedModel:
     return RELEASED[name]
 
 
-def write_released_dir(path: str | Path, name: str) -> Path:
-    """Write a weightless directory in the layout of released checkpoint ``name`` (see :data:`RELEASED`)."""
+def write_released_dir(path: str | Path, name: str, tokenizer: bool = True) -> Path:
+    """Write a weightless directory in the layout of released checkpoint ``name`` (see :data:`RELEASED`).
+
+    ``tokenizer``: also write a ``paligemma_tokenizer.model`` with PaliGemma's 257152 pieces next to the weights,
+    where a user copies it (released directories do not ship it: openpi keeps it in its cache).
+    """
     spec = _spec(name)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    if tokenizer:
+        from rlinf_policy_openpi.make_tiny import build_tokenizer
+        from rlinf_policy_openpi.transforms import TOKENIZER_FILE
+
+        if not _TOKENIZER:  # ~1 s to build: once per process
+            build_tokenizer(path, pad_to=PALIGEMMA_VOCAB)
+            _TOKENIZER.append((path / TOKENIZER_FILE).read_bytes())
+        (path / TOKENIZER_FILE).write_bytes(_TOKENIZER[0])
     (path / "config.json").write_text(json.dumps(released_config(name), indent=2) + "\n")
     shapes = released_tensor_shapes(spec.pi05, spec.layout)
     write_sparse_safetensors(path / "model.safetensors", shapes, "F32" if spec.layout == "lerobot" else "BF16")

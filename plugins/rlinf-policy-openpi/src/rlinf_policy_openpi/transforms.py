@@ -2,7 +2,7 @@
 ``models/tokenizer.py``).
 
 - images: uint8 ``[B, H, W, 3]`` → :func:`resize_with_pad` to 224 (linear, antialiased like ``jax.image.resize``,
-  black padding) → [-1, 1] ``[B, 3, 224, 224]``; up to 3 camera slots, a missing camera is zeros with mask False;
+  black padding) → [-1, 1] ``[B, 3, 224, 224]``; up to 3 camera slots, a missing camera is black with mask False;
 - state / actions: normalised (z-score for π0, quantile for π0.5, the 1e-6 epsilons), then zero-padded to 32;
 - prompt: PaliGemma SentencePiece ``encode(clean(text), add_bos) + encode("\\n")`` padded with id 0 to
   ``max_token_len`` (48 π0 / 200 π0.5); π0.5 with ``discrete_state_input`` writes the state as 256-bin tokens.
@@ -57,7 +57,7 @@ def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, b
 
     Args:
         images: uint8 ``[B, H, W, 3]`` per camera, ``None`` for a camera this robot lacks.
-        num_slots: slots to return (1..3); cameras beyond it are an error, missing ones are zeros + mask False.
+        num_slots: slots to return (1..3); cameras beyond it are an error, missing ones are black + mask False.
         size: model resolution (224).
         batch_size: B when every given camera is None.
     """
@@ -71,8 +71,8 @@ def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, b
     out, masks = [], []
     for slot in range(num_slots):
         img = images[slot] if slot < len(images) else None
-        if img is None:
-            out.append(torch.zeros(bsz, 3, size, size, device=device))
+        if img is None:  # openpi feeds a black uint8 frame (→ -1) with mask False
+            out.append(torch.full((bsz, 3, size, size), -1.0, device=device))
             masks.append(torch.zeros(bsz, dtype=torch.bool, device=device))
         else:
             out.append(to_model_image(img, size))
