@@ -81,6 +81,24 @@ OPENSORA = {  # opensora_libero_spatial_grpo_openvlaoft.yaml with env/opensora_l
     "policy.max_prompt_length": 128, "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True,
     "eval_env.auto_reset": True, "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
 }
+OPENPI_METAWORLD = {  # metaworld_50_ppo_openpi.yaml + model/pi0.yaml + env/metaworld_50.yaml
+    "optim.adam_eps": 1e-8, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.95,
+    "optim.lr": 1e-5, "optim.value_lr": 1e-4, "optim.clip_grad": 1.0, "optim.critic_warmup_steps": 0,
+    "global_batch_size": 2048, "micro_batch_size": 128, "total_envs": 64, "env.auto_reset": False,
+    "env.ignore_terminations": False, "env.max_episode_steps": 100, "env.reward_coef": 1.0,
+    "env.camera_name": "corner4", "env.action_format": "4d", "env.image_size": 480, "env.state_type": "proprio",
+    "eval_env.camera_name": "corner4", "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
+    "rollout.rollout_epoch": 8, "rollout.max_steps_per_rollout_epoch": 100, "rollout.temperature_train": 1.0,
+    "rollout.do_sample_eval": False, "algorithm.class_path": "PPO", "algorithm.update_epoch": 4,
+    "algorithm.gamma": 0.99, "algorithm.gae_lambda": 0.95, "algorithm.value_clip": 0.2, "algorithm.huber_delta": 10.0,
+    "algorithm.normalize_advantages": True, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.2,
+    "algorithm.clip_ratio_c": 3.0, "algorithm.entropy_bonus": 0.0, "algorithm.reward_type": "chunk_level",
+    "algorithm.logprob_type": "chunk_level", "algorithm.entropy_type": "token_level",
+    "algorithm.loss_agg": "trajectory_mean", "policy.class_path": "OpenPIPolicy", "policy.num_action_chunks": 5,
+    "policy.action_dim": 4, "policy.num_steps": 5, "policy.add_value_head": True, "policy.noise_method": "flow_sde",
+    "policy.noise_level": 0.5, "policy.num_images_in_input": 1, "policy.train_expert_only": True,
+    "policy.is_lora": False, "policy.asset_id": "lerobot/metaworld_mt50",
+}
 OOD = {
     "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
@@ -139,6 +157,13 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         **OPENSORA, "policy.unnorm_key": f"libero_{suite}_no_noops", "eval_env.task_suite_name": f"libero_{suite}"})
        for suite in ("spatial", "object")},
     "metaworld/ml45_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
+    "metaworld/mt50_ppo_openpi.yaml": (V03 + "metaworld_50_ppo_openpi.yaml", {
+        **OPENPI_METAWORLD, "policy.detach_critic_input": True}),
+    "metaworld/mt50_ppo_openpi_pi05.yaml": (V03 + "metaworld_50_ppo_openpi_pi05.yaml", {
+        **OPENPI_METAWORLD, "optim.lr": 5e-6, "optim.lr_scheduler": "cosine", "policy.value_after_vlm": True,
+        "policy.value_vlm_mode": "mean_token", "policy.discrete_state_input": False}),
+    "metaworld/ml45_ppo_openpi.yaml": (V03 + "metaworld_45_ppo_openpi.yaml", {
+        **OPENPI_METAWORLD, "policy.detach_critic_input": True, "eval_env.max_episode_steps": 160}),
     **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {
         **OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
        for split in ("vision", "semantic", "position")},
@@ -175,7 +200,8 @@ UPSTREAM.update({
 # configs that are not seeds' experiments: CPU smoke tests and the quickstart
 NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
              "metaworld/quickstart_grpo.yaml", "opensora/cpu_smoke.yaml", "opensora/world_model_fit.yaml",
-             "opensora/reward_model_fit.yaml", "wan/wan_cpu_smoke.yaml", "wan/wan_world_model_fit.yaml",
+             "opensora/reward_model_fit.yaml", "metaworld/mt50_ppo_openpi_cpu_smoke.yaml",
+             "wan/wan_cpu_smoke.yaml", "wan/wan_world_model_fit.yaml",
              "wan/wan_world_model_fit_cpu_smoke.yaml"}
 SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora", "wan")
 

@@ -28,8 +28,18 @@ POLICY = "model.init_args.policy.init_args"
 EXPORTED_FROM = {"libero_130_grpo_openvlaoft": "rlinf-openvla-oft-libero-130"}
 
 
+def _policy_class(config: Path) -> str:
+    return yaml.safe_load(config.read_text())["model"]["init_args"]["policy"]["class_path"].rsplit(".", 1)[-1]
+
+
+OPENPI_CONFIGS = [p for p in GPU_CONFIGS if _policy_class(p) == "OpenPIPolicy"]
+OPENVLA_CONFIGS = [p for p in GPU_CONFIGS if p not in OPENPI_CONFIGS]
+
+
 def released_kind(model_path: str) -> str:
-    """The released checkpoint kind whose repo the config's ``model_path`` names (its last path component)."""
+    """The released checkpoint kind whose repo the config's ``model_path`` names (its last path component):
+    an ``rlinf_policy_openvla.released`` kind, or an ``rlinf_policy_openpi.released`` name."""
+    from rlinf_policy_openpi.released import RELEASED as OPENPI_RELEASED
     from rlinf_policy_openvla.released import RELEASED
 
     path = Path(model_path)
@@ -39,19 +49,28 @@ def released_kind(model_path: str) -> str:
     for kind, spec in RELEASED.items():
         if any(repo.split("/")[-1] == name for repo in spec.repos):
             return kind
-    raise AssertionError(f"model_path {model_path!r} names no released checkpoint in rlinf_policy_openvla.released")
+    if name in OPENPI_RELEASED:
+        return name
+    raise AssertionError(f"model_path {model_path!r} names no released checkpoint in rlinf_policy_openvla.released "
+                         "or rlinf_policy_openpi.released")
 
 
 @pytest.fixture(scope="session")
 def released_dir(tmp_path_factory):
     """``released_dir(kind)``: a released-form model directory (one per kind per session)."""
+    from rlinf_policy_openpi.released import RELEASED as OPENPI_RELEASED
+    from rlinf_policy_openpi.released import write_released_dir as write_openpi_dir
     from rlinf_policy_openvla.released import write_released_dir
 
     dirs: dict[str, Path] = {}
 
     def get(kind: str) -> Path:
+        if kind in OPENPI_RELEASED:
+            if kind not in dirs:
+                dirs[kind] = write_openpi_dir(tmp_path_factory.mktemp("openpi"), kind)
+            return dirs[kind]
         if kind not in dirs:
-            first = next(iter(dirs.values()), None)  # tokenizer files are the same for every kind
+            first = next((d for k, d in dirs.items() if k not in OPENPI_RELEASED), None)  # same tokenizer files
             dirs[kind] = write_released_dir(tmp_path_factory.mktemp(kind), kind, tokenizer_from=first)
         return dirs[kind]
 
@@ -126,7 +145,7 @@ def _base_name(name: str) -> str | None:
     return name.replace(".base_layer.", ".")
 
 
-@pytest.mark.parametrize("config", GPU_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in GPU_CONFIGS])
+@pytest.mark.parametrize("config", OPENVLA_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in OPENVLA_CONFIGS])
 def test_gpu_config_builds_the_released_architecture(config, built_policy):
     from rlinf.meta import parameter_count
     from rlinf_policy_openvla.released import OPENVLA_7B_PARAMETERS, released_tensor_shapes
@@ -154,8 +173,36 @@ def test_gpu_config_builds_the_released_architecture(config, built_policy):
         assert any(n.startswith("language_model.model.layers.31.") for n in lora)
 
 
+@pytest.mark.parametrize("config", OPENPI_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in OPENPI_CONFIGS])
+def test_openpi_gpu_config_builds_the_released_architecture(config, built_policy):
+    """π0 / π0.5 configs: the released architecture (openpi names and shapes, 3.24 B / 3.35 B parameters) on meta,
+    PaliGemma frozen (``train_expert_only``), the critic where the config puts it."""
+    from rlinf_policy_openpi.checkpoint import EMBED_KEY, UNUSED_KEYS
+    from rlinf_policy_openpi.released import PI0_PARAMETERS, PI05_PARAMETERS, RELEASED, released_tensor_shapes
+
+    policy, cfg = built_policy(config)
+    init = cfg["model"]["init_args"]["policy"]["init_args"]
+    raw = yaml.safe_load(config.read_text())["model"]["init_args"]["policy"]["init_args"]
+    spec = RELEASED[released_kind(raw["model_path"])]  # cfg's model_path is the released-form directory
+    model = policy.openpi
+    assert policy.is_pi05 == spec.pi05 and all(p.is_meta for p in model.parameters()), "a tensor was materialised"
+    heads = ("value_head.", "noise_head.")
+    built = {n: tuple(p.shape) for n, p in model.state_dict().items() if not n.startswith(heads)}
+    shapes = {k: v for k, v in released_tensor_shapes(spec.pi05).items() if k not in UNUSED_KEYS}
+    assert set(built) == set(shapes) | {EMBED_KEY}, "parameter names differ from the released checkpoint"
+    assert {k: v for k, v in shapes.items() if built[k] != v} == {}
+    base = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(heads))
+    assert base == (PI05_PARAMETERS if spec.pi05 else PI0_PARAMETERS)
+    assert policy.has_value_head
+    assert model.value_head.mlp[0].in_features == (2048 if init.get("value_after_vlm") else 1024)
+    assert (policy.num_action_chunks, policy.action_dim, policy.config.action_horizon) == (5, 4, spec.action_horizon)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and not [n for n in trainable if n.startswith("paligemma_with_expert.paligemma.")]
+    assert any(n.startswith("paligemma_with_expert.gemma_expert.") for n in trainable)
+
+
 def test_every_gpu_config_is_checked():
-    assert len(GPU_CONFIGS) >= 10
+    assert len(GPU_CONFIGS) >= 10 and len(OPENPI_CONFIGS) >= 3
     assert {released_kind(yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["init_args"]["model_path"])
             for p in GPU_CONFIGS}  # each names a known released checkpoint (raises otherwise)
 

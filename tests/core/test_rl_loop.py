@@ -346,3 +346,16 @@ def test_env_declared_episode_metrics_are_logged_for_train_and_eval(tmp_path):
 
 def _record():
     return {"success_once": 1.0, "success_at_end": 1.0, "return": 1.0, "episode_len": 3, "reward": 0.3}
+
+
+def test_the_loop_tells_the_policy_each_rl_step_before_its_rollout(tmp_path):
+    rollout = RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False)
+    module = make_module("grpo", num_envs=8, steps=4, rollout=rollout, global_batch_size=16, micro_batch_size=16)
+    seen = []
+    act = module.policy.act
+    module.policy.set_rl_step = lambda step: seen.append(("step", step))
+    module.policy.act = lambda *a, **k: (seen.append(("act",)), act(*a, **k))[1]
+    make_trainer(tmp_path, 3).fit(module)
+    steps = [s for s in seen if s[0] == "step"]
+    assert steps == [("step", 0), ("step", 1), ("step", 2)]
+    assert seen[0] == ("step", 0) and seen[1] == ("act",)  # told before the rollout acts

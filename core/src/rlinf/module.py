@@ -254,6 +254,7 @@ class RLModule(pl.LightningModule):
         self.step_metrics = {}
         ro = self.rollout_cfg
         n_chunks = ro.max_steps_per_rollout_epoch // self.policy.num_action_chunks
+        self.policy.set_rl_step(self.current_epoch)
         self.policy.eval()
         t0 = time.perf_counter()
         with rollout_mode(self, self.offload_optimizer):

@@ -121,6 +121,11 @@ class Policy(nn.Module):
         """
         raise NotImplementedError
 
+    def set_rl_step(self, step: int) -> None:
+        """Called by the RL loop at the start of every RL step, before its rollout, with the number of RL steps
+        done so far (0 first; the right count after a resume). Policies with schedules read it (e.g. π0's
+        ``noise_anneal``). Default: nothing."""
+
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters of the critic (trained at ``value_lr``)."""
         return [p for n, p in self.named_parameters() if "value_head" in n and p.requires_grad]

@@ -1,0 +1,101 @@
+"""rlinf :class:`~rlinf.envs.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
+
+Only the cameras a policy feeds (``num_images_in_input``) become prefix slots: openpi always builds three and
+masks the missing ones, which gives the same outputs for every valid token (masked tokens are padding: no
+token attends to them and they do not move positions) at up to 3× less prefix compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rlinf.envs.observation import Observation
+from rlinf_policy_openpi.checkpoint import NormStats
+from rlinf_policy_openpi.config import OpenPIConfig
+from rlinf_policy_openpi.transforms import PromptTokenizer, camera_slots, normalize, pad_to_dim, unnormalize
+
+
+@dataclass
+class ModelBatch:
+    """Model inputs of B observations.
+
+    Attributes:
+        images: per fed camera slot ``[B, 3, S, S]`` in [-1, 1].
+        image_masks: per slot bool ``[B]``.
+        tokens: ``[B, max_token_len]`` prompt ids; token_masks: bool ``[B, max_token_len]``.
+        state: ``[B, 32]`` normalised, zero-padded state (zeros without ``Observation.states``).
+    """
+
+    images: list[torch.Tensor]
+    image_masks: list[torch.Tensor]
+    tokens: torch.Tensor
+    token_masks: torch.Tensor
+    state: torch.Tensor
+
+
+class ObservationInputs:
+    """Observation → :class:`ModelBatch`, and normalised model actions → env-scale actions.
+
+    Args:
+        config: the model's architecture (π0 / π0.5 decides z-score vs quantile normalisation).
+        norm_stats: ``{"state": NormStats, "actions": NormStats}`` of the checkpoint.
+        tokenizer_path: the local ``paligemma_tokenizer.model`` (None only for meta-device builds).
+    """
+
+    def __init__(
+        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None
+    ) -> None:
+        self.config = config
+        self.stats = norm_stats
+        self.quantile = bool(config.pi05)  # openpi: quantile normalisation for every model but π0
+        # None: a meta-device build (architecture only), which never tokenises
+        self.tokenizer = None if tokenizer_path is None else PromptTokenizer(tokenizer_path, config.max_token_len)
+
+    @property
+    def action_dim(self) -> int:
+        """Action dimensions of the norm stats (the env-facing action size)."""
+        return int(self.stats["actions"].mean.shape[-1])
+
+    def _state(self, obs: Observation, device: torch.device) -> torch.Tensor | None:
+        if obs.states is None:
+            return None
+        dim = self.stats["state"].mean.shape[-1]
+        if obs.states.shape[-1] > dim:
+            raise ValueError(
+                f"Observation.states has {obs.states.shape[-1]} dimensions but the checkpoint's state norm stats "
+                f"have {dim}; use the env's state_type the model was trained with"
+            )
+        return normalize(obs.states.to(device).float(), self.stats["state"], self.quantile)
+
+    def __call__(self, obs: Observation, num_images: int, device: torch.device) -> ModelBatch:
+        views: list[torch.Tensor | None] = [obs.main_images]
+        if num_images > 1:
+            wrist = obs.wrist_images
+            if wrist is None:
+                raise ValueError(f"num_images_in_input={num_images} needs wrist_images; the env gives none")
+            wrist = wrist.unsqueeze(1) if wrist.dim() == 4 else wrist
+            if wrist.shape[1] < num_images - 1:
+                raise ValueError(
+                    f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
+                )
+            views += [wrist[:, i] for i in range(num_images - 1)]
+        images, masks = camera_slots([v.to(device) for v in views], num_images, self.config.vision.image_size)
+        state = self._state(obs, device)
+        discrete = self.config.pi05 and self.config.discrete_state_input
+        if discrete and state is None:
+            raise ValueError("this π0.5 checkpoint writes the state into the prompt (discrete_state_input); the env "
+                             "gives no states")
+        tokens, token_masks = self.tokenizer(list(obs.task_descriptions), state.cpu() if discrete else None)
+        padded = (pad_to_dim(state, self.config.action_dim) if state is not None
+                  else torch.zeros(len(obs), self.config.action_dim, device=device))
+        return ModelBatch(images, masks, tokens.to(device), token_masks.to(device), padded)
+
+    def unnormalize_actions(self, actions: torch.Tensor, action_dim: int) -> torch.Tensor:
+        """``[..., 32]`` normalised model actions → ``[..., action_dim]`` env-scale actions."""
+        return unnormalize(actions[..., :action_dim].float(), self.stats["actions"], self.quantile)
+
+
+__all__ = ["ModelBatch", "ObservationInputs"]

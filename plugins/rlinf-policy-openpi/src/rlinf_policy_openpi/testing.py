@@ -1,0 +1,52 @@
+"""Test helpers (this plugin's tests and other plugins')::
+
+    from rlinf_policy_openpi.testing import make_inputs, tiny_checkpoint
+    path = tiny_checkpoint(pi05=True, layout="rlinf")  # same kwargs → same directory
+
+Directories live in a per-process temporary folder removed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+_CACHE: dict[str, Path] = {}
+_ROOT: list[Path] = []
+
+
+def tiny_checkpoint(**kwargs) -> Path:
+    """A tiny checkpoint written once per process by :func:`rlinf_policy_openpi.make_tiny.make_tiny`."""
+    from rlinf_policy_openpi.make_tiny import make_tiny
+
+    key = json.dumps(kwargs, sort_keys=True, default=str)
+    if key not in _CACHE:
+        if not _ROOT:
+            _ROOT.append(Path(tempfile.mkdtemp(prefix="rlinf-openpi-tiny-")))
+            atexit.register(shutil.rmtree, _ROOT[0], True)
+        _CACHE[key] = make_tiny(_ROOT[0] / f"ckpt{len(_CACHE)}", **kwargs)
+    return _CACHE[key]
+
+
+def make_inputs(config, batch: int = 3, seed: int = 0, pad_from: int = 5) -> tuple:
+    """Random model inputs: 3 camera slots (slot 1 missing for sample 1, slot 2 missing for all), prompt tokens
+    with sample 0 padded from ``pad_from``."""
+    gen = torch.Generator().manual_seed(seed)
+    size = config.vision.image_size
+    images = [torch.rand(batch, 3, size, size, generator=gen) * 2 - 1 for _ in range(config.num_images)]
+    masks = [torch.ones(batch, dtype=torch.bool) for _ in range(config.num_images)]
+    masks[1][min(1, batch - 1)] = False
+    masks[2][:] = False
+    length = config.max_token_len
+    tokens = torch.randint(4, config.vocab_size, (batch, length), generator=gen)
+    token_masks = torch.ones(batch, length, dtype=torch.bool)
+    tokens[0, pad_from:], token_masks[0, pad_from:] = 0, False
+    state = torch.randn(batch, config.action_dim, generator=gen)
+    x_t = torch.randn(batch, config.action_horizon, config.action_dim, generator=gen)
+    t = torch.rand(batch, generator=gen)
+    return images, masks, tokens, token_masks, state, x_t, t

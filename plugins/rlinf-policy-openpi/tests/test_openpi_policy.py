@@ -1,0 +1,276 @@
+"""OpenPIPolicy on tiny π0 / π0.5 checkpoints in the real layouts: the core contract, every noise method's
+rollout == recompute, the critic's placement, what trains, save / load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.envs.observation import Observation
+from rlinf.testing.conformance import PolicyPluginTests
+from rlinf_policy_openpi import flow
+from rlinf_policy_openpi.policy import OpenPIPolicy
+
+VLM = "paligemma_with_expert.paligemma."
+
+
+@pytest.fixture
+def ckpt(tiny):
+    """``ckpt(pi05)``: the tiny RLinf-layout checkpoint (value head included) of a variant (made once per process)."""
+    return lambda pi05=False: tiny(pi05=pi05, layout="rlinf", max_token_len=24)
+
+
+def _obs(B=3, seed=1, states=True):
+    gen = torch.Generator().manual_seed(seed)
+    return Observation(
+        main_images=torch.randint(0, 256, (B, 32, 32, 3), generator=gen, dtype=torch.uint8),
+        task_descriptions=[f"press the button {i}" for i in range(B)],
+        states=torch.randn(B, 4, generator=gen) if states else None,
+    )
+
+
+def _policy(path, **kw):
+    torch.manual_seed(0)
+    kw.setdefault("num_steps", 3)
+    return OpenPIPolicy(str(path), **kw).eval()
+
+
+class TestPi0Conformance(PolicyPluginTests):
+    state_dim = 4
+
+    @pytest.fixture(autouse=True)
+    def _ckpt(self, ckpt):
+        self.path = ckpt(False)
+
+    def make_policy(self):
+        return _policy(self.path, noise_method="flow_sde", add_value_head=True)
+
+
+class TestPi05FlowNoiseConformance(PolicyPluginTests):
+    state_dim = 4
+
+    @pytest.fixture(autouse=True)
+    def _ckpt(self, ckpt):
+        self.path = ckpt(True)
+
+    def make_policy(self):
+        return _policy(self.path, noise_method="flow_noise", value_after_vlm=True)
+
+
+CASES = [
+    ("flow_sde", {}), ("flow_sde", {"ignore_last": True}), ("flow_cps", {}), ("flow_noise", {}),
+    ("flow_noise", {"joint_logprob": True}), ("flow_sde", {"joint_logprob": True}), ("flow_ode", {}),
+]
+
+
+@pytest.mark.parametrize("pi05", [False, True], ids=["pi0", "pi05"])
+@pytest.mark.parametrize("method,extra", CASES, ids=[m + "".join(f"-{k}" for k in e) for m, e in CASES])
+def test_rollout_logprobs_equal_recompute(ckpt, pi05, method, extra):
+    policy = _policy(ckpt(pi05), noise_method=method, value_after_vlm=pi05, **extra)
+    obs = _obs(4)
+    torch.manual_seed(5)
+    out = policy.act(obs, temperature=1.2)
+    chains = out.record["chains"]
+    assert chains.shape == (4, 4, policy.config.action_horizon, 32) and out.record["denoise_inds"].shape == (4,)
+    policy.train()
+    ev = policy.evaluate(obs, out.record, temperature=1.2, compute_entropy=True, compute_values=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ev.values, out.values, rtol=1e-5, atol=1e-5)
+    if method == "flow_ode":
+        assert torch.count_nonzero(out.logprobs) == 0
+    if extra.get("ignore_last"):
+        assert int(out.record["denoise_inds"][0]) <= 1
+
+
+def test_actions_are_the_chains_end_unnormalised(ckpt):
+    from rlinf_policy_openpi.transforms import unnormalize
+
+    policy = _policy(ckpt(False), num_action_chunks=3, action_dim=2)
+    out = policy.act(_obs(), do_sample=False)
+    end = out.record["chains"][:, -1, :3, :2]
+    torch.testing.assert_close(out.actions, unnormalize(end, policy.inputs.stats["actions"], quantile=False))
+    assert out.actions.shape == (3, 3, 2) and out.logprobs.shape == (3, 3, 2)
+
+
+def test_greedy_is_the_model_sampler_from_a_fixed_noise(ckpt):
+    """do_sample=False is the plain Euler ODE of OpenPIModel.sample_actions (from the fixed greedy noise)."""
+    policy = _policy(ckpt(False))
+    obs = _obs()
+    out = policy.act(obs, do_sample=False)
+    batch = policy.inputs(obs, 1, policy.device)
+    noise = policy._initial_noise(3, do_sample=False)
+    ref = policy.openpi.sample_actions(batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state,
+                                       num_steps=3, noise=noise)
+    torch.testing.assert_close(out.record["chains"][:, -1], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_expert_critic_reads_the_action_expert(ckpt):
+    policy = _policy(ckpt(False), add_value_head=True)
+    model = policy.openpi
+    assert model.value_head.mlp[0].in_features == policy.config.expert_width
+    obs, moved = _obs(), _obs()
+    moved.states = moved.states + 1.0  # π0's state token enters the expert only
+    assert not torch.allclose(policy.value(obs), policy.value(moved))
+    # the critic's gradient reaches the expert unless detach_critic_input
+    for detach, reaches in ((False, True), (True, False)):
+        policy = _policy(ckpt(False), add_value_head=True, detach_critic_input=detach).train()
+        policy.evaluate(obs, policy.act(obs).record, compute_values=True).values.sum().backward()
+        expert = [p.grad for n, p in policy.openpi.named_parameters() if "gemma_expert" in n]
+        assert any(g is not None and g.abs().sum() > 0 for g in expert) == reaches
+        assert policy.openpi.value_head.mlp[0].weight.grad.abs().sum() > 0
+
+
+def test_vlm_critic_reads_the_prefix_output(ckpt):
+    policy = _policy(ckpt(True), value_after_vlm=True, value_vlm_mode="mean_token")
+    assert policy.openpi.value_head.mlp[0].in_features == policy.config.vlm_width
+    obs = _obs()
+    cache = policy._prefix(obs)
+    P = policy.config.num_image_tokens * 1 + policy.config.max_token_len  # one fed camera slot + all language
+    assert cache.prefix_out.shape[1] == P
+    expected = policy.openpi.value_head(cache.prefix_out.float().mean(1))
+    torch.testing.assert_close(policy.value(obs), expected)
+    for mode, pos in (("first_token", 0), ("last_token", P - 1)):
+        policy.value_vlm_mode = mode
+        torch.testing.assert_close(policy.value(obs), policy.openpi.value_head(cache.prefix_out[:, pos].float()))
+
+
+def test_value_head_weights_load_from_the_checkpoint(ckpt):
+    from rlinf_policy_openpi.checkpoint import read_checkpoint
+
+    heads = read_checkpoint(ckpt(False)).heads["value_head"]
+    policy = _policy(ckpt(False))  # add_value_head defaults to what the checkpoint has
+    assert policy.has_value_head
+    for k, v in heads.items():
+        torch.testing.assert_close(policy.openpi.value_head.state_dict()[k], v)
+    with pytest.raises(ValueError, match=r"value_head\.mlp\.0\.(weight|bias) has shape"):
+        _policy(ckpt(False), value_hidden_sizes=(8, 4, 2))  # not the saved head's widths
+
+
+def test_train_expert_only_freezes_paligemma(ckpt):
+    policy = _policy(ckpt(False), train_expert_only=True).train()
+    named = dict(policy.openpi.named_parameters())
+    assert not any(p.requires_grad for n, p in named.items() if n.startswith(VLM))
+    assert all(p.requires_grad for n, p in named.items() if not n.startswith(VLM))
+    assert not policy.openpi.paligemma_with_expert.paligemma.training
+    assert policy.openpi.paligemma_with_expert.gemma_expert.training
+    obs = _obs()
+    policy.evaluate(obs, policy.act(obs).record).logprobs.sum().backward()
+    assert all(p.grad is None for n, p in named.items() if n.startswith(VLM))
+    assert named["action_in_proj.weight"].grad.abs().sum() > 0
+    for critic_after_vlm in (False, True):  # full fine-tune: every parameter a gradient reaches trains (DDP-safe)
+        full = _policy(ckpt(False), train_expert_only=False, value_after_vlm=critic_after_vlm).train()
+        out = full.evaluate(obs, full.act(obs).record, compute_values=True)
+        (out.logprobs.sum() + out.values.sum()).backward()
+        trains = {n for n, p in full.openpi.named_parameters() if p.requires_grad}
+        assert trains == {n for n, p in full.openpi.named_parameters() if p.grad is not None}
+        assert any(n.startswith(VLM) for n in trains)
+
+
+def test_noise_anneal_follows_rl_steps_and_the_record(ckpt):
+    policy = _policy(ckpt(False), noise_anneal=True, noise_params=(0.7, 0.3, 10))
+    obs = _obs()
+    levels = []
+    for step in (0, 5, 10, 50):
+        policy.set_rl_step(step)
+        levels.append(float(policy.act(obs).record["noise_level"][0]))
+    assert levels == pytest.approx([0.7, 0.5, 0.3, 0.3])
+    policy.set_rl_step(0)
+    out = policy.act(obs)
+    policy.set_rl_step(7)  # the recompute uses the rollout's level, whatever the step now
+    torch.testing.assert_close(policy.evaluate(obs, out.record).logprobs, out.logprobs, rtol=1e-5, atol=1e-5)
+
+
+def test_save_load_round_trip_with_heads(ckpt, tmp_path):
+    policy = _policy(ckpt(False), noise_method="flow_noise", num_action_chunks=2, action_dim=3)
+    with torch.no_grad():
+        policy.openpi.noise_head.mlp_logvar.moduleList[0].linear_1.bias.add_(0.3)
+    policy.save_pretrained(tmp_path / "out")
+    loaded = OpenPIPolicy.from_pretrained(tmp_path / "out", noise_method="flow_noise", num_steps=3).eval()
+    assert (loaded.num_action_chunks, loaded.action_dim) == (2, 3)
+    obs = _obs()
+    torch.manual_seed(1)
+    a = policy.act(obs)
+    torch.manual_seed(1)
+    b = loaded.act(obs)
+    torch.testing.assert_close(a.actions, b.actions)
+    torch.testing.assert_close(a.logprobs, b.logprobs)
+    torch.testing.assert_close(a.values, b.values)
+
+
+def test_bad_settings_are_one_line_errors(ckpt):
+    path = ckpt(False)
+    for kw, match in (
+        ({"num_action_chunks": 9}, "num_action_chunks must be 1..5"),
+        ({"action_dim": 33}, "action_dim must be 1..32"),
+        ({"noise_method": "flow_xyz"}, "noise_method 'flow_xyz' not supported"),
+        ({"value_vlm_mode": "max_token"}, "value_vlm_mode"),
+        ({"num_images_in_input": 4}, "num_images_in_input must be 1..3"),
+        ({"ignore_last": True, "num_steps": 1}, "ignore_last needs num_steps >= 2"),
+        ({"precision": "fp8"}, "precision 'fp8' not supported"),
+    ):
+        with pytest.raises(ValueError, match=match) as exc:
+            OpenPIPolicy(str(path), **kw)
+        assert "\n" not in str(exc.value)
+    policy = _policy(path, num_images_in_input=2)
+    with pytest.raises(ValueError, match="needs wrist_images"):
+        policy.act(_obs())
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        _policy(path).act(_obs(), temperature=0.0)
+
+
+def test_greedy_record_is_marked_greedy(ckpt):
+    out = _policy(ckpt(False)).act(_obs(), do_sample=False)
+    assert (out.record["denoise_inds"] == flow.GREEDY).all()
+
+
+def test_lora_on_paligemma_with_the_expert_training_in_full(ckpt, tmp_path):
+    from rlinf.models.lora import LoRAConfig
+
+    policy = _policy(ckpt(False), lora=LoRAConfig(rank=4))
+    named = dict(policy.openpi.named_parameters())
+    lora = [n for n in named if ".lora_" in n]
+    assert lora and all(n.startswith(VLM) for n in lora)
+    assert any(".language_model.layers.0.self_attn.q_proj" in n for n in lora)
+    assert any(".vision_tower." in n for n in lora) and any("multi_modal_projector" in n for n in lora)
+    trainable = {n for n, p in named.items() if p.requires_grad}
+    assert not [n for n in trainable if n.startswith(VLM) and ".lora_" not in n], "PaliGemma base weights train"
+    assert any(n.startswith("paligemma_with_expert.gemma_expert.") for n in trainable)
+    assert "value_head.mlp.0.weight" in trainable
+    obs = _obs()
+    out = policy.evaluate(obs, policy.act(obs).record, compute_values=True)
+    (out.logprobs.sum() + out.values.sum()).backward()
+    assert all(named[n].grad is not None for n in lora if "lora_B" in n)
+    with torch.no_grad():  # a non-zero adapter: the merged export must carry it
+        for n in lora:
+            if "lora_B" in n:
+                named[n].add_(0.05)
+    before = policy.act(obs, do_sample=False)
+    policy.save_pretrained(tmp_path / "merged")
+    after = OpenPIPolicy.from_pretrained(tmp_path / "merged").eval().act(obs, do_sample=False)
+    torch.testing.assert_close(after.actions, before.actions, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_precision_keeps_fp32_trainable_weights_and_recomputes_the_rollout(ckpt):
+    policy = _policy(ckpt(False), precision="bf16")
+    named = dict(policy.openpi.named_parameters())
+    assert {p.dtype for n, p in named.items() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for n, p in named.items() if n.startswith(VLM)} == {torch.bfloat16}  # the frozen VLM
+    assert policy.compute_dtype == torch.bfloat16
+    obs = _obs()
+    torch.manual_seed(0)
+    out = policy.act(obs)
+    assert out.actions.dtype == torch.float32 and out.record["chains"].dtype == torch.float32
+    ev = policy.train().evaluate(obs, out.record, compute_values=True)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=1e-4, atol=1e-4)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(ckpt):
+    obs = _obs()
+    grads = []
+    for flag in (False, True):
+        policy = _policy(ckpt(False), train_expert_only=False, gradient_checkpointing=flag)
+        torch.manual_seed(0)
+        record = policy.act(obs).record
+        policy.train().evaluate(obs, record).logprobs.sum().backward()
+        grads.append(policy.openpi.action_in_proj.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])

@@ -1,0 +1,124 @@
+"""openpi's input pipeline: images, normalisation round trips, prompt format."""
+
+import numpy as np
+import pytest
+import sentencepiece
+import torch
+
+from rlinf.models.checkpoint import CheckpointError
+from rlinf_policy_openpi.checkpoint import NormStats, read_norm_stats
+from rlinf_policy_openpi.transforms import (
+    TOKENIZER_FILE,
+    PromptTokenizer,
+    camera_slots,
+    discretize_state,
+    find_tokenizer,
+    normalize,
+    pad_to_dim,
+    resize_with_pad,
+    unnormalize,
+)
+
+
+def test_resize_with_pad_keeps_aspect_and_pads_black():
+    img = torch.full((2, 120, 60, 3), 200, dtype=torch.uint8)  # tall: width becomes 112 of 224
+    out = resize_with_pad(img, 224)
+    assert out.shape == (2, 224, 224, 3) and out.dtype == torch.uint8
+    assert (out[:, :, 56:168] == 200).all() and (out[:, :, :56] == 0).all() and (out[:, :, 168:] == 0).all()
+    same = torch.randint(0, 256, (1, 224, 224, 3), dtype=torch.uint8)
+    assert torch.equal(resize_with_pad(same, 224), same)
+    with pytest.raises(ValueError, match="uint8"):
+        resize_with_pad(img.float(), 224)
+
+
+def test_resize_matches_pil_antialiased_bilinear():
+    """jax.image.resize (openpi) antialiases like PIL's bilinear reduce: same triangle filter (PIL rounds in fixed
+    point, so ±1 level)."""
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    img = (torch.rand(1, 300, 400, 3, generator=gen) * 255).to(torch.uint8)
+    ours = resize_with_pad(img, 224)[0].numpy().astype(int)
+    pil = np.asarray(Image.fromarray(img[0].numpy()).resize((224, 168), Image.BILINEAR)).astype(int)
+    assert np.abs(ours[28:196] - pil).max() <= 1 and not ours[:28].any() and not ours[196:].any()
+
+
+def test_camera_slots_mask_missing_cameras():
+    base = torch.full((2, 64, 64, 3), 255, dtype=torch.uint8)
+    images, masks = camera_slots([base, None], num_slots=3, size=28)
+    assert len(images) == len(masks) == 3
+    assert images[0].shape == (2, 3, 28, 28) and torch.allclose(images[0], torch.ones(1))  # 255 → +1
+    assert [m.tolist() for m in masks] == [[True, True], [False, False], [False, False]]
+    assert (images[1] == -1).all() and (images[2] == -1).all()  # openpi: np.zeros_like(uint8 frame) → -1
+    with pytest.raises(ValueError, match="4 cameras given but the model has 3"):
+        camera_slots([base] * 4, num_slots=3, size=28)
+
+
+def _stats(d=4):
+    return NormStats(mean=torch.tensor([0.1, -0.2, 0.3, 0.0][:d]), std=torch.tensor([0.5, 2.0, 1.0, 0.0][:d]),
+                     q01=torch.tensor([-1.0, -3.0, 0.0, 0.5][:d]), q99=torch.tensor([1.0, 5.0, 2.0, 0.5][:d]))
+
+
+@pytest.mark.parametrize("quantile", [False, True], ids=["zscore-pi0", "quantile-pi05"])
+def test_normalise_round_trip_with_openpi_epsilons(quantile):
+    stats = _stats()
+    x = torch.randn(5, 3, 4, dtype=torch.float64)
+    y = normalize(x, stats, quantile)
+    m, s, lo, hi = (v.double() for v in (stats.mean, stats.std, stats.q01, stats.q99))
+    expected = (x - lo) / (hi - lo + 1e-6) * 2 - 1 if quantile else (x - m) / (s + 1e-6)
+    torch.testing.assert_close(y, expected)
+    assert torch.isfinite(y).all()  # a constant dimension (std 0 / q01 == q99) stays finite thanks to 1e-6
+    torch.testing.assert_close(unnormalize(y, stats, quantile), x)
+    # model output is 32 wide: the statistics' dimensions are unnormalised, the padding stays as z-score / identity
+    padded = pad_to_dim(y, 32)
+    out = unnormalize(padded, stats, quantile)
+    torch.testing.assert_close(out[..., :4], x)
+    if quantile:
+        assert torch.equal(out[..., 4:], padded[..., 4:])
+    else:
+        torch.testing.assert_close(out[..., 4:], padded[..., 4:] * (1 + 1e-6))
+
+
+def test_normalise_slices_longer_statistics_and_rejects_shorter():
+    stats = _stats()
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(normalize(x, stats, False), (x - stats.mean[:3]) / (stats.std[:3] + 1e-6))
+    with pytest.raises(ValueError, match="norm stats have 4 dimensions, the input 6"):
+        normalize(torch.randn(2, 6), stats, False)
+    with pytest.raises(ValueError, match="quantile normalisation .* needs q01"):
+        normalize(x, NormStats(mean=stats.mean, std=stats.std), True)
+    with pytest.raises(ValueError, match="exceeds the model's 32"):
+        pad_to_dim(torch.zeros(33), 32)
+
+
+def test_prompt_format_and_pad_lengths(tiny):
+    path = tiny(layout="openpi")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(path / TOKENIZER_FILE))
+    assert (sp.pad_id(), sp.eos_id(), sp.bos_id(), sp.unk_id()) == (0, 1, 2, 3)  # PaliGemma's special ids
+    for max_len in (48, 200):
+        tok = PromptTokenizer(find_tokenizer(path), max_len)
+        ids, mask = tok(["  push_the puck\nto the goal ", "reach the goal"])
+        expected = [2] + sp.encode("push the puck to the goal") + sp.encode("\n")
+        assert ids.shape == mask.shape == (2, max_len) and ids.dtype == torch.long and mask.dtype == torch.bool
+        assert ids[0, : len(expected)].tolist() == expected and mask[0].sum() == len(expected)
+        assert not ids[0, len(expected):].any() and not mask[0, len(expected):].any()
+    short = PromptTokenizer(path / TOKENIZER_FILE, 4)(["pick up the cube and lift it"])
+    assert short[1].all() and short[0][0, 0] == 2  # truncated, bos kept
+
+
+def test_discrete_state_prompt_for_pi05(tiny):
+    tok = PromptTokenizer(tiny(pi05=True) / TOKENIZER_FILE, 200)
+    state = torch.tensor([-1.0, -0.5, 0.0, 0.999, 1.0])
+    bins = discretize_state(state)
+    assert bins == (np.digitize(state.numpy(), np.linspace(-1, 1, 257)[:-1]) - 1).tolist() == [0, 64, 128, 255, 255]
+    ids = tok.encode("reach_the goal", state)
+    assert ids == [2] + tok.sp.encode("Task: reach the goal, State: 0 64 128 255 255;\nAction: ")
+
+
+def test_tokenizer_and_stats_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENPI_DATA_HOME", str(tmp_path / "cache"))
+    with pytest.raises(CheckpointError, match="PaliGemma tokenizer not found .*gsutil cp gs://big_vision") as err:
+        find_tokenizer(tmp_path, None)
+    assert "\n" not in str(err.value)
+    with pytest.raises(CheckpointError, match="no norm stats found"):
+        read_norm_stats(tmp_path)
