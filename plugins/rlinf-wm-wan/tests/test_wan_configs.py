@@ -45,3 +45,17 @@ def test_smoke_config_names_a_tiny_release():
     cfg = yaml.safe_load((CONFIGS / "wan_cpu_smoke.yaml").read_text())
     env = cfg["model"]["init_args"]["env"]["init_args"]
     assert env["world_model"]["class_path"] == "WanWorldModel" and cfg["trainer"]["accelerator"] == "cpu"
+
+
+def test_world_model_fit_config_parses_and_builds_the_5b_world_model_on_meta(capsys):
+    path = CONFIGS / "wan_world_model_fit.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(path), "--print_config"])
+    assert exit_info.value.code in (0, None) and "WorldModelTrainer" in capsys.readouterr().out
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg["trainer"]["accelerator"] == "gpu"
+    wm = cfg["model"]["init_args"]["world_model"]["init_args"]
+    with meta_init():
+        model = WanWorldModel(**wm)
+    shapes = json.loads((DATA / "wan22_ti2v5b_action_dit_keys.json").read_text())
+    assert parameter_count(model.dit) == sum(torch.Size(s).numel() for s in shapes.values())
