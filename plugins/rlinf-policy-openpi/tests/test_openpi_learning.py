@@ -1,5 +1,6 @@
-"""The tiny π0 learns on the built-in reach env through the real RL loop (PPO, flow-SDE log-probs, the detached
-expert critic of RLinf's metaworld_50_ppo_openpi), as the built-in tiny policies do in tests/core/test_rl_loop.py.
+"""The tiny π0 learns on the built-in reach env through the real RL loop (flow-SDE log-probs; PPO with the detached
+expert critic of RLinf's metaworld_50_ppo_openpi, and GRPO), as the built-in tiny policies do in
+tests/core/test_rl_loop.py.
 
 As in the seeds' recipe (SFT checkpoint, then RL), the policy first imitates a *weak* scripted expert (it heads for
 the target at 30 % of the needed speed, so episodes often time out): a random flow maps its N(0, I) noise to
@@ -14,7 +15,9 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlinf.algorithms import PPO
+import pytest
+
+from rlinf.algorithms import GRPO, PPO
 from rlinf.config import OptimConfig, RolloutConfig
 from rlinf.module import RLModule
 from rlinf.testing.reach_demos import reach_expert
@@ -27,10 +30,10 @@ def _scalars(trainer, tag):
     return [e.value for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
 
 
-def _imitate_weak_expert(policy, steps: int = 80, speed: float = 0.3) -> None:
+def _imitate_weak_expert(policy, steps: int = 80, speed: float = 0.3, **env_kw) -> None:
     """``steps`` Adam steps of :meth:`OpenPIPolicy.sft_loss` on ``speed`` × the scripted expert, in states visited
     by a noisy expert."""
-    env = ReachEnv(num_envs=64, max_episode_steps=24, auto_reset=True, seed=3)
+    env = ReachEnv(num_envs=64, max_episode_steps=24, auto_reset=True, seed=3, **env_kw)
     obs = env.reset()
     opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-3)
     for _ in range(steps):
@@ -43,26 +46,42 @@ def _imitate_weak_expert(policy, steps: int = 80, speed: float = 0.3) -> None:
         obs = env.chunk_step((act + 0.5 * torch.randn_like(act)).clamp(-1, 1)[:, None].expand(-1, 2, -1)).obs
 
 
-def test_ppo_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path):
+# PPO as tests/core/test_rl_loop.py; GRPO on its wider-step env (groups of 8 need mixed outcomes)
+SETUPS = {
+    "ppo": dict(env=dict(num_envs=32, max_episode_steps=24, auto_reset=True), steps=24, critic=True, batch=96,
+                epochs=60),
+    "grpo": dict(env=dict(num_envs=64, group_size=8, max_episode_steps=12, auto_reset=False, step_size=0.15,
+                          radius=0.15), steps=12, critic=False, batch=192, epochs=60),
+}
+
+
+@pytest.mark.parametrize("algo", list(SETUPS))
+def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     from rlinf_policy_openpi.policy import OpenPIPolicy
 
+    setup = SETUPS[algo]
     path = tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=12, value_head=False)
     torch.manual_seed(0)
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=True, detach_critic_input=True)
-    _imitate_weak_expert(policy)
+    env = ReachEnv(**setup["env"])
+    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=setup["critic"],
+                          detach_critic_input=True)
+    _imitate_weak_expert(policy, step_size=env.step_size, radius=env.radius)
+    algorithm = PPO(update_epoch=4) if algo == "ppo" else GRPO(update_epoch=4, clip_ratio_high=0.28)
     module = RLModule(
-        env=ReachEnv(num_envs=32, max_episode_steps=24, auto_reset=True), policy=policy, algorithm=PPO(update_epoch=4),
-        rollout=RolloutConfig(max_steps_per_rollout_epoch=24, show_progress=False),
-        optim=OptimConfig(lr=3e-4, value_lr=1e-2), global_batch_size=96, micro_batch_size=96,
+        env=env, policy=policy, algorithm=algorithm,
+        rollout=RolloutConfig(max_steps_per_rollout_epoch=setup["steps"], show_progress=False),
+        optim=OptimConfig(lr=3e-4, value_lr=1e-2, clip_grad=1.0), global_batch_size=setup["batch"],
+        micro_batch_size=setup["batch"],
     )
     trainer = pl.Trainer(
-        max_epochs=40, accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
+        max_epochs=setup["epochs"], accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, log_every_n_steps=1, check_val_every_n_epoch=1000,
     )
     trainer.fit(module)
     success = _scalars(trainer, "env/success_once")
     start, end = sum(success[:8]) / 8, sum(success[-8:]) / 8
-    print(f"success_once {start:.3f} -> {end:.3f}")  # shown with pytest -s
+    print(f"{algo} success_once {start:.3f} -> {end:.3f}")  # shown with pytest -s
     assert end > start + 0.1, (start, end)
-    assert max(_scalars(trainer, "train/critic/explained_variance")) > 0.2
+    if setup["critic"]:
+        assert max(_scalars(trainer, "train/critic/explained_variance")) > 0.2
