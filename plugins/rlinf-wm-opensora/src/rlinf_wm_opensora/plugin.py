@@ -1,0 +1,10 @@
+"""rlinf entry point of rlinf-wm-opensora: registers OpenSoraWorldModel."""
+
+from rlinf import hookimpl
+
+
+@hookimpl
+def register_world_models(register):
+    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+    register(OpenSoraWorldModel)
