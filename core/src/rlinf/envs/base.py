@@ -81,6 +81,26 @@ class _Episode:
     info: dict = field(default_factory=dict)
 
 
+def _observed(method):
+    """Calls the env's :attr:`Env.step_observers` after ``reset`` / ``chunk_step`` (in this process, worker envs too)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args: Any, **kwargs: Any):
+        if not self.step_observers:
+            return method(self, *args, **kwargs)
+        n0 = len(self._frame_buffer())
+        out = method(self, *args, **kwargs)
+        buf = self._frame_buffer()
+        frames = buf[n0:]
+        if not self.capture_frames:  # captured only for the observers: do not keep them for a video
+            del buf[n0:]
+        for observer in self.step_observers:
+            observer(self, method.__name__, args[0] if args else next(iter(kwargs.values()), None), out, frames)
+        return out
+
+    return wrapper
+
+
 def _delegated(method):
     """With ``num_workers > 0`` the public API runs on the worker processes (``rlinf.envs.workers``)."""
 
@@ -116,6 +136,12 @@ class Env:
     """
 
     action_dim: int = 7
+    #: callables ``observer(env, event, arg, result, frames)`` run after every ``reset`` (``event`` "reset",
+    #: ``arg`` its ``reset_state_ids``, ``result`` the Observation) and ``chunk_step`` ("chunk_step", the
+    #: actions ``[B, C, D]``, the ChunkStepResult, and the chunk's per-step frames of the first
+    #: ``min(num_envs, video_cfg.max_envs)`` sub-envs as in :meth:`pop_frames`); frames are captured while
+    #: any is set. Used by :class:`rlinf.world_models.recorder.RolloutRecorder`; assign a new tuple.
+    step_observers: tuple = ()
     #: extra per-episode metrics: numeric keys a subclass sets with :meth:`episode_info` (e.g.
     #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``
     #: (declared up front: every rank must reduce the same keys).
@@ -245,7 +271,7 @@ class Env:
             rewards[:, c], terminated[:, c], success[:, c] = r, t, s
             if not self.ignore_terminations:
                 live &= ~np.asarray(t, bool)
-            if self.capture_frames:
+            if self.capturing:
                 frames.append(self._observe(self._video_env_ids()).main_images.numpy())
         return rewards, terminated, success, frames
 
@@ -315,6 +341,7 @@ class Env:
             self._build()
             self._built = True
 
+    @_observed
     @_delegated
     def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
         """Start new episodes in every sub-env and return the first observation.
@@ -333,7 +360,7 @@ class Env:
         self._start(np.arange(self.num_envs), ids)
         obs = self._observe(np.arange(self.num_envs))
         self._check_obs(obs, self.num_envs)
-        if self.capture_frames:
+        if self.capturing:
             ids = self._video_env_ids()
             self._record_frame(obs.main_images[ids].cpu().numpy(), np.zeros(len(ids)), np.zeros(len(ids), bool))
         return obs
@@ -351,6 +378,7 @@ class Env:
         """``int64 [B]`` initial state of the current episode of each sub-env (-1: idle)."""
         return np.array([e.reset_state_id for e in self._episodes], dtype=np.int64)
 
+    @_observed
     @_delegated
     def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
         """Execute an action chunk ``[B, C, D]`` (env scale) in every sub-env."""
@@ -484,6 +512,15 @@ class Env:
         return self._workers
 
     # ------------------------------------------------------------------ frames
+    @property
+    def capturing(self) -> bool:
+        """Frames are captured this step: a video is recorded (``capture_frames``) or a step observer is set."""
+        return self.capture_frames or bool(self.step_observers)
+
+    def _frame_buffer(self) -> list[dict[str, Any]]:
+        """The list :meth:`pop_frames` empties (the worker pool's with ``num_workers > 0``)."""
+        return self._worker_pool()._frames if self.num_workers > 0 else self._frames
+
     def _video_env_ids(self) -> np.ndarray:
         return np.arange(min(self.num_envs, self.video_cfg.max_envs))
 

@@ -318,7 +318,7 @@ class EnvWorkerPool:
 
     # ------------------------------------------------------------------ frames
     def _capture_for(self, worker: _Worker) -> bool:
-        if not self.env.capture_frames:
+        if not self.env.capturing:
             return False
         return worker.lo < min(self.env.num_envs, self.env.video_cfg.max_envs)
 

@@ -180,7 +180,7 @@ class WorldModelEnv(Env):
             terminated[ids, 0] = True
             self._streak[ids], self._prev_success[ids] = 0, 0.0
         video = []
-        if self.capture_frames:
+        if self.capturing:
             ids = torch.as_tensor(self._video_env_ids(), device=frames.device)
             video = [frames[ids, c].cpu().numpy() for c in range(C)]
         return rewards, terminated, success, video
