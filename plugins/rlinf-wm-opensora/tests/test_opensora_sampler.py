@@ -1,0 +1,94 @@
+"""RFLOW sampling and the world model's chunk semantics against loops written out here."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_wm_opensora.rflow import rflow_sample, sampling_timesteps, timestep_transform
+from rlinf_wm_opensora.testing import tiny_world_model
+from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+
+@pytest.fixture(scope="module")
+def model():
+    return OpenSoraWorldModel(str(tiny_world_model()), num_sampling_steps=3).eval()
+
+
+def test_timestep_transform_is_the_identity_at_256_only():
+    t = torch.tensor([1000.0, 900.0, 500.0, 100.0])
+    torch.testing.assert_close(timestep_transform(t, 256, 256, 12), t)
+    tiny = timestep_transform(t, 32, 32, 12)  # ratio sqrt(32²/512²)·2 = 1/8
+    s = t / 1000
+    torch.testing.assert_close(tiny, (s / 8) / (1 + (1 / 8 - 1) * s) * 1000)
+    assert tiny[0] == 1000 and tiny[2] < 200
+
+
+def test_rflow_sample_matches_a_direct_euler_loop():
+    gen = torch.Generator().manual_seed(0)
+    z0 = torch.randn(2, 4, 6, 3, 3, generator=gen)
+    gen_mask = torch.tensor([[False, False, True, True, True, True]] * 2)
+    weight = torch.randn(4, 4, generator=gen)
+
+    def velocity(z, t):
+        return torch.einsum("oc,bcthw->bothw", weight, z) * (t / 1000).view(-1, 1, 1, 1, 1) + 0.1
+
+    steps = sampling_timesteps(10, 2, torch.device("cpu"), lambda t: timestep_transform(t, 32, 32, 6))
+    got = rflow_sample(velocity, z0, gen_mask, steps)
+
+    grid = [(1 - i / 10) * 1000 for i in range(10)]
+    ratio = math.sqrt(32 * 32 / 512**2) * 2
+    grid = [ratio * (g / 1000) / (1 + (ratio - 1) * g / 1000) * 1000 for g in grid]
+    z = z0.clone()
+    for i, t in enumerate(grid):
+        dt = (t - grid[i + 1] if i < 9 else t) / 1000
+        z = z + velocity(z, torch.full((2,), t)) * dt
+        z[:, :, :2] = z0[:, :, :2]  # condition latents re-imposed
+    torch.testing.assert_close(got, z)
+    assert torch.equal(got[:, :, :2], z0[:, :, :2])
+
+
+def test_predict_is_rflow_over_the_dit_with_q01_q99_actions(model):
+    frames = torch.randint(0, 256, (2, 4, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    actions = torch.rand(2, 8, 7, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    with torch.no_grad():
+        state = model.init_state(frames, torch.zeros(2, 4, 7))
+        out, queue = model.predict(state, actions, torch.Generator().manual_seed(3))
+
+        noise = torch.randn(2, 4, 8, 4, 4, generator=torch.Generator().manual_seed(3))  # one draw per env
+        q01, q99 = model.action_q01, model.action_q99
+        norm = 2 * (actions - q01) / (q99 - q01) - 1
+        z = torch.cat([state, noise], 2)
+        mask = torch.tensor([[False] * 4 + [True] * 8] * 2)
+        grid = [timestep_transform(torch.full((2,), (1 - i / 3) * 1000), 32, 32, 12) for i in range(3)]
+        for i, t in enumerate(grid):
+            dt = (t - grid[i + 1] if i < 2 else t) / 1000
+            v = model.dit(z, t, norm, x_mask=mask, height=32, width=32)[:, :4]
+            z = torch.where(mask[:, None, :, None, None], z + v * dt.view(-1, 1, 1, 1, 1), z)
+        decoded = model.vae.decode(z[:, :, 4:].transpose(1, 2).flatten(0, 1) / 0.13025).sample
+        want = ((decoded + 1) / 2 * 255).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).unflatten(0, (2, 8))
+    torch.testing.assert_close(queue, z[:, :, -4:])  # the queue keeps the last 4 *generated* latents
+    assert torch.equal(out, want)
+
+
+def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
+    from rlinf.world_models.env import WorldModelEnv
+    from rlinf.world_models.reward_models import ResnetRewardModel
+
+    root = tiny_world_model()
+    env = WorldModelEnv(model, ResnetRewardModel(checkpoint=str(root / "resnet_rm.pth")), str(root / "dataset"),
+                        num_envs=2, group_size=2, max_episode_steps=24, reward_coef=5.0)
+    obs = env.reset()
+    first = np.load(sorted((root / "dataset").glob("traj*.npy"))[env.reset_state_ids[0]], allow_pickle=True)[0]
+    assert torch.equal(obs.main_images[0], torch.from_numpy(first["image"]))  # the first observation is frame 0
+    assert obs.task_descriptions[0] == first["instruction"]
+    queue0 = env._state.clone()
+    assert queue0.shape == (2, 4, 4, 4, 4)
+    repeated = torch.from_numpy(first["image"])[None, None].expand(2, 4, -1, -1, -1).contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(queue0, model.init_state(repeated, torch.zeros(2, 4, 7)))  # frame 0, 4 times
+    res = env.chunk_step(torch.zeros(2, 8, 7))
+    assert res.rewards.shape == (2, 8) and res.obs.main_images.shape == (2, 32, 32, 3)
+    assert not torch.equal(env._state, queue0)  # generated latents replaced the condition latents
+    assert env.reset_state_ids[0] == env.reset_state_ids[1]  # a GRPO group shares its init file
