@@ -20,7 +20,7 @@ def small_toy_loop(tmp_path: Path) -> Path:
     loop = yaml.safe_load(TOY_LOOP.read_text())
     loop.update(out_dir=str(tmp_path / "loop"), rounds=1, launcher="in_process")
     quiet = {"trainer.enable_progress_bar": False}
-    for stage in loop["prelude"] + loop["stages"]:
+    for stage in [s for s in loop["prelude"] + loop["stages"] if s["run"] != "exec"]:
         stage["args"] = {**stage["args"], **quiet}
     by_name = {s["name"]: s for s in loop["stages"]}
     by_name["world_model"]["args"]["trainer.max_epochs"] = 2
@@ -37,7 +37,7 @@ def test_toy_loop_runs_every_stage_feeds_paths_forward_and_resumes(tmp_path, cap
     out = tmp_path / "loop"
     records = json.loads((out / "coevolve.json").read_text())["records"]
     assert [(r["round"], r["stage"]) for r in records] == [
-        (0, "baseline"), (0, "collect"), (1, "world_model"), (1, "reward_model"), (1, "rl")]  # no collect after the last round
+        (0, "init"), (0, "baseline"), (0, "collect"), (1, "world_model"), (1, "reward_model"), (1, "rl")]  # no collect after the last round
     by = {r["stage"]: r for r in records}
     rollouts = by["collect"]["outputs"]["rollouts"]
     assert sorted(Path(rollouts).glob("traj*.npy"))  # the recorder's episodes ...
@@ -60,7 +60,7 @@ def test_toy_loop_runs_every_stage_feeds_paths_forward_and_resumes(tmp_path, cap
     capsys.readouterr()
     assert main(["coevolve", "--config", str(path)]) == 0
     log = capsys.readouterr().out
-    assert log.count("done earlier, skipped") == 4 and "round 1 stage rl: fit" in log
+    assert log.count("done earlier, skipped") == 5 and "round 1 stage rl: rlinf fit" in log
     assert not (out / "round_1" / "rl" / "leftover").exists() and marker.is_file()
     after = {r["stage"]: (out / f"round_{r['round']}" / r["stage"] / "stage.json").stat().st_mtime_ns
              for r in records if r["stage"] != "rl"}
