@@ -1,6 +1,6 @@
 """A small OpenSora world model for MetaWorld, made from recorded episodes (the loop's ``world_model_init`` stage).
 
-    python examples/metaworld_imagination/prepare_world_model.py --rollouts DIR --out DIR [--vae-steps 600]
+    python examples/metaworld_imagination/prepare_world_model.py --rollouts DIR --out DIR [--vae-steps 300]
 
 At real scale the world model starts from the released checkpoint (its SDXL VAE is pretrained). Here nothing may be
 downloaded, so this writes the released directory layout with ``rlinf_wm_opensora.make_tiny`` (a small random
@@ -9,6 +9,9 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 1. ``dataset_statistics.json``: q01 / q99 of the recorded actions (the world model normalises actions with them);
 2. ``vae/``: an ``AutoencoderKL`` trained on the recorded frames (reconstruction + a small KL term), its latent
    rescaled so that ``latent · 0.13025`` (the OpenSora scale) has unit standard deviation, as SDXL's has.
+
+It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
+recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
 
 The DiT itself is trained afterwards by the ``world_model`` stage (``WorldModelTrainer``, rectified flow).
 """
@@ -63,7 +66,7 @@ def train_vae(frames: np.ndarray, steps: int, batch: int, lr: float, seed: int):
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % 100 == 0 or step == steps - 1:
+        if step % 25 == 0 or step == steps - 1:
             print(f"vae step {step}: loss {loss.item():.4f}", flush=True)
     vae.eval()
     with torch.no_grad():
@@ -85,6 +88,17 @@ def rescale_latent(vae, k: float) -> None:
     vae.post_quant_conv.weight /= k
 
 
+def write_init_states(episodes: list, steps: list[int], root: Path) -> None:
+    """One-frame init files (frame ``k`` of each episode, its instruction) for every ``k`` in ``steps``."""
+    from rlinf.world_models.init_data import save_init_trajectory
+
+    for i, e in enumerate(episodes):
+        for k in steps:
+            if k < len(e.frames):
+                save_init_trajectory(root / f"traj{i:04d}_step{k:03d}.npy", e.frames[k : k + 1], e.instruction,
+                                     np.zeros((1, e.actions.shape[1]), np.float32))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rollouts", required=True, help="directory of recorded traj*.npy episodes")
@@ -92,9 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--num-heads", type=int, default=4)
-    p.add_argument("--vae-steps", type=int, default=600)
-    p.add_argument("--vae-batch", type=int, default=32)
+    p.add_argument("--vae-steps", type=int, default=300)
+    p.add_argument("--vae-batch", type=int, default=16)
     p.add_argument("--vae-lr", type=float, default=2e-3)
+    p.add_argument("--init-steps", type=int, nargs="+", default=[0], help="env steps of the init_states/ frames")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     from rlinf_wm_opensora.make_tiny import write_tiny
@@ -110,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                hidden_size=args.hidden_size, depth=args.depth, num_heads=args.num_heads)  # fmt: skip
     shutil.rmtree(out / "dataset")  # the env starts from the recorded episodes instead
     (out / "dataset_statistics.json").write_text(json.dumps(action_statistics(actions), indent=2) + "\n")
+    write_init_states(episodes, args.init_steps, out / "init_states")
     vae, mse = train_vae(frames, args.vae_steps, args.vae_batch, args.vae_lr, args.seed)
     shutil.rmtree(out / "vae")
     vae.save_pretrained(out / "vae")
