@@ -21,7 +21,8 @@ def test_every_metric_logged_is_documented():
                  "train/actor/grad_norm", "train/actor/lr", "train/actor/policy_loss", "train/critic/value_loss",
                  "train/critic/value_clip_ratio", "train/critic/explained_variance", "train/entropy_loss",
                  "train/loss", "rollout/advantages_max", "rollout/advantages_mean", "rollout/advantages_min",
-                 "rollout/rewards", "env/episode_len", "env/return", "env/reward", "env/success_once"]:
+                 "rollout/rewards", "env/episode_len", "env/return", "env/reward", "env/success_once",
+                 "val/loss", "val/accuracy", "val/positive_recall"]:
         assert f"`{name}`" in metrics_doc, name
 
 

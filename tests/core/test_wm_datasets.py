@@ -88,3 +88,20 @@ def test_split_keeps_a_train_episode_and_is_seeded():
     assert len(val) == 2 and sorted(train + val) == list(range(10))
     assert split_episodes(10, 0.2, seed=0) == (train, val)
     assert split_episodes(1, 0.5, seed=0) == ([0], [])
+
+
+def test_a_cache_dir_memory_maps_the_same_items_and_follows_changed_files(tmp_path):
+    data = tmp_path / "data"
+    write_episode(data / "traj0.npy", T=8, success_at=5)
+    plain = ClipDataset(data, 2, 3, image_size=4)
+    cached = ClipDataset(data, 2, 3, image_size=4, cache_dir=tmp_path / "cache")
+    for i in range(len(plain)):
+        assert all(torch.equal(a, b) for a, b in zip(plain[i], cached[i]))
+    assert isinstance(cached.episode(0).frames, np.memmap)
+    entries = list((tmp_path / "cache").iterdir())
+    assert len(entries) == 1 and not any(p.name.endswith(".tmp") for p in entries)
+    frames = FrameDataset(data, image_size=4, cache_dir=tmp_path / "cache")  # same file and size: same entry
+    assert len(list((tmp_path / "cache").iterdir())) == 1 and frames.labels == [0] * 5 + [1] * 3
+    write_episode(data / "traj0.npy", T=9)  # a rewritten file is a new entry
+    assert len(ClipDataset(data, 2, 3, image_size=4, cache_dir=tmp_path / "cache")) == 9 - 3
+    assert len(list((tmp_path / "cache").iterdir())) == 2

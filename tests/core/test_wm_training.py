@@ -13,7 +13,7 @@ from rlinf.cli import main
 from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf.world_models.env import WorldModelEnv
 from rlinf.world_models.init_data import save_init_trajectory
-from rlinf.world_models.reward_models import ResnetRewardModel, load_reward_model
+from rlinf.world_models.reward_models import ResnetRewardModel, TaskEmbedResnetRewardModel, load_reward_model
 from rlinf.world_models.training import RewardModelTrainer, WorldModelTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,18 +37,22 @@ def dimming_world(tmp_path, episodes=6, T=10, size=16, gain=0.8):
             frames.append(out[0, 0])
             actions.append(a[0, 0])
         success = np.arange(T) >= T - 3
-        save_init_trajectory(root / f"traj{e}.npy", torch.stack(frames).numpy(), f"task {e}", np.stack(actions), success)
+        images = torch.stack(frames).numpy()
+        save_init_trajectory(root / f"traj{e}.npy", images, f"task {e}", np.stack(actions), success)
     return root
 
 
 def test_world_model_trainer_learns_through_rlinf_fit_and_its_export_loads_back(tmp_path):
     data = dimming_world(tmp_path)
     main(["fit", "--config", str(ROOT / "configs/toy/world_model_fit.yaml"), f"--model.init_args.data_path={data}",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", *QUIET])  # fmt: skip
+          f"--trainer.logger.init_args.save_dir={tmp_path}", f"--model.init_args.cache_dir={tmp_path / 'cache'}",
+          *QUIET])  # fmt: skip
+    assert len(list((tmp_path / "cache").iterdir())) == 6  # one memory-mapped entry per episode
     export = next(tmp_path.glob("toy_world_model/version_*")) / "world_model"
     loaded = ToyWorldModel(model_path=str(export))
     saved = load_safetensors(export / "model.safetensors")
-    assert set(saved) == set(loaded.state_dict()) and all(torch.equal(saved[k], v) for k, v in loaded.state_dict().items())
+    state = loaded.state_dict()
+    assert set(saved) == set(state) and all(torch.equal(saved[k], v) for k, v in state.items())
     diag = loaded.mix.weight.detach().view(3, 3).diagonal()
     assert (diag - 0.8).abs().max() < 0.1, diag  # learned the world's dimming (started at 1.0)
     env = WorldModelEnv(loaded, ToyRewardModel(), str(data), num_envs=2, max_episode_steps=4)
@@ -66,8 +70,8 @@ def test_reward_model_trainer_learns_the_success_frames_and_exports_resnet_rm(tm
         success[5] = True  # only the first success is flagged; later frames are positives too
         save_init_trajectory(root / f"traj{e}.npy", images, "t", np.zeros((8, 2)), success)
     main(["fit", "--config", str(ROOT / "configs/toy/reward_model_fit.yaml"), f"--model.init_args.data_path={root}",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=12", "--model.init_args.batch_size=16",
-          *QUIET])  # fmt: skip
+          f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=12",
+          "--model.init_args.batch_size=16", *QUIET])  # fmt: skip
     path = next(tmp_path.glob("toy_reward_model/version_*")) / "reward_model" / "resnet_rm.pth"
     model = load_reward_model(path)
     assert isinstance(model, ResnetRewardModel)
@@ -90,5 +94,21 @@ def test_trainers_explain_what_they_cannot_train(tmp_path):
         trainer.training_step(batch, 0)
     with pytest.raises(ValueError, match="no training samples"):
         WorldModelTrainer(ToyWorldModel(num_target_frames=8), str(data), val_fraction=0.0).setup("fit")
+    with pytest.raises(ValueError, match="instruction 'task 0' is not a task of TaskEmbedResnetRewardModel"):
+        RewardModelTrainer(TaskEmbedResnetRewardModel(), str(data), val_fraction=0.5).setup("fit")
     with pytest.raises(ValueError, match="val_fraction must be in"):
         RewardModelTrainer(ResnetRewardModel(), str(data), val_fraction=1.0)
+
+
+@pytest.mark.parametrize("config, flag, expected", [
+    ("world_model_fit", "--model.init_args.data_path=nowhere", "data_path nowhere is not a directory"),
+    ("reward_model_fit", "--model.init_args.reward_model.init_args.checkpoint=none.pth",
+     "reward model checkpoint none.pth does not exist"),
+])  # fmt: skip
+def test_bad_paths_fail_in_one_line_before_a_run_dir_exists(tmp_path, monkeypatch, capsys, config, flag, expected):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", str(ROOT / f"configs/toy/{config}.yaml"), flag])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert info.value.code not in (0, None) and last.startswith("rlinf: error: ") and expected in last, last
+    assert not (tmp_path / "runs").exists()

@@ -282,6 +282,7 @@ def main(args: list[str] | None = None) -> int | None:
         import rlinf.sft  # noqa: F401 - makes SFTModule resolvable
     except ImportError:
         pass
+    import rlinf.world_models.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
     import rlinf.world_models.training  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
     cli_class = _cli_class()
     cli_class.quiet = not verbose

@@ -82,7 +82,8 @@ class _Episode:
 
 
 def _observed(method):
-    """Calls the env's :attr:`Env.step_observers` after ``reset`` / ``chunk_step`` (in this process, worker envs too)."""
+    """Calls the env's :attr:`Env.step_observers` after ``reset`` / ``chunk_step`` (in this process, also for
+    worker envs)."""
 
     @functools.wraps(method)
     def wrapper(self, *args: Any, **kwargs: Any):

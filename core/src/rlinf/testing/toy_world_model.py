@@ -47,7 +47,9 @@ class ToyWorldModel(WorldModel):
         super().__init__()
         if model_path is not None:
             if not (Path(model_path) / "config.json").is_file():
-                raise FileNotFoundError(f"ToyWorldModel model_path {model_path} has no config.json (save_pretrained layout)")
+                raise FileNotFoundError(
+                    f"ToyWorldModel model_path {model_path} has no config.json (save_pretrained layout)"
+                )
             cfg = json.loads((Path(model_path) / "config.json").read_text())
             action_dim, pixels_per_unit = cfg["action_dim"], cfg["pixels_per_unit"]
             num_condition_frames, condition_frames = cfg["num_condition_frames"], cfg["condition_frames"]
@@ -72,7 +74,8 @@ class ToyWorldModel(WorldModel):
             "pad_gripper": self.condition.pad_gripper, "num_target_frames": self.clip_frames[1],
         }
         (path / "config.json").write_text(json.dumps(cfg, indent=2))
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(path / "model.safetensors"))
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(tensors, str(path / "model.safetensors"))
 
     def _shift(self, frames: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``[B, H, W, 3]`` frames rolled by ``round(actions[:, :2] · pixels_per_unit)`` (x, y)."""

@@ -53,9 +53,58 @@ class WorldModelPluginTests:
         gen = torch.Generator().manual_seed(seed)
         return torch.rand(batch, self.chunk, model.action_dim, generator=gen) * 2 - 1
 
+    def reload(self, path: str) -> WorldModel:
+        """The model loaded back from a ``save_pretrained`` directory by your plugin's loader (override it)."""
+        return self.model_class(model_path=path)
+
+    def clip_batch(self, model: WorldModel, batch: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random training batch as ``ClipDataset`` gives it: ``uint8 [B, Nc + Nt, S, S, 3]``, ``[B, Nc + Nt, D]``."""
+        gen = torch.Generator().manual_seed(seed)
+        T, S = sum(model.clip_frames), self.image_size
+        frames = torch.randint(0, 256, (batch, T, S, S, 3), generator=gen, dtype=torch.uint8)
+        return frames, torch.rand(batch, T, model.action_dim, generator=gen) * 2 - 1
+
+    def _trainable(self, model: WorldModel) -> None:
+        if type(model).training_loss is WorldModel.training_loss:
+            import pytest
+
+            pytest.skip(f"{type(model).__name__} does not implement training_loss (not fine-tunable)")
+
     def test_registered_through_hooks(self):
         names = Registry().load().names("world_model")
         assert self.model_class.__name__ in names, f"{self.model_class.__name__} is not registered; registered: {names}"
+
+    def test_training_loss_is_a_seeded_differentiable_scalar(self):
+        model = self.make_model()
+        self._trainable(model)
+        nc, nt = model.clip_frames
+        assert nc >= 1 and nt >= 1, f"clip_frames must be (condition >= 1, target >= 1), got {model.clip_frames}"
+        model.train()
+        frames, actions = self.clip_batch(model, 2)
+        loss = model.training_loss(frames, actions, generator=torch.Generator().manual_seed(0))
+        assert loss.ndim == 0 and torch.isfinite(loss), loss
+        loss.backward()
+        grads = [p.grad for p in model.parameters() if p.requires_grad]
+        assert grads and any(g is not None and g.abs().sum() > 0 for g in grads), "training_loss reaches no parameter"
+        model.eval()
+        with torch.no_grad():
+            a = model.training_loss(frames, actions, generator=torch.Generator().manual_seed(1))
+            b = model.training_loss(frames, actions, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(a, b), "the same generator seed must give the same loss"
+
+    def test_save_pretrained_loads_back_unchanged(self):
+        model = self.make_model()
+        self._trainable(model)
+        path = Path(tempfile.mkdtemp()) / "exported"
+        with torch.no_grad():  # the export must carry trained weights, not the initial ones
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())).to(p))
+        model.save_pretrained(str(path))
+        loaded = self.reload(str(path))
+        want, got = model.state_dict(), loaded.state_dict()
+        assert set(want) == set(got), sorted(set(want) ^ set(got))[:5]
+        for key, value in want.items():
+            assert torch.equal(value.cpu(), got[key].cpu()), f"{key} differs after save_pretrained -> load"
 
     def test_declares_its_condition(self):
         model = self.make_model()
@@ -126,9 +175,27 @@ class RewardModelPluginTests:
         gen = torch.Generator().manual_seed(seed)
         return torch.randint(0, 256, (n, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
 
+    def reload(self, path: str) -> RewardModel:
+        """The model loaded back from the file ``save_pretrained`` returned (override for your loader)."""
+        return self.model_class(checkpoint=path)
+
     def test_registered_through_hooks(self):
         names = Registry().load().names("world_model")
         assert self.model_class.__name__ in names, f"{self.model_class.__name__} is not registered; registered: {names}"
+
+    def test_logits_are_the_probabilities_before_the_sigmoid_and_export_round_trips(self):
+        model = self.make_model().eval()
+        if type(model).success_logits is RewardModel.success_logits:
+            import pytest
+
+            pytest.skip(f"{type(model).__name__} does not implement success_logits (not trainable)")
+        texts = [self.instructions[i % len(self.instructions)] for i in range(3)]
+        with torch.no_grad():
+            logits = model.success_logits(self.frames(3), texts)
+            torch.testing.assert_close(torch.sigmoid(logits), model.success_prob(self.frames(3), texts))
+            path = model.save_pretrained(tempfile.mkdtemp())
+            again = self.reload(str(path)).eval().success_logits(self.frames(3), texts)
+        torch.testing.assert_close(again, logits)
 
     def test_probabilities_per_frame(self):
         model = self.make_model().eval()

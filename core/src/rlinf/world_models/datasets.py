@@ -27,6 +27,10 @@ its q01/q99 statistics, Wan not at all): the datasets return env-scale actions.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,17 +92,49 @@ def resize_frames(frames: np.ndarray, size: int) -> np.ndarray:
 
 
 class _EpisodeFiles(Dataset):
-    """Indexes episode files once; reads them back through a small per-process cache."""
+    """Indexes episode files once; reads them back through a small per-process cache.
 
-    def __init__(self, data_path: str | Path, image_size: int | None, cache_episodes: int) -> None:
+    A ``traj*.npy`` file is an object array: reading one frame decodes the whole episode. With ``cache_dir``
+    every episode is also stored once as plain arrays (``frames.npy`` at the training size, ``actions.npy``,
+    ``success.npy``) that later reads memory-map, so random access costs one window, not one episode — use it
+    for datasets larger than a few episodes per cache slot. Entries are keyed by the file's path, size and
+    modification time and the image size, and written atomically.
+    """
+
+    def __init__(
+        self, data_path: str | Path, image_size: int | None, cache_episodes: int, cache_dir: str | Path | None = None
+    ) -> None:
         self.data_path = Path(data_path)
         self.image_size = image_size
         self.cache_episodes = max(1, cache_episodes)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.files = find_trajectories(data_path)
         self._load = functools.lru_cache(maxsize=self.cache_episodes)(self._read)
 
     def _read(self, index: int) -> Episode:
-        return load_episode(self.files[index], self.image_size)
+        path = self.files[index]
+        if self.cache_dir is None:
+            return load_episode(path, self.image_size)
+        stat = path.stat()
+        key = f"{path.relative_to(self.data_path).as_posix()}|{stat.st_size}|{stat.st_mtime_ns}|{self.image_size}"
+        entry = self.cache_dir / hashlib.sha1(key.encode()).hexdigest()[:20]
+        if not (entry / "meta.json").is_file():
+            ep = load_episode(path, self.image_size)
+            tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+            tmp.mkdir(parents=True, exist_ok=True)
+            for name in ("frames", "actions", "success"):
+                np.save(tmp / f"{name}.npy", getattr(ep, name))
+            meta = {"source": str(path), "instruction": ep.instruction, "has_success": ep.has_success}
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            try:
+                os.replace(tmp, entry)
+            except OSError:  # another process cached it first
+                shutil.rmtree(tmp, ignore_errors=True)
+        meta = json.loads((entry / "meta.json").read_text())
+        return Episode(
+            np.load(entry / "frames.npy", mmap_mode="r"), np.load(entry / "actions.npy"),
+            np.load(entry / "success.npy"), meta["instruction"], meta["has_success"],
+        )
 
     def episode(self, index: int) -> Episode:
         return self._load(index)
@@ -129,6 +165,8 @@ class ClipDataset(_EpisodeFiles):
         image_size: resize frames to this square size (``None``: as stored).
         cache_episodes: decoded episodes kept in memory per process.
         episodes: use only these episode indices (in sorted file order; train / val splits).
+        cache_dir: keep a memory-mapped copy of every episode here (see ``_EpisodeFiles``); ``None``: decode the
+            ``.npy`` files on every cache miss.
     """
 
     def __init__(
@@ -140,10 +178,11 @@ class ClipDataset(_EpisodeFiles):
         anchor_first_frame: bool = False,
         pad_gripper: float | None = None,
         image_size: int | None = None,
-        cache_episodes: int = 64,
+        cache_episodes: int = 16,
         episodes: list[int] | None = None,
+        cache_dir: str | Path | None = None,
     ) -> None:
-        super().__init__(data_path, image_size, cache_episodes)
+        super().__init__(data_path, image_size, cache_episodes, cache_dir)
         if num_condition_frames < 1 or num_target_frames < 1 or stride < 1:
             raise ValueError(
                 f"num_condition_frames, num_target_frames and stride must be >= 1, got "
@@ -159,7 +198,9 @@ class ClipDataset(_EpisodeFiles):
             ep = self.episode(e)
             self.action_dim = self.action_dim or ep.actions.shape[1]
             if ep.actions.shape[1] != self.action_dim:
-                raise ValueError(f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, others {self.action_dim}")
+                raise ValueError(
+                    f"{self.files[e]}: actions have {ep.actions.shape[1]} entries, other episodes {self.action_dim}"
+                )
             self.index.extend((e, s) for s in range(0, len(ep.frames) - num_target_frames, stride))
 
     def __len__(self) -> int:
@@ -200,20 +241,24 @@ class FrameDataset(_EpisodeFiles):
         image_size: resize frames to this square size (``None``: as stored).
         cache_episodes: decoded episodes kept in memory per process.
         episodes: use only these episode indices (in sorted file order; train / val splits).
+        cache_dir: keep a memory-mapped copy of every episode here; ``None``: decode on every cache miss.
     """
 
     def __init__(
         self,
         data_path: str | Path,
         image_size: int | None = None,
-        cache_episodes: int = 64,
+        cache_episodes: int = 16,
         episodes: list[int] | None = None,
+        cache_dir: str | Path | None = None,
     ) -> None:
-        super().__init__(data_path, image_size, cache_episodes)
+        super().__init__(data_path, image_size, cache_episodes, cache_dir)
         self.index: list[tuple[int, int]] = []
         self.labels: list[float] = []
+        self.instructions: set[str] = set()
         for e in range(len(self.files)) if episodes is None else episodes:
             ep = self.episode(e)
+            self.instructions.add(ep.instruction)
             if not ep.has_success:
                 raise ValueError(
                     f"{self.files[e]} has no per-frame 'success' flags: the reward classifier needs them "
@@ -233,7 +278,7 @@ class FrameDataset(_EpisodeFiles):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, float, str]:
         e, t = self.index[i]
         ep = self.episode(e)
-        return torch.from_numpy(ep.frames[t]), self.labels[i], ep.instruction
+        return torch.from_numpy(np.array(ep.frames[t])), self.labels[i], ep.instruction
 
     @staticmethod
     def collate(items: list[tuple[torch.Tensor, float, str]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:

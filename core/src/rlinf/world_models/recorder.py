@@ -5,7 +5,7 @@ Add it to ``trainer.callbacks``::
 
     trainer:
       callbacks:
-        - class_path: rlinf.world_models.recorder.RolloutRecorder
+        - class_path: RolloutRecorder
           init_args: {image_size: 256, action_dim: 7, max_files: 2000}
 
 Every finished episode of a recorded sub-env becomes one file ``<out_dir>/{train,eval}/traj_rank<r>_<n>.npy``:
@@ -24,6 +24,7 @@ sub-env). Buffered episodes are held in memory at the recorded size (``image_siz
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ class RolloutRecorder(Callback):
         self._observers: dict[int, tuple[Env, Any, str]] = {}
         self._next_index: dict[str, int] = {}
         self._full_notice: set[str] = set()
+        self._lock = threading.Lock()  # pipeline stages step their envs (and call the observers) in threads
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -216,18 +218,25 @@ class RolloutRecorder(Callback):
         buf, bufs[b] = bufs[b], None
         if len(buf.frames) - 1 < self.min_steps:
             return
-        written = self.written[split]
-        if len(written) >= self.max_files:
-            if split not in self._full_notice:
-                self._full_notice.add(split)
-                print(f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes are "
-                      "not written", file=sys.stderr)  # fmt: skip
-            return
-        if split not in self._next_index:  # never overwrite the files of an earlier run in the same out_dir
-            old = [int(p.stem.rsplit("_", 1)[1]) for p in (self.root / split).glob(f"traj_rank{self.rank}_*.npy")
-                   if p.stem.rsplit("_", 1)[1].isdigit()]  # fmt: skip
-            self._next_index[split] = max(old, default=-1) + 1
-        path = self.root / split / f"traj_rank{self.rank}_{self._next_index[split]:06d}.npy"
-        self._next_index[split] += 1
-        save_init_trajectory(path, np.stack(buf.frames), buf.instruction, np.stack(buf.actions), np.array(buf.success))
-        written.append(path)
+        path = self._claim_path(split)
+        if path is not None:
+            frames, actions, success = np.stack(buf.frames), np.stack(buf.actions), np.array(buf.success)
+            save_init_trajectory(path, frames, buf.instruction, actions, success)
+
+    def _claim_path(self, split: str) -> Path | None:
+        """The next file of ``split`` (``None`` past ``max_files``), reserved under the lock."""
+        with self._lock:
+            written = self.written[split]
+            if len(written) >= self.max_files:
+                if split not in self._full_notice:
+                    self._full_notice.add(split)
+                    print(f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes "
+                          "are not written", file=sys.stderr)  # fmt: skip
+                return None
+            if split not in self._next_index:  # never overwrite the files of an earlier run in the same out_dir
+                old = [p.stem.rsplit("_", 1)[1] for p in (self.root / split).glob(f"traj_rank{self.rank}_*.npy")]
+                self._next_index[split] = max((int(n) for n in old if n.isdigit()), default=-1) + 1
+            path = self.root / split / f"traj_rank{self.rank}_{self._next_index[split]:06d}.npy"
+            self._next_index[split] += 1
+            written.append(path)
+            return path

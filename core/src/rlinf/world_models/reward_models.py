@@ -147,10 +147,11 @@ class _PthRewardModel(RewardModel):
     checkpoint_name: str = "reward_model.pth"
 
     def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
-        """``float32 [N]`` logits (before the sigmoid) for frames ``uint8 [N, H, W, 3]``."""
-        device = next(self.parameters()).device
-        with torch.autocast(device.type, enabled=False):
-            return self._logits(frames_to_input(frames, device), instructions)
+        """``float32 [N]`` logits (before the sigmoid) for frames ``uint8 [N, H, W, 3]``; computed in the weights'
+        dtype (float32 as upstream, unless the model itself was cast), never under autocast."""
+        p = next(self.parameters())
+        with torch.autocast(p.device.type, enabled=False):
+            return self._logits(frames_to_input(frames, p.device).to(p.dtype), instructions).float()
 
     def success_prob(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
         return torch.sigmoid(self.success_logits(frames, instructions))

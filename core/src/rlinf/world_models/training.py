@@ -47,6 +47,7 @@ class _EpisodeTrainer(pl.LightningModule):
         split_seed: int,
         image_size: int | None,
         export_dir: str | None,
+        cache_dir: str | None,
     ) -> None:
         super().__init__()
         if not 0.0 <= val_fraction < 1.0:
@@ -55,6 +56,7 @@ class _EpisodeTrainer(pl.LightningModule):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if image_size is not None and image_size < 1:
             raise ValueError(f"image_size must be >= 1 (or null: as recorded), got {image_size}")
+        find_trajectories(data_path)  # a missing / empty data directory fails before a run directory is made
         self.data_path = data_path
         self.batch_size = batch_size
         self.optim_cfg = optim
@@ -63,6 +65,7 @@ class _EpisodeTrainer(pl.LightningModule):
         self.split_seed = split_seed
         self.image_size = image_size
         self.export_dir = export_dir
+        self.cache_dir = cache_dir
         self.export_path: Path | None = None
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -113,7 +116,8 @@ class _EpisodeTrainer(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         clip = self.optim_cfg.clip_grad if gradient_clip_val is None else gradient_clip_val
         if clip is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm")
+            algorithm = gradient_clip_algorithm or "norm"
+            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
 
     def on_fit_end(self) -> None:
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
@@ -152,6 +156,8 @@ class WorldModelTrainer(_EpisodeTrainer):
         stride: frames between window starts.
         export_dir: where the model is saved at the end of fit (default ``<log_dir>/world_model``); point the
             env's ``world_model`` at it.
+        cache_dir: keep a memory-mapped copy of every episode here (random windows then read one window, not a
+            whole episode file: use it beyond toy datasets); ``null``: decode the episode files on demand.
     """
 
     export_name = "world_model"
@@ -168,8 +174,11 @@ class WorldModelTrainer(_EpisodeTrainer):
         image_size: int | None = None,
         stride: int = 1,
         export_dir: str | None = None,
+        cache_dir: str | None = None,
     ) -> None:
-        super().__init__(data_path, batch_size, optim, val_fraction, num_workers, split_seed, image_size, export_dir)
+        super().__init__(
+            data_path, batch_size, optim, val_fraction, num_workers, split_seed, image_size, export_dir, cache_dir
+        )
         if stride < 1:
             raise ValueError(f"stride must be >= 1, got {stride}")
         self.world_model = world_model
@@ -184,6 +193,7 @@ class WorldModelTrainer(_EpisodeTrainer):
         return ClipDataset(
             self.data_path, Nc, Nt, stride=self.stride, anchor_first_frame=wm.condition.frames == "first_and_last",
             pad_gripper=wm.condition.pad_gripper, image_size=self.image_size, episodes=episodes,
+            cache_dir=self.cache_dir,
         )
 
     def setup(self, stage: str) -> None:
@@ -226,6 +236,7 @@ class RewardModelTrainer(_EpisodeTrainer):
         pos_weight: weight of positive frames in the BCE (``null``: 1; success frames are usually rare).
         export_dir: where the checkpoint is written at the end of fit (default ``<log_dir>/reward_model``, file
             ``resnet_rm.pth`` or ``taskemb_resnet_rm.pth``).
+        cache_dir: keep a memory-mapped copy of every episode here (see ``WorldModelTrainer``).
     """
 
     export_name = "reward_model"
@@ -242,8 +253,11 @@ class RewardModelTrainer(_EpisodeTrainer):
         image_size: int | None = None,
         pos_weight: float | None = None,
         export_dir: str | None = None,
+        cache_dir: str | None = None,
     ) -> None:
-        super().__init__(data_path, batch_size, optim, val_fraction, num_workers, split_seed, image_size, export_dir)
+        super().__init__(
+            data_path, batch_size, optim, val_fraction, num_workers, split_seed, image_size, export_dir, cache_dir
+        )
         if pos_weight is not None and pos_weight <= 0:
             raise ValueError(f"pos_weight must be > 0 (or null), got {pos_weight}")
         self.reward_model = reward_model
@@ -253,7 +267,14 @@ class RewardModelTrainer(_EpisodeTrainer):
         return self.reward_model
 
     def _dataset(self, episodes: list[int]) -> FrameDataset:
-        return FrameDataset(self.data_path, image_size=self.image_size, episodes=episodes)
+        return FrameDataset(self.data_path, image_size=self.image_size, episodes=episodes, cache_dir=self.cache_dir)
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        task_ids = getattr(self.reward_model, "task_ids", None)
+        if callable(task_ids):  # a task-conditioned model: every recorded instruction must be one of its tasks
+            texts = sorted(set().union(*(d.instructions for d in (self.train_set, self.val_set) if d is not None)))
+            task_ids(texts, len(texts))
 
     def _loss(self, batch: tuple[torch.Tensor, torch.Tensor, list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         frames, labels, texts = batch
@@ -264,7 +285,8 @@ class RewardModelTrainer(_EpisodeTrainer):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss, _ = self._loss(batch)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch[1]), sync_dist=True)
+        n = len(batch[1])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
