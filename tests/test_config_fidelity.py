@@ -69,6 +69,17 @@ METAWORLD = {
     "policy.unnorm_key": "meta_world_strict", "policy.center_crop": True, "policy.attention_mode": "bidirectional",
     "policy.top_k": -1,
 }
+OPENSORA = {  # opensora_libero_spatial_grpo_openvlaoft.yaml with env/opensora_libero_spatial + env/libero_spatial
+    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32,
+    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
+    "env.reward_coef": 5.0, "env.use_rel_reward": True, "rollout.rollout_epoch": 16,
+    "rollout.max_steps_per_rollout_epoch": 256, "rollout.temperature_train": 1.6, "rollout.temperature_eval": 1.6,
+    "algorithm.class_path": "GRPO", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.5,
+    "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
+    "policy.num_action_chunks": 8, "policy.use_proprio": False, "policy.num_images_in_input": 1,
+    "policy.max_prompt_length": 128, "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True, "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
+}
 OOD = {
     "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
@@ -107,6 +118,9 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         **MANISKILL_PPO, "micro_batch_size": 40, "algorithm.clip_ratio_high": 0.28,
         "algorithm.logprob_type": "token_level", "policy.attention_mode": "bidirectional"}),
     "metaworld/mt50_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
+    **{f"opensora/libero_{suite}_grpo_openvlaoft.yaml": (V03 + "opensora_libero_spatial_grpo_openvlaoft.yaml", {
+        **OPENSORA, "policy.unnorm_key": f"libero_{suite}_no_noops", "eval_env.task_suite_name": f"libero_{suite}"})
+       for suite in ("spatial", "object")},
     "metaworld/ml45_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
     **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {
         **OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
@@ -126,8 +140,9 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
 }
 # configs that are not seeds' experiments: CPU smoke tests and the quickstart
 NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
-             "metaworld/quickstart_grpo.yaml"}
-SEED_DIRS = ("libero", "maniskill", "metaworld")
+             "metaworld/quickstart_grpo.yaml", "opensora/cpu_smoke.yaml", "opensora/world_model_fit.yaml",
+             "opensora/reward_model_fit.yaml"}
+SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora")
 
 
 def _load(rel: str) -> dict:

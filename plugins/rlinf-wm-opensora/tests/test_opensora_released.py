@@ -128,3 +128,8 @@ def test_released_size_builds_on_meta(tmp_path):
     assert 80e6 < parameter_count(model.vae) < 90e6  # the SDXL VAE: 83.7 M
     assert model.dit.spatial_blocks[27].attn.q_norm.weight.shape == (72,)
     assert model.dit.final_layer.linear.weight.shape == (32, 1152)  # 2x2 patch x 8 channels (pred_sigma)
+    # the released shapes run through the forward: 256² frames → 4 x 32 x 32 latents, 4 + 8 frames, 7-D actions
+    meta = dict(device="meta")
+    out = model.dit(torch.empty(2, 4, 12, 32, 32, **meta), torch.empty(2, **meta), torch.empty(2, 8, 7, **meta),
+                    x_mask=torch.empty(2, 12, dtype=torch.bool, **meta), height=256, width=256)
+    assert out.shape == (2, 8, 12, 32, 32)

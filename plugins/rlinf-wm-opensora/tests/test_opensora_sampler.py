@@ -92,3 +92,27 @@ def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
     assert res.rewards.shape == (2, 8) and res.obs.main_images.shape == (2, 32, 32, 3)
     assert not torch.equal(env._state, queue0)  # generated latents replaced the condition latents
     assert env.reset_state_ids[0] == env.reset_state_ids[1]  # a GRPO group shares its init file
+
+
+def test_bf16_inference_path_stays_close_to_fp32():
+    """The GPU path (``inference_dtype: auto`` → bf16 on CUDA), run on CPU: weights cast once, frames uint8."""
+    bf16 = OpenSoraWorldModel(str(tiny_world_model()), num_sampling_steps=2, inference_dtype="bf16").eval()
+    fp32 = OpenSoraWorldModel(str(tiny_world_model()), num_sampling_steps=2).eval()
+    frames = torch.randint(0, 256, (2, 4, 32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for m in (bf16, fp32):
+        with torch.no_grad():
+            state = m.init_state(frames, torch.zeros(2, 4, 7))
+            out, queue = m.predict(state, torch.zeros(2, 8, 7), torch.Generator().manual_seed(0))
+        outs.append(out)
+    assert bf16.dit.t_block[1].weight.dtype == torch.bfloat16 and next(bf16.vae.parameters()).dtype == torch.bfloat16
+    assert outs[0].dtype == torch.uint8 and queue.dtype == torch.float32
+    assert (outs[0].float() - outs[1].float()).abs().mean() < 3.0
+
+
+def test_bad_inputs_are_one_line_errors(model):
+    with pytest.raises(ValueError, match=r"uint8 condition frames \[B, 4, H, W, 3\]"):
+        model.init_state(torch.zeros(1, 2, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 2, 7))
+    state = model.init_state(torch.zeros(1, 4, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 4, 7))
+    with pytest.raises(ValueError, match="generates 8 frames per chunk, got 4 actions"):
+        model.predict(state, torch.zeros(1, 4, 7))

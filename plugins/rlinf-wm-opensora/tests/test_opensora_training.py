@@ -11,12 +11,12 @@ def _clips(n: int = 4):
     """Clips of a square moving right by the action's x: 4 condition + 8 target frames, 8 actions."""
     rng = np.random.default_rng(0)
     frames = np.full((n, 12, 32, 32, 3), 60, np.uint8)
-    actions = np.zeros((n, 8, 7), np.float32)
+    actions = np.zeros((n, 12, 7), np.float32)  # one per frame: the action that produced it
     for b in range(n):
         x, y = 4, int(rng.integers(4, 24))
         for f in range(12):
             if f >= 4:
-                actions[b, f - 4, 0] = 0.5
+                actions[b, f, 0] = 0.5
                 x += 2
             frames[b, f, y : y + 6, x : x + 6] = 230
     return torch.from_numpy(frames), torch.from_numpy(actions)
@@ -42,6 +42,7 @@ def test_training_loss_decreases_on_tiny_clips():
         after = sum(float(loss_at(s)) for s in range(3))
     assert after < 0.8 * before, (before, after)
     assert all(p.grad is None for p in model.vae.parameters())  # the VAE stays frozen
+    assert model.dit.y_embedder.y_proj.fc1.weight.grad is None  # and the unused text pathway
 
 
 def test_training_loss_only_sees_generated_frames():
@@ -58,7 +59,7 @@ def test_training_loss_only_sees_generated_frames():
     model.training_loss(frames, actions, generator=torch.Generator().manual_seed(0))
     assert captured["mask"].tolist() == [[False] * 4 + [True] * 8] * 2
     assert ((captured["t"] > 0) & (captured["t"] < 1000)).all()
-    torch.testing.assert_close(captured["actions"], model.normalize_actions(actions))
+    torch.testing.assert_close(captured["actions"], model.normalize_actions(actions[:, 4:]))  # the targets' actions
 
 
 def test_save_pretrained_loads_unchanged(tmp_path):

@@ -292,7 +292,9 @@ class ActionEncoder(nn.Module):
 
     def __init__(self, hidden_size: int, action_dim: int, pad_action_num: int) -> None:
         super().__init__()
-        self.fc = nn.Sequential(nn.Linear(action_dim, hidden_size * 4), nn.SiLU(), nn.Linear(hidden_size * 4, hidden_size))
+        self.fc = nn.Sequential(
+            nn.Linear(action_dim, hidden_size * 4), nn.SiLU(), nn.Linear(hidden_size * 4, hidden_size)
+        )
         self.none_action = nn.Embedding(1, hidden_size)
         self.pad_action_num = pad_action_num
 
@@ -374,6 +376,9 @@ class STDiT3(nn.Module):
         self.final_layer = T2IFinalLayer(D, math.prod(config.patch_size), config.out_channels)
         self.gradient_checkpointing = False
         self._init_weights()
+        for name, p in self.named_parameters():  # never in the forward: no gradients, no optimizer state
+            if is_optional_key(name):
+                p.requires_grad_(False)
 
     def _init_weights(self) -> None:
         """Upstream's initialisation (xavier Linear, zero temporal output projections); loads overwrite it."""
@@ -421,7 +426,8 @@ class STDiT3(nn.Module):
             )
         S = H * W
         x, timestep = x.to(dtype), timestep.to(dtype)  # as upstream: timesteps rounded to the weights' dtype
-        pos = self.pos_embed(H, W, scale=math.sqrt(height * width) / cfg.input_sq_size, base_size=round(S**0.5), dtype=dtype)
+        scale = math.sqrt(height * width) / cfg.input_sq_size
+        pos = self.pos_embed(H, W, scale=scale, base_size=round(S**0.5), dtype=dtype)
 
         t = self.t_embedder(timestep, dtype)  # [B, D]
         t_spatial = self.t_block(t.repeat_interleave(T, dim=0) + self.action_embedder(actions.to(dtype)))  # [B·T, 6D]

@@ -61,7 +61,9 @@ def load_vae(vae_dir: str | Path, load_weights: bool = True):
     return vae
 
 
-def encode_frames(vae, frames: torch.Tensor, micro_batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def encode_frames(
+    vae, frames: torch.Tensor, micro_batch: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Frames ``[N, 3, H, W]`` in ``[-1, 1]`` → latents ``[N, C, H/8, W/8]`` (posterior sample × 0.13025)."""
     dtype = next(vae.parameters()).dtype
     out = []
@@ -74,5 +76,8 @@ def encode_frames(vae, frames: torch.Tensor, micro_batch: int, generator: torch.
 def decode_latents(vae, latents: torch.Tensor, micro_batch: int) -> torch.Tensor:
     """Latents ``[N, C, h, w]`` → frames ``[N, 3, 8h, 8w]`` in about ``[-1, 1]``."""
     dtype = next(vae.parameters()).dtype
-    out = [vae.decode(latents[i : i + micro_batch].to(dtype) / SCALING_FACTOR).sample for i in range(0, len(latents), micro_batch)]
+    out = [
+        vae.decode(latents[i : i + micro_batch].to(dtype) / SCALING_FACTOR).sample
+        for i in range(0, len(latents), micro_batch)
+    ]
     return torch.cat(out)

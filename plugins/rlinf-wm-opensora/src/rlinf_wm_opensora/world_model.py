@@ -8,7 +8,7 @@ Loads the released directory (``RLinf/RLinf-OpenSora-LIBERO-{Spatial,Object}``) 
 Semantics (RLinf ``world_model_opensora_env.py``):
 
 - Reset: the 4 condition frames (frame 0 of the init file, repeated) are resized to the model's resolution, mapped
-  to ``[-1, 1]`` and encoded frame by frame into the latent queue (``[B, 4, C, h, w]``, the state).
+  to ``[-1, 1]`` and encoded frame by frame into the latent queue (``[B, C, 4, h, w]``, the state).
 - Each chunk: 8 latents are sampled after the queue with the chunk's actions (normalised with the world model's
   own q01/q99: ``2 (a - q01) / (q99 - q01) - 1`` on all 7 dims, no clipping), 10 RFLOW Euler steps, the
   condition latents re-imposed after every step; the queue becomes the last 4 *generated* latents (never
@@ -41,11 +41,12 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
-from rlinf_wm_opensora.vae import SCALING_FACTOR, decode_latents, encode_frames, load_vae
+from rlinf_wm_opensora.vae import WEIGHT_NAMES, decode_latents, encode_frames, load_vae
 
 WEIGHTS_NAME = "model-00001.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 STATS_NAME = "dataset_statistics.json"
+VAE_WEIGHTS_NAME = WEIGHT_NAMES[0]
 TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny DIR"
 CONDITION_TIMESTEP = 15.0
 
@@ -137,7 +138,7 @@ class OpenSoraWorldModel(WorldModel):
             want = torch.bfloat16
         if self.dit.x_embedder.proj.weight.dtype != want:
             self.dit.to(want)
-            self.vae.to(want)
+            torch.nn.Module.to(self.vae, want)  # as upstream, the whole VAE in bf16 (diffusers' .to() would warn)
 
     def _to_model_frames(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 ``[N, H, W, 3]`` → ``[N, 3, S, S]`` in ``[-1, 1]`` (bilinear resize as upstream when needed)."""
@@ -172,6 +173,12 @@ class OpenSoraWorldModel(WorldModel):
     # -- WorldModel contract -------------------------------------------------------------------------
     def init_state(self, frames: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The latent queue ``[B, C, 4, h, w]`` of the condition frames ``uint8 [B, 4, H, W, 3]``."""
+        Tc = self.condition.num_frames
+        if frames.dim() != 5 or frames.shape[1] != Tc or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
+            raise ValueError(
+                f"OpenSoraWorldModel.init_state takes uint8 condition frames [B, {Tc}, H, W, 3], got "
+                f"{frames.dtype} {list(frames.shape)}"
+            )
         self._prepare_inference()
         gen = torch.Generator(device="cpu").manual_seed(self.encode_seed)
         return self.encode(frames, gen)
@@ -179,7 +186,9 @@ class OpenSoraWorldModel(WorldModel):
     def predict(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None):
         """Frames ``uint8 [B, chunk, S, S, 3]`` for env-scale actions ``[B, chunk, A]``; the new latent queue."""
         if actions.shape[1] != self.chunk:
-            raise ValueError(f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions")
+            raise ValueError(
+                f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions"
+            )
         self._prepare_inference()
         B, C, Tc, h, w = state.shape
         device = state.device
@@ -211,7 +220,9 @@ class OpenSoraWorldModel(WorldModel):
 
         Args:
             frames: uint8 ``[B, Tc + Tt, H, W, 3]``: ``Tc`` condition frames then ``Tt`` target frames.
-            actions: env-scale actions ``[B, Tt, A]`` leading to the target frames.
+            actions: env-scale actions ``[B, Tc + Tt, A]``, entry ``k`` the action that produced frame ``k`` (core's
+                ``ClipDataset`` alignment); the model is conditioned on the targets' ``actions[:, Tc:]``
+                (upstream ``action_np[s + 1 : s + 9]``).
             generator: source of the timesteps, the noise and the VAE posterior samples.
 
         Returns:
@@ -219,11 +230,12 @@ class OpenSoraWorldModel(WorldModel):
             logit-normal (resolution-shifted), condition frames noised at ``t = 15`` and told so.
         """
         Tc, Tt = self.clip_frames
-        if frames.shape[1] != Tc + Tt or actions.shape[1] != Tt:
+        if frames.shape[1] != Tc + Tt or actions.shape[1] != Tc + Tt:
             raise ValueError(
-                f"OpenSora training clips are {Tc} condition + {Tt} target frames with {Tt} actions, got "
+                f"OpenSora training clips are {Tc} condition + {Tt} target frames with one action per frame, got "
                 f"{frames.shape[1]} frames and {actions.shape[1]} actions"
             )
+        actions = actions[:, Tc:]
         B, device = frames.shape[0], frames.device
         with torch.no_grad():
             x0 = self.encode(frames, generator)
@@ -243,8 +255,9 @@ class OpenSoraWorldModel(WorldModel):
         return masked_velocity_loss(v, x0 - noise, gen_mask)
 
     def save_pretrained(self, path: str | Path) -> None:
-        """Write a directory this class loads unchanged: config.json, ``model-00001.safetensors`` + index, vae/,
-        dataset_statistics.json, and (copied from the source directory) resnet_rm.pth and dataset/."""
+        """Write a directory this class loads unchanged: config.json, ``model-00001.safetensors`` + index, vae/
+        (the in-memory VAE, fp32), dataset_statistics.json and, copied from the source directory, resnet_rm.pth and
+        dataset/."""
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -256,8 +269,10 @@ class OpenSoraWorldModel(WorldModel):
         index = {"metadata": {"total_size": sum(v.numel() * 4 for v in state.values())},
                  "weight_map": {k: WEIGHTS_NAME for k in sorted(state)}}
         (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        self.vae.save_config(path / "vae")
+        vae_state = {k: v.detach().float().cpu().contiguous() for k, v in self.vae.state_dict().items()}
+        save_file(vae_state, str(path / "vae" / VAE_WEIGHTS_NAME), metadata={"format": "pt"})
         if src.resolve() != path.resolve():
-            shutil.copytree(src / "vae", path / "vae", dirs_exist_ok=True)
             for name in (STATS_NAME, "resnet_rm.pth"):
                 if (src / name).is_file():
                     shutil.copy2(src / name, path / name)
@@ -277,7 +292,8 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     if q01.shape != (action_dim,) or q99.shape != (action_dim,):
         raise ValueError(f"{path}: action q01/q99 have {q01.size}/{q99.size} entries, the model takes {action_dim}")
     if np.any(q99 <= q01):
-        raise ValueError(f"{path}: action q99 must exceed q01 on every dim (dims {np.flatnonzero(q99 <= q01).tolist()})")
+        bad = np.flatnonzero(q99 <= q01).tolist()
+        raise ValueError(f"{path}: action q99 must exceed q01 on every dim (dims {bad})")
     return q01, q99
 
 
