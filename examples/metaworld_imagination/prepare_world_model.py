@@ -13,7 +13,8 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
 recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
 
-The DiT itself is trained afterwards by the ``world_model`` stage (``WorldModelTrainer``, rectified flow).
+``resnet_rm.pth`` is a freshly initialised ResNet-18 (trained by the ``reward_model`` stage); the DiT is trained by
+the ``world_model`` stage (``WorldModelTrainer``, rectified flow).
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     from rlinf_wm_opensora.make_tiny import write_tiny
 
+    from rlinf.world_models.reward_models import ResnetRewardModel
+
     t0 = time.perf_counter()
     episodes = [load_episode(f) for f in find_trajectories(args.rollouts)]
     frames = np.concatenate([e.frames for e in episodes])
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     write_tiny(out, image_size=size, num_trajectories=1, seed=args.seed, action_dim=action_dim,
                hidden_size=args.hidden_size, depth=args.depth, num_heads=args.num_heads)  # fmt: skip
     shutil.rmtree(out / "dataset")  # the env starts from the recorded episodes instead
+    torch.manual_seed(args.seed)  # make_tiny's classifier is calibrated on its random frames: start from plain init
+    ResnetRewardModel().save_pretrained(out / "resnet_rm.pth")
     (out / "dataset_statistics.json").write_text(json.dumps(action_statistics(actions), indent=2) + "\n")
     write_init_states(episodes, args.init_steps, out / "init_states")
     vae, mse = train_vae(frames, args.vae_steps, args.vae_batch, args.vae_lr, args.seed)
