@@ -14,8 +14,8 @@ pytest.importorskip("diffusers")
 
 
 def prepare_module():
-    spec = importlib.util.spec_from_file_location("prepare_world_model",
-                                                  ROOT / "examples/metaworld_imagination/prepare_world_model.py")  # fmt: skip
+    path = ROOT / "examples/metaworld_imagination/prepare_world_model.py"
+    spec = importlib.util.spec_from_file_location("prepare_world_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -54,7 +54,8 @@ def train_vae(frames: np.ndarray, steps: int, batch: int, lr: float, seed: int):
     torch.manual_seed(seed)
     vae = AutoencoderKL(**VAE, sample_size=frames.shape[1])
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    warmup_cosine = lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / steps))  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
     data = torch.from_numpy(frames).permute(0, 3, 1, 2)
     rng = np.random.default_rng(seed)
     for step in range(steps):

@@ -36,8 +36,9 @@ def test_toy_loop_runs_every_stage_feeds_paths_forward_and_resumes(tmp_path, cap
     assert main(["coevolve", "--config", str(path)]) == 0
     out = tmp_path / "loop"
     records = json.loads((out / "coevolve.json").read_text())["records"]
+    # no collect after the last round (feeds_next_round)
     assert [(r["round"], r["stage"]) for r in records] == [
-        (0, "init"), (0, "baseline"), (0, "collect"), (1, "world_model"), (1, "reward_model"), (1, "rl")]  # no collect after the last round
+        (0, "init"), (0, "baseline"), (0, "collect"), (1, "world_model"), (1, "reward_model"), (1, "rl")]
     by = {r["stage"]: r for r in records}
     rollouts = by["collect"]["outputs"]["rollouts"]
     assert sorted(Path(rollouts).glob("traj*.npy"))  # the recorder's episodes ...
@@ -69,7 +70,8 @@ def test_toy_loop_runs_every_stage_feeds_paths_forward_and_resumes(tmp_path, cap
 
 def test_a_failed_stage_stops_the_loop_in_one_line_and_leaves_no_marker(tmp_path, capsys):
     loop = {"out_dir": str(tmp_path / "out"), "launcher": "in_process", "rounds": 1, "stages": [
-        {"name": "rl", "run": "fit", "config": "toy/reach_grpo.yaml", "args": {"model.init_args.env.init_args.num_envs": 7}}]}
+        {"name": "rl", "run": "fit", "config": "toy/reach_grpo.yaml",
+         "args": {"model.init_args.env.init_args.num_envs": 7}}]}
     path = tmp_path / "loop.yaml"
     path.write_text(yaml.safe_dump(loop))
     assert main(["coevolve", "--config", str(path)]) == 2
@@ -81,8 +83,8 @@ def test_a_failed_stage_stops_the_loop_in_one_line_and_leaves_no_marker(tmp_path
 def test_exec_stages_outputs_and_variables(tmp_path):
     loop = {"out_dir": str(tmp_path / "out"), "rounds": 2, "vars": {"seed": 5}, "stages": [
         {"name": "make", "run": "exec", "outputs": {"made": "${stage_dir}/made.txt"},
-         "command": ["${python}", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", "${stage_dir}/made.txt",
-                     "round ${round} seed ${seed} after $${made}"]},
+         "command": ["${python}", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                     "${stage_dir}/made.txt", "round ${round} seed ${seed} after $${made}"]},
         {"name": "use", "run": "exec", "feeds_next_round": True,
          "command": ["${python}", "-c", "import sys; assert open(sys.argv[1]).read().startswith('round')", "${made}"]}]}
     path = tmp_path / "loop.yaml"

@@ -105,7 +105,8 @@ def _stage(raw: Any, where: str) -> StageSpec:
         raise LoopError(f"{where}: a stage is a mapping with a 'name' (keys: {', '.join(_fields(StageSpec))})")
     unknown = sorted(set(raw) - set(_fields(StageSpec)))
     if unknown:
-        raise LoopError(f"{where} ({raw['name']}): unknown key {unknown[0]!r}; stage keys: {', '.join(_fields(StageSpec))}")
+        keys = ", ".join(_fields(StageSpec))
+        raise LoopError(f"{where} ({raw['name']}): unknown key {unknown[0]!r}; stage keys: {keys}")
     st = StageSpec(**raw)
     st.config = [st.config] if isinstance(st.config, str) else list(st.config or [])
     st.args, st.outputs, st.command = dict(st.args or {}), dict(st.outputs or {}), list(st.command or [])
@@ -178,8 +179,8 @@ def stage_argv(stage: StageSpec, ctx: dict[str, Any], where: str) -> list[str]:
     for key, value in stage.args.items():
         argv.append(f"--{str(key).lstrip('-')}={substitute(value, ctx, f'{where} args.{key}')}")
     run_dir = Path(ctx["run_dir"])  # last: the stage's run directory is the loop's, whatever the config says
-    argv += [f"--trainer.logger.init_args.save_dir={run_dir.parents[1]}", f"--trainer.logger.init_args.name={run_dir.parent.name}",
-             "--trainer.logger.init_args.version=0"]  # fmt: skip
+    argv += [f"--trainer.logger.init_args.save_dir={run_dir.parents[1]}",
+             f"--trainer.logger.init_args.name={run_dir.parent.name}", "--trainer.logger.init_args.version=0"]
     return argv
 
 
@@ -261,10 +262,13 @@ def run_loop(spec: LoopSpec, log: Callable[[str], None] = print) -> list[dict[st
         outputs = {k: substitute(v, ctx, f"{where} outputs.{k}") for k, v in stage.outputs.items()}
         missing = [f"{k}={v}" for k, v in outputs.items() if not Path(v).exists()]
         if missing:
-            raise LoopError(f"{where} finished but did not write its output {missing[0]} (log: {stage_dir / 'log.txt'})")
+            raise LoopError(
+                f"{where} finished but did not write its output {missing[0]} (log: {stage_dir / 'log.txt'})"
+            )
         result = last_eval(Path(ctx["run_dir"])) if stage.run != "exec" else None
         rec = {"round": rnd, "stage": stage.name, "argv": argv, "outputs": outputs, "seconds": time.perf_counter() - t,
-               "eval": result["metrics"] if result else None, "per_task": result.get("per_task") if result else None}  # fmt: skip
+               "eval": result["metrics"] if result else None,
+               "per_task": result.get("per_task") if result else None}  # fmt: skip
         _write_json(marker, rec)
         values.update(outputs)
         records.append(rec)
@@ -277,12 +281,14 @@ def run_loop(spec: LoopSpec, log: Callable[[str], None] = print) -> list[dict[st
 
 def results_table(records: list[dict[str, Any]], seconds: float) -> str:
     """Markdown: every stage that evaluated (round, stage, success, return), and the time of each stage."""
-    lines = ["# rlinf coevolve", "", "| round | stage | eval/success_once | eval/return | episodes |", "|---|---|---|---|---|"]
+    lines = ["# rlinf coevolve", "", "| round | stage | eval/success_once | eval/return | episodes |",
+             "|---|---|---|---|---|"]
     for r in records:
         m = r.get("eval") or {}
         if m:
-            lines.append(f"| {r['round']} | {r['stage']} | {100 * m.get('eval/success_once', float('nan')):.1f}% | "
-                         f"{m.get('eval/return', float('nan')):.3f} | {int(m.get('eval/num_trajectories', 0))} |")  # fmt: skip
+            success, ret = m.get("eval/success_once", float("nan")), m.get("eval/return", float("nan"))
+            n = int(m.get("eval/num_trajectories", 0))
+            lines.append(f"| {r['round']} | {r['stage']} | {100 * success:.1f}% | {ret:.3f} | {n} |")
     lines += ["", "| round | stage | seconds |", "|---|---|---|"]
     lines += [f"| {r['round']} | {r['stage']} | {r['seconds']:.0f} |" for r in records]
     lines += ["", f"This invocation: {seconds:.0f} s (stages done earlier were skipped).", ""]
@@ -291,8 +297,10 @@ def results_table(records: list[dict[str, Any]], seconds: float) -> str:
 
 def coevolve_command(argv: list[str]) -> int:
     """``rlinf coevolve``: parse, run the loop, print where the results are; bad input is one line, exit 2."""
-    p = argparse.ArgumentParser(prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of "
-                                "rlinf stages: collect -> world model + reward model -> RL in the world model -> eval.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
+        "model + reward model -> RL in the world model -> eval."
+    )
     p.add_argument("--config", "-c", required=True, help="the loop file (or a shipped name, e.g. toy/coevolve.yaml)")
     p.add_argument("--rounds", type=int, default=None, help="rounds (overrides the file; larger continues a loop)")
     p.add_argument("--out_dir", default=None, help="results directory (overrides the file)")
