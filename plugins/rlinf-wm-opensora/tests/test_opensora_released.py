@@ -105,6 +105,19 @@ def test_vae_keys_are_strict_too(tmp_path):
         OpenSoraWorldModel(str(path))
 
 
+def test_vae_files_with_legacy_attention_names_load(tmp_path):
+    path = _copy(tmp_path)
+    vae = path / "vae" / "diffusion_pytorch_model.safetensors"
+    state = load_file(str(vae))
+    legacy = {k.replace(".to_q.", ".query.").replace(".to_k.", ".key.").replace(".to_v.", ".value.")
+               .replace(".to_out.0.", ".proj_attn."): v for k, v in state.items()}
+    assert any(".proj_attn." in k for k in legacy)
+    save_file(legacy, str(vae))
+    model = OpenSoraWorldModel(str(path))
+    for k, v in model.vae.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
 def test_action_statistics_errors_are_one_line(tmp_path):
     path = _copy(tmp_path)
     (path / "dataset_statistics.json").write_text(json.dumps({"proprio": {}}))

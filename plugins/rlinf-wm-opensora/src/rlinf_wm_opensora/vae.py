@@ -41,6 +41,7 @@ def load_vae(vae_dir: str | Path, load_weights: bool = True):
         state = load_safetensors(str(weights))
     else:
         state = torch.load(weights, map_location="cpu", weights_only=True)
+    state = rename_legacy_attention(state)
     expected = vae.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -59,6 +60,21 @@ def load_vae(vae_dir: str | Path, load_weights: bool = True):
         )
     vae.load_state_dict(state, strict=True)
     return vae
+
+
+LEGACY_ATTENTION = {"query": "to_q", "key": "to_k", "value": "to_v", "proj_attn": "to_out.0"}
+
+
+def rename_legacy_attention(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Older diffusers VAE files name the mid-block attention ``query/key/value/proj_attn``; today's
+    ``AutoencoderKL`` calls them ``to_q/to_k/to_v/to_out.0`` (diffusers renames them the same way on load)."""
+    out = {}
+    for key, value in state.items():
+        parts = key.rsplit(".", 2)
+        if len(parts) == 3 and ".attentions." in key and parts[1] in LEGACY_ATTENTION:
+            key = f"{parts[0]}.{LEGACY_ATTENTION[parts[1]]}.{parts[2]}"
+        out[key] = value
+    return out
 
 
 def encode_frames(

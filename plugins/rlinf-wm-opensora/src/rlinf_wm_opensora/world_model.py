@@ -32,7 +32,7 @@ from rlinf.meta import is_meta_init
 from rlinf.models.checkpoint import CheckpointError, load_weights
 from rlinf.world_models.base import WorldModel
 from rlinf.world_models.init_data import ConditionSpec
-from rlinf_wm_opensora._modeling import STDiT3, STDiT3Config, is_optional_key
+from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
 from rlinf_wm_opensora.rflow import (
     add_noise,
     masked_velocity_loss,
@@ -48,7 +48,6 @@ INDEX_NAME = "model.safetensors.index.json"
 STATS_NAME = "dataset_statistics.json"
 VAE_WEIGHTS_NAME = WEIGHT_NAMES[0]
 TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny DIR"
-CONDITION_TIMESTEP = 15.0
 
 
 class OpenSoraWorldModel(WorldModel):
