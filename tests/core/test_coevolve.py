@@ -78,6 +78,7 @@ def test_a_failed_stage_stops_the_loop_in_one_line_and_leaves_no_marker(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "round 1 stage rl failed (exit 2)" in err[0] and "num_envs (7)" in err[0], err
     assert not (tmp_path / "out" / "round_1" / "rl" / "stage.json").exists()
+    assert json.loads((tmp_path / "out" / "coevolve.json").read_text())["records"] == []  # summary written anyway
 
 
 def test_exec_stages_outputs_and_variables(tmp_path):

@@ -233,49 +233,52 @@ def run_loop(spec: LoopSpec, log: Callable[[str], None] = print) -> list[dict[st
                                              if r < spec.rounds or not s.feeds_next_round]
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for rnd, stage in plan:
-        stage_dir = out / f"round_{rnd}" / stage.name
-        where = f"round {rnd} stage {stage.name}"
-        ctx = {**values, "out_dir": str(out), "round": rnd, "stage_dir": str(stage_dir),
-               "run_dir": str(stage_dir / "run" / "version_0"), "python": sys.executable}  # fmt: skip
-        argv = stage_argv(stage, ctx, where)
-        marker = stage_dir / "stage.json"
-        if marker.is_file():
-            rec = json.loads(marker.read_text())
-            if rec.get("argv") != argv:
-                log(f"coevolve: {where}: finished earlier with other arguments; kept (delete {stage_dir} to redo it)")
-            else:
-                log(f"coevolve: {where}: done earlier, skipped")
-            values.update(rec["outputs"])
+    try:
+        for rnd, stage in plan:
+            stage_dir = out / f"round_{rnd}" / stage.name
+            where = f"round {rnd} stage {stage.name}"
+            ctx = {**values, "out_dir": str(out), "round": rnd, "stage_dir": str(stage_dir),
+                   "run_dir": str(stage_dir / "run" / "version_0"), "python": sys.executable}  # fmt: skip
+            argv = stage_argv(stage, ctx, where)
+            marker = stage_dir / "stage.json"
+            if marker.is_file():
+                rec = json.loads(marker.read_text())
+                if rec.get("argv") != argv:
+                    log(f"coevolve: {where}: finished earlier with other arguments; kept (delete {stage_dir} "
+                        "to redo it)")
+                else:
+                    log(f"coevolve: {where}: done earlier, skipped")
+                values.update(rec["outputs"])
+                records.append(rec)
+                continue
+            if stage_dir.exists():  # an interrupted attempt: start it again from nothing
+                shutil.rmtree(stage_dir)
+            stage_dir.mkdir(parents=True)
+            log(f"coevolve: {where}: {' '.join(argv[:2])} ... (log: {stage_dir / 'log.txt'})")
+            t = time.perf_counter()
+            code = launch(argv, stage_dir / "log.txt")
+            if code != 0:
+                tail = (stage_dir / "log.txt").read_text().strip().splitlines()[-1:] or [""]
+                raise LoopError(f"{where} failed (exit {code}): {tail[0][:300]} (log: {stage_dir / 'log.txt'}); "
+                                "run the same command again to retry from this stage")  # fmt: skip
+            outputs = {k: substitute(v, ctx, f"{where} outputs.{k}") for k, v in stage.outputs.items()}
+            missing = [f"{k}={v}" for k, v in outputs.items() if not Path(v).exists()]
+            if missing:
+                raise LoopError(
+                    f"{where} finished but did not write its output {missing[0]} (log: {stage_dir / 'log.txt'})"
+                )
+            result = last_eval(Path(ctx["run_dir"])) if stage.run != "exec" else None
+            rec = {"round": rnd, "stage": stage.name, "argv": argv, "outputs": outputs,
+                   "seconds": time.perf_counter() - t, "eval": result["metrics"] if result else None,
+                   "per_task": result.get("per_task") if result else None}  # fmt: skip
+            _write_json(marker, rec)
+            values.update(outputs)
             records.append(rec)
-            continue
-        if stage_dir.exists():  # an interrupted attempt: start it again from nothing
-            shutil.rmtree(stage_dir)
-        stage_dir.mkdir(parents=True)
-        log(f"coevolve: {where}: {' '.join(argv[:2])} ... (log: {stage_dir / 'log.txt'})")
-        t = time.perf_counter()
-        code = launch(argv, stage_dir / "log.txt")
-        if code != 0:
-            tail = (stage_dir / "log.txt").read_text().strip().splitlines()[-1:] or [""]
-            raise LoopError(f"{where} failed (exit {code}): {tail[0][:300]} (log: {stage_dir / 'log.txt'}); "
-                            "run the same command again to retry from this stage")  # fmt: skip
-        outputs = {k: substitute(v, ctx, f"{where} outputs.{k}") for k, v in stage.outputs.items()}
-        missing = [f"{k}={v}" for k, v in outputs.items() if not Path(v).exists()]
-        if missing:
-            raise LoopError(
-                f"{where} finished but did not write its output {missing[0]} (log: {stage_dir / 'log.txt'})"
-            )
-        result = last_eval(Path(ctx["run_dir"])) if stage.run != "exec" else None
-        rec = {"round": rnd, "stage": stage.name, "argv": argv, "outputs": outputs, "seconds": time.perf_counter() - t,
-               "eval": result["metrics"] if result else None,
-               "per_task": result.get("per_task") if result else None}  # fmt: skip
-        _write_json(marker, rec)
-        values.update(outputs)
-        records.append(rec)
-        shown = {k: round(v, 4) for k, v in (rec["eval"] or {}).items() if k in REPORTED}
-        log(f"coevolve: {where}: done in {rec['seconds']:.0f} s" + (f"; {shown}" if shown else ""))
-    _write_json(out / "coevolve.json", {"records": records, "vars": values})
-    (out / "results.md").write_text(results_table(records, time.perf_counter() - t0))
+            shown = {k: round(v, 4) for k, v in (rec["eval"] or {}).items() if k in REPORTED}
+            log(f"coevolve: {where}: done in {rec['seconds']:.0f} s" + (f"; {shown}" if shown else ""))
+    finally:  # also after a failed stage: what finished so far
+        _write_json(out / "coevolve.json", {"records": records, "vars": values})
+        (out / "results.md").write_text(results_table(records, time.perf_counter() - t0))
     return records
 
 
