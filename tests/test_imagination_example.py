@@ -45,3 +45,21 @@ def test_action_statistics_are_quantiles_and_never_degenerate():
     stats = prep.action_statistics(actions)["action"]
     assert stats["q01"][0] == pytest.approx(-1.96) and stats["q99"][0] == pytest.approx(1.96)
     assert (stats["q01"][1], stats["q99"][1]) == (-1.0, 1.0)  # a constant dimension: no division by zero
+
+
+def test_the_loop_loads_and_its_example_configs_parse(capsys):
+    from rlinf.cli import main
+    from rlinf.shipped_configs import resolve_config_args
+    from rlinf.world_models.coevolve import load_loop
+
+    pytest.importorskip("rlinf_wm_opensora")
+    pytest.importorskip("rlinf_env_metaworld")
+    spec = load_loop(ROOT / "examples/metaworld_imagination/loop.yaml")
+    assert [s.name for s in spec.stages] == ["world_model", "reward_model", "rl", "collect"]
+    for stage in spec.prelude + spec.stages:
+        for name in stage.config:
+            assert Path(resolve_config_args(["--config", name])[1]).is_file(), (stage.name, name)
+    for name in ("world_model_fit", "reward_model_fit", "grpo_in_world_model"):
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", "--config", str(ROOT / f"examples/metaworld_imagination/{name}.yaml"), "--print_config"])
+        assert exc.value.code in (0, None), capsys.readouterr().err[-2000:]
