@@ -3,11 +3,14 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlinf.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not p.name.startswith("_"))
+ALL = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not p.name.startswith("_"))
+LOOPS = [p for p in ALL if "stages" in (yaml.safe_load(p.read_text()) or {})]  # rlinf coevolve loop files
+CONFIGS = [p for p in ALL if p not in LOOPS]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in CONFIGS])
@@ -35,3 +38,14 @@ def test_fit_through_the_console_script(tmp_path):
     assert (run / "policy" / "model.safetensors").exists()
     assert list(run.glob("eval/*.md"))
     assert (run / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("loop", LOOPS, ids=[str(p.relative_to(ROOT / "configs")) for p in LOOPS])
+def test_coevolve_loop_loads_and_names_existing_stage_configs(loop):
+    from rlinf.shipped_configs import resolve_config_args
+    from rlinf.world_models.coevolve import load_loop
+
+    spec = load_loop(loop)
+    for stage in spec.prelude + spec.stages:
+        for name in stage.config:
+            assert Path(resolve_config_args(["--config", name])[1]).is_file(), f"{loop.name}: {stage.name}: {name}"

@@ -1,4 +1,4 @@
-"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` plus LightningCLI's ``fit`` /
+"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` / ``coevolve`` plus LightningCLI's ``fit`` /
 ``validate`` / ... .
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
@@ -261,6 +261,10 @@ def main(args: list[str] | None = None) -> int | None:
         return memory_command(argv[1:])
     if argv and argv[0] == "plot":
         return plot_command(argv[1:])
+    if argv and argv[0] == "coevolve":
+        from rlinf.world_models.coevolve import coevolve_command
+
+        return coevolve_command(argv[1:])
     argv, verbose = _pop_verbose(argv)
     if not verbose:
         from rlinf.quiet import install_quiet_filters
