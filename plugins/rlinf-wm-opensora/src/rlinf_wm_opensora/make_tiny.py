@@ -69,7 +69,6 @@ def write_tiny(
     from diffusers import AutoencoderKL
 
     from rlinf.world_models.init_data import save_init_trajectory
-    from rlinf.world_models.reward_models import ResnetRewardModel
 
     if image_size % 16:
         raise ValueError(f"image_size must be a multiple of 16 (8x VAE, 2x2 patches), got {image_size}")
