@@ -8,29 +8,18 @@ Directories live in a per-process temporary folder removed at exit.
 
 from __future__ import annotations
 
-import atexit
-import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-_CACHE: dict[str, Path] = {}
-_ROOT: list[Path] = []
+from rlinf.testing.cache import cached_dir
 
 
 def tiny_checkpoint(**kwargs) -> Path:
     """A tiny checkpoint written once per process by :func:`rlinf_policy_openpi.make_tiny.make_tiny`."""
     from rlinf_policy_openpi.make_tiny import make_tiny
 
-    key = json.dumps(kwargs, sort_keys=True, default=str)
-    if key not in _CACHE:
-        if not _ROOT:
-            _ROOT.append(Path(tempfile.mkdtemp(prefix="rlinf-openpi-tiny-")))
-            atexit.register(shutil.rmtree, _ROOT[0], True)
-        _CACHE[key] = make_tiny(_ROOT[0] / f"ckpt{len(_CACHE)}", **kwargs)
-    return _CACHE[key]
+    return cached_dir(make_tiny, "openpi-tiny", **kwargs)
 
 
 def make_inputs(config, batch: int = 3, seed: int = 0, pad_from: int = 5) -> tuple:
