@@ -12,15 +12,17 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from rlinf.models.value_head import ValueHead as CoreValueHead
+
 #: RLinf's critic widths: (1024, 512, 256) for pi05_libero / pi05_maniskill / pi05_droid_polaris, else these
 DEFAULT_VALUE_HIDDEN = (512, 256, 128)
 
 
-class ValueHead(nn.Module):
-    """Critic MLP ``[..., input_dim] → [..., output_dim]``: Linear→ReLU per hidden size, last Linear with bias.
+class ValueHead(CoreValueHead):
+    """RLinf's π0 critic: Linear→ReLU per hidden size, last Linear with bias, ``[..., input_dim] → [..., output_dim]``.
 
     Keys ``mlp.{0,2,4,6}.{weight,bias}`` for three hidden layers (RLinf's ``ValueHead(..., activation="relu",
-    bias_last=True)``); hidden layers Kaiming-normal (fan-out), the last layer N(0, 0.02²), biases zero.
+    bias_last=True)``); the core :class:`rlinf.models.value_head.ValueHead` with those settings.
 
     Args:
         input_dim: width of the features read (the expert width on the action expert, the VLM width after it).
@@ -31,24 +33,7 @@ class ValueHead(nn.Module):
     def __init__(
         self, input_dim: int, hidden_sizes: tuple[int, ...] = DEFAULT_VALUE_HIDDEN, output_dim: int = 1
     ) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        d = input_dim
-        for h in hidden_sizes:
-            layers += [nn.Linear(d, h), nn.ReLU()]
-            d = h
-        layers.append(nn.Linear(d, output_dim))
-        self.mlp = nn.Sequential(*layers)
-        for m in self.mlp:
-            if isinstance(m, nn.Linear):
-                if m is self.mlp[-1]:
-                    nn.init.normal_(m.weight, std=0.02)
-                else:
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.zeros_(m.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x)
+        super().__init__(input_dim, output_dim, tuple(hidden_sizes), activation="relu", bias_last=True)
 
 
 def value_hidden_sizes_from(state: dict[str, torch.Tensor]) -> tuple[int, ...] | None:
