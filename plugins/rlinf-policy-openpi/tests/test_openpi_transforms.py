@@ -102,7 +102,8 @@ def test_prompt_format_and_pad_lengths(tiny):
         assert ids.shape == mask.shape == (2, max_len) and ids.dtype == torch.long and mask.dtype == torch.bool
         assert ids[0, : len(expected)].tolist() == expected and mask[0].sum() == len(expected)
         assert not ids[0, len(expected):].any() and not mask[0, len(expected):].any()
-    short = PromptTokenizer(path / TOKENIZER_FILE, 4)(["pick up the cube and lift it"])
+    with pytest.warns(UserWarning, match=r"prompt of \d+ tokens truncated to max_token_len=4 .*raise max_token_len"):
+        short = PromptTokenizer(path / TOKENIZER_FILE, 4)(["pick up the cube and lift it"])
     assert short[1].all() and short[0][0, 0] == 2  # truncated, bos kept
 
 
@@ -113,6 +114,11 @@ def test_discrete_state_prompt_for_pi05(tiny):
     assert bins == (np.digitize(state.numpy(), np.linspace(-1, 1, 257)[:-1]) - 1).tolist() == [0, 64, 128, 255, 255]
     ids = tok.encode("reach_the goal", state)
     assert ids == [2] + tok.sp.encode("Task: reach the goal, State: 0 64 128 255 255;\nAction: ")
+    # a max_token_len that fits the task but not the state tokens warns (once) instead of silently cutting them
+    short = PromptTokenizer(tok.path, len(tok.encode("reach_the goal")) + 2)
+    with pytest.warns(UserWarning, match="with the discrete state"):
+        ids, mask = short(["reach_the goal"] * 2, state[None].expand(2, -1))
+    assert mask.all() and ids[0].tolist() == tok.encode("reach_the goal", state)[: short.max_len]
 
 
 def test_tokenizer_and_stats_errors_are_one_line(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -166,6 +167,7 @@ class PromptTokenizer:
 
         self.path = Path(path)
         self.max_len = int(max_len)
+        self._warned = False
         self.sp = sentencepiece.SentencePieceProcessor(model_file=str(self.path))
 
     @property
@@ -187,7 +189,15 @@ class PromptTokenizer:
         ids = torch.zeros(len(prompts), self.max_len, dtype=torch.long)
         mask = torch.zeros(len(prompts), self.max_len, dtype=torch.bool)
         for i, prompt in enumerate(prompts):
-            row = self.encode(prompt, None if states is None else states[i])[: self.max_len]
+            row = self.encode(prompt, None if states is None else states[i])
+            if len(row) > self.max_len and not self._warned:
+                # openpi truncates with a warning too; a cut π0.5 prompt silently loses the task or the state
+                self._warned = True
+                warnings.warn(
+                    f"prompt of {len(row)} tokens truncated to max_token_len={self.max_len} (first: {prompt!r}"
+                    f"{', with the discrete state' if states is not None else ''}); the model does not see the rest: "
+                    f"raise max_token_len", stacklevel=2)
+            row = row[: self.max_len]
             ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             mask[i, : len(row)] = True
         return ids, mask
