@@ -53,10 +53,7 @@ class SFTModule(SupervisedModule):
         export_dir: str | None = None,
     ) -> None:
         super().__init__()
-        if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.check_data_settings(val_fraction, batch_size)
         if optim.lr_scheduler not in ("constant", "cosine", "linear"):
             raise ValueError(f"optim.lr_scheduler must be 'constant', 'cosine' or 'linear', got {optim.lr_scheduler!r}")
         self.policy = policy

@@ -32,6 +32,14 @@ class SupervisedModule(pl.LightningModule):
     def trained_module(self) -> nn.Module:
         raise NotImplementedError
 
+    @staticmethod
+    def check_data_settings(val_fraction: float, batch_size: int) -> None:
+        """One-line errors for a held-out fraction outside ``[0, 1)`` or a batch size below 1."""
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
     def _loader(self, dataset: Dataset, train: bool, collate_fn: Callable) -> DataLoader:
         """Batches of ``dataset``; under DDP each rank reads its own shard (shuffled per epoch when ``train``)."""
         world = self.trainer.world_size if self._trainer is not None else 1

@@ -48,10 +48,7 @@ class _EpisodeTrainer(SupervisedModule):
         cache_dir: str | None,
     ) -> None:
         super().__init__()
-        if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.check_data_settings(val_fraction, batch_size)
         if image_size is not None and image_size < 1:
             raise ValueError(f"image_size must be >= 1 (or null: as recorded), got {image_size}")
         find_trajectories(data_path)  # a missing / empty data directory fails before a run directory is made
