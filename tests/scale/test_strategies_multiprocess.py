@@ -1,7 +1,7 @@
 """Real 2-rank runs of ``rlinf fit`` (DDP, FSDP2, DeepSpeed ZeRO-2) on CPU, as subprocesses.
 
 Each run trains ReachEnv + TinyVLAPolicy for two RL steps and evaluates once. The probe callback
-(``scale_probe.py``) writes what every rank saw; the tests check that ranks drew disjoint
+(:class:`rlinf.testing.multirank.ScaleProbe`) writes what every rank saw; the tests check that ranks drew disjoint
 initial states, kept GRPO groups whole, gathered metrics over both ranks, evaluated every
 initial state exactly once, and ended with identical parameters that training changed.
 """
@@ -9,133 +9,29 @@ initial state exactly once, and ended with identical parameters that training ch
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from rlinf.testing.multirank import check_ranks, reach_config, run_fit
 
 HERE = Path(__file__).parent
-RLINF = Path(sys.executable).with_name("rlinf")
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
-
-
-def _config(
-    tmp_path: Path, strategy, algorithm: str, env_extra: dict, rollout_extra: dict, model_extra: dict, callbacks: list,
-    trainer_extra: dict | None = None,
-) -> Path:
-    grpo = algorithm == "GRPO"
-    env = {
-        "num_envs": 8,
-        "group_size": 4 if grpo else 1,
-        "max_episode_steps": 4,
-        "auto_reset": not grpo,
-        "trials_per_task": TRIALS,
-        "image_size": 16,
-        **env_extra,
-    }
-    cfg = {
-        "seed_everything": 0,
-        "trainer": {
-            "max_epochs": 2,
-            "accelerator": "cpu",
-            "devices": 2,
-            "strategy": strategy,
-            "check_val_every_n_epoch": 2,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": str(tmp_path / "runs"), "name": "scale"},
-            },
-            "enable_progress_bar": False,
-            "callbacks": [
-                {"class_path": "scale_probe.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}},
-                *callbacks,
-            ],
-            **(trainer_extra or {}),
-        },
-        "model": {
-            "class_path": "RLModule",
-            "init_args": {
-                "env": {"class_path": "ReachEnv", "init_args": env},
-                "policy": {
-                    "class_path": "TinyVLAPolicy",
-                    "init_args": {
-                        "action_dim": 2, "num_action_chunks": 2, "hidden_size": 32, "add_value_head": not grpo,
-                    },
-                },
-                "algorithm": {"class_path": algorithm, "init_args": {"update_epoch": 1}},
-                "rollout": {
-                    "rollout_epoch": 1,
-                    "max_steps_per_rollout_epoch": 4,
-                    "show_progress": False,
-                    "do_sample_eval": False,
-                    **rollout_extra,
-                },
-                "optim": {"lr": 0.05, "clip_grad": 1.0},
-                "global_batch_size": 16,
-                "micro_batch_size": 4,  # 2 micro-batches per minibatch: gradient accumulation
-                **model_extra,
-            },
-        },
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32}}
 
 
 def _fit(
     tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None,
     callbacks=(), trainer_extra=None,
 ) -> list[dict]:
-    extras = (env_extra or {}, rollout_extra or {}, model_extra or {}, list(callbacks))
-    config = _config(tmp_path, strategy, algorithm, *extras, trainer_extra)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "DS_ACCELERATOR": "cpu",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("MASTER_PORT", None)  # Lightning picks a free port
-    proc = subprocess.run(
-        [str(RLINF), "fit", "--config", str(config)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    policy = {**TINY_VLA, "init_args": {**TINY_VLA["init_args"], "add_value_head": algorithm != "GRPO"}}
+    config = reach_config(
+        tmp_path, strategy, algorithm, policy, trials=TRIALS, env_extra=env_extra, rollout_extra=rollout_extra,
+        model_extra=model_extra, callbacks=list(callbacks), trainer_extra=trainer_extra,
     )
-    assert proc.returncode == 0, f"rlinf fit failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    records = [json.loads((tmp_path / "probe" / f"rank{r}.json").read_text()) for r in range(2)]
-    _check_common(records)
+    records = run_fit(tmp_path, config, pythonpath=(HERE,))  # HERE: grad_sync_probe
+    check_ranks(records, TRIALS)
     return records
-
-
-def _check_common(records: list[dict]) -> None:
-    assert [r["rank"] for r in records] == [0, 1] and all(r["world_size"] == 2 for r in records)
-    # every rank draws from its own share of the initial states; together they cover all of them
-    pools = [set(i for pool in r["epochs"][0]["pools"] for i in pool) for r in records]
-    assert not pools[0] & pools[1], "ranks share initial states"
-    assert pools[0] | pools[1] == set(range(3 * TRIALS))
-    for r, pool in zip(records, pools):
-        for epoch in r["epochs"]:
-            G = epoch["group_size"]
-            for ids in epoch["reset_state_ids"]:
-                assert set(ids) <= pool, "a rank used another rank's initial state"
-                groups = [ids[i : i + G] for i in range(0, len(ids), G)]
-                assert all(len(set(g)) == 1 for g in groups), f"a GRPO group straddles initial states: {ids}"
-    assert records[0]["rng_digest"] != records[1]["rng_digest"], "ranks would draw the same sampling noise"
-    # metrics are gathered over both ranks: both report the same global values
-    m0, m1 = records[0]["epochs"][-1]["metrics"], records[1]["epochs"][-1]["metrics"]
-    assert m0["env/num_trajectories"] == m1["env/num_trajectories"] >= 16, "episodes of both ranks (8 envs each)"
-    # eval: every initial state exactly once over both ranks
-    assert records[0]["eval"]["eval/num_trajectories"] == 3 * TRIALS
-    assert sum(t["num_trajectories"] for t in records[0]["eval_per_task"].values()) == 3 * TRIALS
-    # parameters: identical on both ranks, and training changed them
-    assert records[0]["digest_end"] == records[1]["digest_end"], "ranks ended with different parameters"
-    assert records[0]["digest_start"] == records[1]["digest_start"]
-    assert records[0]["digest_end"] != records[0]["digest_start"], "training did not change the parameters"
-    log_dir = Path(records[0]["log_dir"])
-    assert (log_dir / "policy" / "model.safetensors").is_file(), "policy export missing"
-    assert list((log_dir / "checkpoints").glob("*.ckpt")), "no checkpoint saved"
 
 
 @pytest.mark.slow

@@ -81,3 +81,20 @@ def test_fsdp_param_dtype_follows_trainer_precision():
     assert fsdp_param_dtype(FSDP2Strategy(), "bf16-mixed") == "bfloat16"  # fp32 shards, bf16 gathers
     assert fsdp_param_dtype(FSDP2Strategy(), "32-true") is None
     assert fsdp_param_dtype(FSDP2Strategy(param_dtype="float32"), "bf16-mixed") == "float32"
+
+
+@pytest.mark.parametrize("user_config, want", [(None, 0.5), ({"gradient_clipping": 2.0}, 2.0)], ids=["module", "user"])
+def test_deepspeed_clips_at_the_modules_clip_grad(user_config, want):
+    """Lightning formats the DeepSpeed config at configure_model (before ``setup``) and writes gradient_clipping
+    0.0 there: the module's ``optim.clip_grad`` must already be in it (it was not: DeepSpeed never clipped)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import Precision
+
+    config = None if user_config is None else {
+        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, **user_config}
+    strategy = DeepSpeedStrategy(stage=2, config=config, precision_plugin=Precision())
+    trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None)
+    strategy._lightning_module = SimpleNamespace(optim_cfg=SimpleNamespace(clip_grad=0.5), trainer=trainer)
+    strategy._init_config_if_needed()  # what model_sharded_context (the Trainer's configure_model) calls first
+    assert strategy.config["gradient_clipping"] == want

@@ -126,11 +126,14 @@ class DeepSpeedStrategy(_LightningDeepSpeedStrategy):
         self.set_world_ranks()
         self._init_deepspeed_distributed()
 
-    def setup(self, trainer) -> None:
+    def _format_batch_size_and_grad_accum_config(self) -> None:
+        # Lightning formats the config once, at the first of configure_model (model_sharded_context) and setup,
+        # and fills in gradient_clipping = trainer.gradient_clip_val or 0.0: the module's clip_grad must be in
+        # the config before that (after it, "gradient_clipping" is always present and 0.0 means "never clip")
         clip = getattr(getattr(self.lightning_module, "optim_cfg", None), "clip_grad", None)
-        if self.config is not None and "gradient_clipping" not in self.config and clip is not None:
+        if isinstance(self.config, dict) and "gradient_clipping" not in self.config and clip is not None:
             self.config["gradient_clipping"] = float(clip)
-        super().setup(trainer)
+        super()._format_batch_size_and_grad_accum_config()
 
     def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):
         if not self._on_cpu:
