@@ -214,3 +214,20 @@ def check_ranks(records: list[dict[str, Any]], trials: int = 4) -> None:
     log_dir = Path(records[0]["log_dir"])
     assert (log_dir / "policy" / "model.safetensors").is_file(), "policy export missing"
     assert list((log_dir / "checkpoints").glob("*.ckpt")), "no checkpoint saved"
+
+
+def exported_weights(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """The policy export of a :func:`run_fit` run (``<log_dir>/policy/model.safetensors``)."""
+    from safetensors.torch import load_file
+
+    return load_file(Path(records[0]["log_dir"]) / "policy" / "model.safetensors")
+
+
+def weight_distance(records: list[dict], reference: list[dict], skip: tuple[str, ...] = ()) -> tuple[float, str]:
+    """Largest absolute difference between two runs' exported weights, and where (keys ending in ``skip``
+    left out); the two exports must hold the same keys."""
+    got, want = exported_weights(records), exported_weights(reference)
+    assert got.keys() == want.keys(), f"exports differ in keys: {sorted(set(got) ^ set(want))[:5]}"
+    diffs = {k: (got[k].float() - want[k].float()).abs().max().item() for k in want if not k.endswith(skip)}
+    worst = max(diffs, key=diffs.get)
+    return diffs[worst], worst
