@@ -21,10 +21,13 @@ hidden size, ``f`` MLP size, ``a`` heads, SDPA attention (no ``T²`` scores kept
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from rlinf.world_models.memory import WorldModelMemory
 
 GiB = 1024**3
 Mode = Literal["fp32", "mixed", "bf16"]
@@ -242,6 +245,7 @@ def estimate(
     buffer_bytes_per_node: float = 0.0,
     gpu_memory_gib: float = 80.0,
     training: bool = True,
+    world_model: WorldModelMemory | None = None,
 ) -> MemoryEstimate:
     """Per-GPU memory of a training step and of a rollout (see the module docstring).
 
@@ -260,6 +264,8 @@ def estimate(
         buffer_bytes_per_node: rollout buffer in host RAM (all ranks of a node).
         gpu_memory_gib: memory of one GPU.
         training: ``False`` for eval-only runs (``rlinf validate``): no gradients, no optimizer state.
+        world_model: a world-model simulator on the same GPU (:mod:`rlinf.world_models.memory`): its frozen weights
+            count in both phases, its inference peak in the rollout.
     """
     N = max(1, strategy.world_size)
     est = MemoryEstimate(gpu_memory_gib=gpu_memory_gib)
@@ -299,6 +305,8 @@ def estimate(
         rows.append((f"activations, micro-batch {micro_batch_size} ({mode}, {ckpt} ckpt)", act / GiB))
     else:
         est.notes.append("the policy describes no transformer stacks: activations not estimated")
+    wm_weights = [(f"world model: {name}", b / GiB) for name, b in (world_model.weights if world_model else ())]
+    rows += wm_weights  # frozen and resident for the whole run (WorldModelEnv lives on the training device)
     rows.append(("CUDA context / workspaces (rule of thumb)", CUDA_OVERHEAD_GIB))
     est.train = rows if training else []
     if not training:
@@ -325,6 +333,11 @@ def estimate(
     if kv_cache_tokens:
         kv = 2 * 2 * kv_cache_layers * kv_cache_width * kv_cache_tokens * rollout_batch
         ro.append((f"KV cache, batch {rollout_batch}", kv / GiB))
+    if world_model is not None:
+        ro += wm_weights
+        phase, peak = world_model.peak
+        ro.append((f"world model: inference peak ({phase})", peak / GiB))
+        est.notes += list(world_model.notes)
     ro.append(("CUDA context / workspaces (rule of thumb)", CUDA_OVERHEAD_GIB))
     est.rollout = ro
     if buffer_bytes_per_node and training:

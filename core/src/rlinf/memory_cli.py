@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rlinf.memory import MemoryEstimate, StrategySpec, count_parameters, estimate
+from rlinf.memory import GiB, MemoryEstimate, StrategySpec, count_parameters, estimate
 from rlinf.plugins.manager import PluginError
 
 DEFAULT_GPU_MEMORY_GB = 80.0
@@ -77,6 +78,43 @@ def build_policy(model_args: dict):
     parsed = parser.parse_object({"policy": _init_args(node)})
     with _meta_init():
         return parser.instantiate_classes(parsed).policy
+
+
+def _build_component(registry, node: Any, what: str):
+    """A ``class_path`` / ``init_args`` node built by jsonargparse on the meta device (no file read)."""
+    from jsonargparse import ArgumentParser
+
+    if not isinstance(node, dict) or "class_path" not in node:
+        raise ValueError(f"the world-model env has no {what}.class_path")
+    cls = registry.resolve("world_model", node["class_path"])
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "x")
+    parsed = parser.parse_object({"x": _init_args(node)})
+    with _meta_init():
+        return parser.instantiate_classes(parsed).x
+
+
+def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
+    """The :class:`~rlinf.world_models.memory.WorldModelMemory` of the training env when it is a world-model env
+    (``env.init_args`` has ``world_model`` and ``reward_model``), else None."""
+    env = _init_args(model_args.get("env"))
+    if "world_model" not in env:
+        return None
+    from rlinf.plugins.manager import load_plugins
+    from rlinf.world_models.memory import world_model_env_memory
+
+    device_type = "cpu" if str(accelerator) == "cpu" else "cuda"
+    key = json.dumps([env["world_model"], env.get("reward_model"), env.get("num_envs", 1), chunk, device_type],
+                     sort_keys=True, default=str)
+    if key not in _WM_CACHE:  # a meta run of a 1-5 B model's chunk takes seconds; configs often share one
+        registry = load_plugins(warn=False)
+        wm = _build_component(registry, env["world_model"], "world_model")
+        rm = _build_component(registry, env.get("reward_model"), "reward_model")
+        _WM_CACHE[key] = world_model_env_memory(wm, rm, int(env.get("num_envs", 1)), chunk, device_type)
+    return _WM_CACHE[key]
+
+
+_WM_CACHE: dict[str, Any] = {}
 
 
 def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
@@ -144,6 +182,7 @@ def estimate_policy(
     devices = trainer.get("devices", 1)
     per_node = int(devices) if str(devices).isdigit() else 1
     gpu = gpu_memory_gb or float(model_args.get("gpu_memory_gb") or DEFAULT_GPU_MEMORY_GB)
+    wm = world_model_memory(model_args, int(policy.num_action_chunks), trainer.get("accelerator", "gpu"))
     est = estimate(
         counts,
         stacks,
@@ -159,6 +198,7 @@ def estimate_policy(
         buffer_bytes_per_node=_buffer_bytes_per_rank(model_args, policy) * per_node,
         gpu_memory_gib=gpu,
         training=stage != "validate",
+        world_model=wm,
     )
     info = {
         "stage": stage,
@@ -170,6 +210,8 @@ def estimate_policy(
         "precision": f"trainer {precision}, policy {getattr(policy, 'precision', 'n/a')}",
         "gradient_checkpointing": any(s.checkpointed for s in stacks),
     }
+    if wm is not None:
+        info["world_model"] = f"{wm.weight_bytes / GiB:.2f} GiB weights + {wm.peak[1] / GiB:.2f} GiB peak"
     return est, info
 
 

@@ -72,6 +72,40 @@ class WorldModel(nn.Module):
         """Write the model to directory ``path`` in the layout its loader reads unchanged (the released one)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")
 
+    # -- memory (``rlinf memory``; :mod:`rlinf.world_models.memory`) ------------------------------------------------
+    def runtime_dtype(self, device_type: str) -> torch.dtype | None:
+        """The dtype the weights run in on a ``device_type`` device (``None``: as built). Override when a
+        precision setting such as ``auto`` resolves by device (bf16 on ``cuda``)."""
+        return None
+
+    def memory_profile(self, batch: int, chunk: int, device_type: str = "cuda") -> Any:
+        """Per-GPU memory of this (meta-built) model stepping ``batch`` envs by ``chunk`` frames on ``device_type``.
+
+        The default: weights of each child module cast to :meth:`runtime_dtype`, and the peaks of the real
+        :meth:`init_state` (condition frames at ``image_size``, zero actions) and :meth:`predict` run on the meta
+        device. Override it when a forward cannot run on meta, or to add terms; return a
+        :class:`rlinf.world_models.memory.WorldModelMemory`.
+        """
+        from rlinf.world_models.memory import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
+
+        require_meta(self, type(self).__name__)
+        dtype = self.runtime_dtype(device_type)
+        if dtype is not None:
+            nn.Module.to(self, dtype)  # meta: no memory moves
+        weights = tuple(
+            (f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children()
+        )
+        size = int(getattr(self, "image_size", 256))
+        T = self.condition.num_frames
+        frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
+        cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
+        actions = torch.zeros(batch, chunk, self.action_dim, device="meta")
+        reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
+        with torch.no_grad():
+            state = self.init_state(frames, cond_actions)
+        step = peak_bytes(lambda: self.predict(state, actions))
+        return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
+
 
 class RewardModel(nn.Module):
     """Scores frames: probability of task success per frame."""

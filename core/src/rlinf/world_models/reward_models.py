@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rlinf.meta import is_meta_init
 from rlinf.world_models.base import RewardModel
 
 __all__ = [
@@ -150,7 +151,7 @@ class _PthRewardModel(RewardModel):
         """``float32 [N]`` logits (before the sigmoid) for frames ``uint8 [N, H, W, 3]``; computed in the weights'
         dtype (float32 as upstream, unless the model itself was cast), never under autocast."""
         p = next(self.parameters())
-        with torch.autocast(p.device.type, enabled=False):
+        with torch.autocast("cpu" if p.is_meta else p.device.type, enabled=False):  # meta: rlinf memory
             return self._logits(frames_to_input(frames, p.device).to(p.dtype), instructions).float()
 
     def success_prob(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
@@ -188,7 +189,7 @@ class ResnetRewardModel(_PthRewardModel):
     def __init__(self, checkpoint: str | None = None) -> None:
         super().__init__()
         self.net = nn.Sequential(*resnet18_trunk(), nn.Linear(512, 1), nn.Sigmoid())
-        if checkpoint is not None:
+        if checkpoint is not None and not is_meta_init():  # meta builds (rlinf memory) read no file
             self.load_checkpoint(checkpoint)
 
     def _logits(self, x: torch.Tensor, instructions: list[str] | None) -> torch.Tensor:
@@ -237,7 +238,7 @@ class TaskEmbedResnetRewardModel(_PthRewardModel):
         self.fusion_layer = nn.Sequential(
             nn.Linear(512 + task_embed_dim, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 1), nn.Sigmoid()
         )
-        if checkpoint is not None:
+        if checkpoint is not None and not is_meta_init():  # meta builds (rlinf memory) read no file
             self.load_checkpoint(checkpoint)
 
     def task_ids(self, instructions: list[str] | None, n: int) -> torch.Tensor:

@@ -15,6 +15,13 @@ SCALING_FACTOR = 0.13025
 WEIGHT_NAMES = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
 
 
+def build_vae(config: dict):
+    """``AutoencoderKL`` of a ``vae/config.json`` dict, no weights (random, or meta inside ``meta_init``)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_config(config)
+
+
 def load_vae(vae_dir: str | Path, load_weights: bool = True):
     """``AutoencoderKL`` built from ``vae/config.json``; weights loaded with strict key checks.
 
@@ -22,14 +29,11 @@ def load_vae(vae_dir: str | Path, load_weights: bool = True):
         vae_dir: the ``vae`` folder (diffusers layout: ``config.json`` + ``diffusion_pytorch_model.safetensors``).
         load_weights: False builds the architecture only (meta-device builds).
     """
-    from diffusers import AutoencoderKL
-
     vae_dir = Path(vae_dir)
     config_path = vae_dir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"no VAE config at {config_path}: the world-model directory needs vae/config.json")
-    config = json.loads(config_path.read_text())
-    vae = AutoencoderKL.from_config(config)
+    vae = build_vae(json.loads(config_path.read_text()))
     if not load_weights:
         return vae
     weights = next((vae_dir / n for n in WEIGHT_NAMES if (vae_dir / n).is_file()), None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,8 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
-from rlinf_wm_opensora.vae import WEIGHT_NAMES, decode_latents, encode_frames, load_vae
+from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
+from rlinf_wm_opensora.vae import WEIGHT_NAMES, build_vae, decode_latents, encode_frames, load_vae
 
 WEIGHTS_NAME = "model-00001.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -89,11 +91,18 @@ class OpenSoraWorldModel(WorldModel):
         if chunk < 1 or num_sampling_steps < 1:
             raise ValueError(f"chunk and num_sampling_steps must be >= 1, got {chunk} and {num_sampling_steps}")
         root = Path(model_path)
-        if not root.is_dir():
+        meta = is_meta_init()
+        released = meta and not root.is_dir()  # a meta build from a placeholder path: the released sizes
+        if not root.is_dir() and not released:
             raise FileNotFoundError(f"OpenSora world model directory {root} does not exist; {TINY_HINT}")
         self.model_path = str(root)
-        self.config = STDiT3Config.from_json(root / "config.json")
-        raw = json.loads((root / "config.json").read_text())
+        if released:
+            known = {f.name for f in fields(STDiT3Config)}
+            self.config = STDiT3Config(**{k: v for k, v in RELEASED_CONFIG.items() if k in known})
+            raw = RELEASED_CONFIG
+        else:
+            self.config = STDiT3Config.from_json(root / "config.json")
+            raw = json.loads((root / "config.json").read_text())
         self.image_size = int(image_size or raw.get("image_size") or 256)
         self.chunk = chunk
         self.num_sampling_steps = num_sampling_steps
@@ -104,14 +113,17 @@ class OpenSoraWorldModel(WorldModel):
         self.action_dim = self.config.action_dim
         self.condition = ConditionSpec(self.config.pad_action_num, "repeat_first")
         self.clip_frames = (self.config.pad_action_num, chunk)
-        q01, q99 = read_action_bounds(root / STATS_NAME, self.action_dim)
+        if released:
+            q01, q99 = -np.ones(self.action_dim, np.float32), np.ones(self.action_dim, np.float32)
+        else:
+            q01, q99 = read_action_bounds(root / STATS_NAME, self.action_dim)
         self.register_buffer("action_q01", torch.from_numpy(q01), persistent=False)
         self.register_buffer("action_q99", torch.from_numpy(q99), persistent=False)
 
-        meta = is_meta_init()
         self.dit = STDiT3(self.config)
         self.dit.gradient_checkpointing = gradient_checkpointing
-        self.vae = load_vae(root / "vae", load_weights=not meta).requires_grad_(False).eval()
+        vae = build_vae(SDXL_VAE_CONFIG) if released else load_vae(root / "vae", load_weights=not meta)
+        self.vae = vae.requires_grad_(False).eval()
         if self.vae.config.latent_channels != self.config.in_channels:
             raise ValueError(
                 f"{root}: vae/config.json has {self.vae.config.latent_channels} latent channels, "
@@ -130,11 +142,17 @@ class OpenSoraWorldModel(WorldModel):
         q01, q99 = self.action_q01.to(actions.device), self.action_q99.to(actions.device)
         return 2 * (actions.float() - q01) / (q99 - q01) - 1
 
+    def runtime_dtype(self, device_type: str) -> torch.dtype:
+        """bf16 for ``inference_dtype: bf16``, or ``auto`` on CUDA; fp32 otherwise (``rlinf memory``)."""
+        if self.inference_dtype == "bf16" or (self.inference_dtype == "auto" and device_type == "cuda"):
+            return torch.bfloat16
+        return torch.float32
+
     def _prepare_inference(self) -> None:
         device = next(self.dit.parameters()).device
-        want = torch.float32
-        if self.inference_dtype == "bf16" or (self.inference_dtype == "auto" and device.type == "cuda"):
-            want = torch.bfloat16
+        if device.type == "meta":  # memory_profile: already cast to the dtype of the device it estimates
+            return
+        want = self.runtime_dtype(device.type)
         if self.dit.x_embedder.proj.weight.dtype != want:
             self.dit.to(want)
             torch.nn.Module.to(self.vae, want)  # as upstream, the whole VAE in bf16 (diffusers' .to() would warn)

@@ -191,6 +191,12 @@ class WanWorldModel(WorldModel):
     def device(self) -> torch.device:
         return self.dit.device
 
+    def runtime_dtype(self, device_type: str) -> torch.dtype:
+        """The weights' dtype on a ``device_type`` device (``rlinf memory``): bf16 for ``bf16``, or ``auto`` on CUDA."""
+        if self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda"):
+            return torch.bfloat16
+        return torch.float32
+
     @property
     def target_dtype(self) -> torch.dtype:
         """The weights' dtype ``precision`` asks for on the current device (applied by :meth:`to`)."""
