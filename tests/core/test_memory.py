@@ -92,3 +92,32 @@ def test_eval_only_configs_hold_no_optimizer(tmp_path):
     assert info["stage"] == "validate" and not val.train and fit.train
     assert not any(name.startswith("AdamW") for name, _ in val.rollout)
     assert any(name.startswith("AdamW") for name, _ in fit.rollout)
+
+
+def test_peak_mode_counts_live_tensors_of_a_meta_forward():
+    from rlinf.world_models.memory import module_bytes, peak_bytes
+
+    n, h, f = 64, 256, 1024
+    with torch.device("meta"):
+        mlp = nn.Sequential(nn.Linear(h, f), nn.GELU(), nn.Linear(f, h))
+        x = torch.empty(n, h)
+    # fc1's output and GELU's are both alive while GELU runs; fc1's is freed before fc2 allocates
+    assert peak_bytes(lambda: mlp(x)) == 2 * n * f * 4
+    assert peak_bytes(lambda: x.view(n, h)[:, :8]) == 0  # views allocate nothing
+    assert module_bytes(mlp) == 4 * (h * f + f + f * h + h)
+
+
+def test_estimate_counts_a_world_model_in_both_phases():
+    from rlinf.world_models.memory import WorldModelMemory
+
+    c = count_parameters(_model())
+    kw = dict(strategy=StrategySpec("ddp", 1), micro_batch_size=1, rollout_batch=1, autocast=True)
+    wm = WorldModelMemory(weights=(("DiT (bf16)", 3 * GiB), ("VAE (bf16)", GiB)),
+                          peaks=(("reset", GiB // 2), ("chunk", 2 * GiB), ("reward", GiB)))
+    base, with_wm = estimate(c, [], **kw), estimate(c, [], world_model=wm, **kw)
+    assert with_wm.train_total == pytest.approx(base.train_total + 4)  # frozen weights stay while training
+    assert with_wm.rollout_total == pytest.approx(base.rollout_total + 4 + 2)  # + the largest phase's peak
+    text = with_wm.format()
+    assert "world model: DiT (bf16)" in text and "world model: inference peak (chunk)" in text
+    assert estimate(c, [], world_model=wm, gpu_memory_gib=7.0, **kw).fits is False
+    assert estimate(c, [], gpu_memory_gib=7.0, **kw).fits

@@ -39,9 +39,16 @@ class PeakMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # returns the schema marks as aliases (views such as ``t`` / ``view``, in-place and ``out=`` results)
+        # share an input's storage; ``_base`` is not set below autograd, so the schema is the source of truth
+        aliases = [r.alias_info is not None for r in func._schema.returns]
         inputs = {id(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and id(t) not in inputs and t._base is None:
+        outs = out if isinstance(out, (tuple, list)) and len(aliases) > 1 else [out]
+        for i, o in enumerate(outs):
+            alias = aliases[i] if i < len(aliases) else False
+            for t in tree_flatten(o)[0]:
+                if not isinstance(t, torch.Tensor) or alias or id(t) in inputs:
+                    continue
                 n = t.numel() * t.element_size()
                 self.live += n
                 self.peak = max(self.peak, self.live)
