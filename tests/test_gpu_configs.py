@@ -235,6 +235,13 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
         assert {p.dtype for p in policy.parameters() if not p.requires_grad} <= {torch.bfloat16}
     est, info = estimate_policy(policy, cfg, stage=config_stage(config.read_text()))
     assert est.fits, est.format(f"{config.name} {info}")
+    if "world_model" in (cfg["model"]["init_args"]["env"].get("init_args") or {}):
+        # the world model shares the GPU: its weights in both phases, its measured inference peak in the rollout
+        wm_train = [gib for name, gib in est.train if name.startswith("world model: ")]
+        wm_rollout = dict(est.rollout)
+        peak = next(gib for name, gib in est.rollout if name.startswith("world model: inference peak"))
+        assert len(wm_train) == 3 and sum(wm_train) > 2.0 and peak > 1.0, est.format(config.name)
+        assert "world_model" in info and sum(v for k, v in wm_rollout.items() if k.startswith("world model")) > 3.0
     assert est.gpu_memory_gib == cfg["model"]["init_args"]["gpu_memory_gb"]
 
 

@@ -104,8 +104,8 @@ def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
     from rlinf.world_models.memory import world_model_env_memory
 
     device_type = "cpu" if str(accelerator) == "cpu" else "cuda"
-    key = json.dumps([env["world_model"], env.get("reward_model"), env.get("num_envs", 1), chunk, device_type],
-                     sort_keys=True, default=str)
+    key = json.dumps([_architecture_key(env["world_model"]), _architecture_key(env.get("reward_model")),
+                      env.get("num_envs", 1), chunk, device_type], sort_keys=True, default=str)
     if key not in _WM_CACHE:  # a meta run of a 1-5 B model's chunk takes seconds; configs often share one
         registry = load_plugins(warn=False)
         wm = _build_component(registry, env["world_model"], "world_model")
@@ -115,6 +115,16 @@ def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
 
 
 _WM_CACHE: dict[str, Any] = {}
+
+
+def _architecture_key(node: Any) -> Any:
+    """A component node with paths that do not exist replaced by one marker: meta builds from placeholder paths
+    (``/path/to/...``) all build the released architecture, so such configs share one measurement."""
+    if isinstance(node, dict):
+        return {k: _architecture_key(v) for k, v in node.items()}
+    if isinstance(node, str) and node.startswith("/") and not Path(node).exists():
+        return "<absent path>"
+    return node
 
 
 def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
