@@ -121,3 +121,17 @@ def test_estimate_counts_a_world_model_in_both_phases():
     assert "world model: DiT (bf16)" in text and "world model: inference peak (chunk)" in text
     assert estimate(c, [], world_model=wm, gpu_memory_gib=7.0, **kw).fits is False
     assert estimate(c, [], gpu_memory_gib=7.0, **kw).fits
+
+
+def test_world_model_that_cannot_run_on_meta_reports_weights_and_a_note():
+    from rlinf.meta import meta_init
+    from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
+    from rlinf.world_models.memory import module_bytes, world_model_env_memory
+
+    with meta_init():
+        wm, rm = ToyWorldModel(), ToyRewardModel()
+    mem = world_model_env_memory(wm, rm, num_envs=4, chunk=2, device_type="cpu")
+    assert mem.weight_bytes == sum(module_bytes(m) for m in wm.children()) + module_bytes(rm)
+    assert any("ToyWorldModel: inference peak not measured" in n and "meta" in n for n in mem.notes)
+    with pytest.raises(ValueError, match="meta-built"):  # a real model is never profiled by running it
+        ToyWorldModel().memory_profile(1, 2)

@@ -5,7 +5,9 @@ FSDP2 shards, DeepSpeed ZeRO 1/2 partitions, optimizer offload), autocast's bf16
 the activations autograd keeps for one micro-batch (with or without gradient checkpointing), the
 rollout's inference peak, and — in host RAM — the rollout buffer. Sizes come from the policy's
 parameters (any ``nn.Module``; built on the meta device for full-size models) and, for
-activations, from the transformer stacks the policy describes (:meth:`memory_stacks`).
+activations, from the transformer stacks the policy describes (:meth:`memory_stacks`). A world-model
+training env adds its frozen models' weights and their measured inference peak
+(:mod:`rlinf.world_models.memory`, ``WorldModel.memory_profile``).
 
 Activation model (bytes per token and layer, measured tensor by tensor with autograd's
 saved-tensor hooks on CPU and checked by ``tests/core/test_memory.py`` on tiny models): ``h``

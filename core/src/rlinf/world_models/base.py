@@ -100,10 +100,16 @@ class WorldModel(nn.Module):
         frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
         cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
         actions = torch.zeros(batch, chunk, self.action_dim, device="meta")
-        reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
-        with torch.no_grad():
-            state = self.init_state(frames, cond_actions)
-        step = peak_bytes(lambda: self.predict(state, actions))
+        try:
+            reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
+            with torch.no_grad():
+                state = self.init_state(frames, cond_actions)
+            step = peak_bytes(lambda: self.predict(state, actions))
+        except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            note = (f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
+                    f"meta device: {cause}); override memory_profile to report it")
+            return WorldModelMemory(weights, (), (note,))
         return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
 
 

@@ -125,7 +125,11 @@ def reward_model_memory(reward_model: nn.Module, num_frames: int, image_size: in
     frames = torch.empty(num_frames, image_size, image_size, 3, dtype=torch.uint8, device="meta")
     tasks = getattr(reward_model, "tasks", None) or [""]
     texts = [tasks[0]] * num_frames
-    peak = peak_bytes(lambda: reward_model.success_prob(frames, texts))
+    try:
+        peak = peak_bytes(lambda: reward_model.success_prob(frames, texts))
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return WorldModelMemory(weights, (), (f"{name}: inference peak not measured on the meta device ({cause})",))
     return WorldModelMemory(weights, ((f"reward model on {num_frames} frames", peak),))
 
 
