@@ -253,3 +253,13 @@ def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
     out = capsys.readouterr().out
     assert "fsdp2 x8" in out and "gathered policy for the rollout" in out and "fits" in out
     assert "with ckpt" in out and "parameters: 7541237184" in out
+
+
+def test_rlinf_memory_prints_the_world_model_of_a_shipped_config(released_dir, capsys):
+    from rlinf.cli import main
+
+    config = ROOT / "configs" / "wan" / "wan_libero_spatial_grpo_openvlaoft.yaml"
+    assert main(["memory", "--config", str(config), "--model_path", str(released_dir("openvla-oft-sft-libero"))]) == 0
+    out = capsys.readouterr().out
+    assert "world model: WanActionTransformer (bf16)" in out and "world model: inference peak (chunk of 8, 8 envs)" in out
+    assert "world_model: 10.72 GiB weights" in out and "fits" in out

@@ -1,4 +1,4 @@
-"""``WanWorldModel.memory_profile`` (``rlinf memory``): the meta run's peak is the real run's, the sizes the release's."""
+"""``WanWorldModel.memory_profile`` (``rlinf memory``): meta-measured peaks are the real run's; released sizes."""
 
 import torch
 
