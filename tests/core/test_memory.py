@@ -64,7 +64,7 @@ def test_activation_model_and_checkpointing():
     assert ckpt < full / 9
 
 
-def test_rlinf_memory_command(capsys):
+def test_rlinf_memory_command(capsys, tmp_path):
     assert main(["memory", "--config", "configs/toy/reach_ppo.yaml"]) == 0
     out = capsys.readouterr().out
     assert "per GPU, training step:" in out and "fits" in out and "rollout buffer" in out
@@ -72,6 +72,11 @@ def test_rlinf_memory_command(capsys):
     assert "DOES NOT FIT" in capsys.readouterr().out
     assert main(["memory", "--config", "missing.yaml"]) == 2
     assert "not found" in capsys.readouterr().err
+    no_policy = tmp_path / "wm_fit.yaml"  # e.g. a world-model fine-tune: one line saying what is estimated
+    no_policy.write_text("model:\n  class_path: WorldModelTrainer\n  init_args: {}\n")
+    assert main(["memory", "--config", str(no_policy)]) == 2
+    err = capsys.readouterr().err
+    assert "world-model and reward-model fine-tuning are not estimated" in err and "model_path" not in err
 
 
 def test_rlmodule_states_gpu_memory():

@@ -61,6 +61,10 @@ def strategy_spec(trainer: dict) -> StrategySpec:
     return StrategySpec("ddp", world)
 
 
+class NoPolicyError(ValueError):
+    """The config trains no policy (nothing for ``rlinf memory`` to estimate)."""
+
+
 def build_policy(model_args: dict):
     """The config's policy at full size on the meta device."""
     from rlinf.plugins.manager import load_plugins
@@ -68,7 +72,8 @@ def build_policy(model_args: dict):
     registry = load_plugins(warn=False)
     node = model_args.get("policy")
     if not isinstance(node, dict) or "class_path" not in node:
-        raise ValueError("the config has no model.init_args.policy.class_path")
+        raise NoPolicyError("the config has no model.init_args.policy.class_path: rlinf memory estimates RL / SFT "
+                            "configs of a policy (world-model and reward-model fine-tuning are not estimated)")
     cls = registry.resolve("policy", node["class_path"])
     from jsonargparse import ArgumentParser
 
@@ -246,7 +251,8 @@ def memory_command(argv: list[str]) -> int:
         est, info = estimate_config(opts.config, opts.gpu_memory_gb, overrides, opts.stage)
     except (ValueError, OSError, KeyError, TypeError, PluginError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"rlinf memory: error: {msg} (is model_path a real checkpoint directory?)", file=sys.stderr)
+        hint = "" if isinstance(exc, NoPolicyError) else " (is model_path a real checkpoint directory?)"
+        print(f"rlinf memory: error: {msg}{hint}", file=sys.stderr)
         return 2
     head = ", ".join(f"{k}: {v}" for k, v in info.items())
     print(est.format(f"{opts.config} — {head}"))
