@@ -74,29 +74,27 @@ def build_policy(model_args: dict):
     if not isinstance(node, dict) or "class_path" not in node:
         raise NoPolicyError("the config has no model.init_args.policy.class_path: rlinf memory estimates RL / SFT "
                             "configs of a policy (world-model and reward-model fine-tuning are not estimated)")
-    cls = registry.resolve("policy", node["class_path"])
+    return _build_on_meta(registry.resolve("policy", node["class_path"]), node, "policy")
+
+
+def _build_on_meta(cls, node: dict, name: str):
+    """``cls`` from a ``class_path`` / ``init_args`` node, through jsonargparse as `rlinf fit` builds it (typed
+    settings, e.g. a LoRAConfig group, are converted), on the meta device (no file read); ``name`` prefixes the
+    keys in jsonargparse's errors."""
     from jsonargparse import ArgumentParser
 
-    # through jsonargparse, as `rlinf fit` builds it: typed settings (e.g. a LoRAConfig group) are converted
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls, "policy")
-    parsed = parser.parse_object({"policy": _init_args(node)})
+    parser.add_class_arguments(cls, name)
+    parsed = parser.parse_object({name: _init_args(node)})
     with _meta_init():
-        return parser.instantiate_classes(parsed).policy
+        return getattr(parser.instantiate_classes(parsed), name)
 
 
 def _build_component(registry, node: Any, what: str):
-    """A ``class_path`` / ``init_args`` node built by jsonargparse on the meta device (no file read)."""
-    from jsonargparse import ArgumentParser
-
+    """A world-model env's ``world_model`` / ``reward_model`` node built on the meta device."""
     if not isinstance(node, dict) or "class_path" not in node:
         raise ValueError(f"the world-model env has no {what}.class_path")
-    cls = registry.resolve("world_model", node["class_path"])
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls, "x")
-    parsed = parser.parse_object({"x": _init_args(node)})
-    with _meta_init():
-        return parser.instantiate_classes(parsed).x
+    return _build_on_meta(registry.resolve("world_model", node["class_path"]), node, what)
 
 
 def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
