@@ -87,6 +87,23 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
     return ckpt
 
 
+def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """The state dict in a ``.pth`` / ``.pt`` file (raw, or under ``model_state_dict``), loaded with ``weights_only``;
+    one-line errors naming the file (``what`` it is: ``"reward model checkpoint"``, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise ValueError(f"{path}: not a loadable .pth state dict ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if isinstance(obj, dict) and "model_state_dict" in obj:
+        obj = obj["model_state_dict"]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"{path}: expected a state dict (or {{'model_state_dict': state dict}}) of tensors")
+    return obj
+
+
 def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """``safetensors.torch.load_file`` with one-line errors naming the file (truncated, corrupt, missing)."""
     from safetensors.torch import load_file

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rlinf.checkpoint_io import load_pth_state_dict
 from rlinf.meta import is_meta_init
 from rlinf.world_models.base import RewardModel
 
@@ -162,7 +163,7 @@ class _PthRewardModel(RewardModel):
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Load a ``.pth`` holding a raw state dict or ``{"model_state_dict": ...}`` (strict keys)."""
-        load_state_strict(self, read_pth(path), path)
+        load_state_strict(self, load_pth_state_dict(path, "reward model checkpoint"), path)
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write the raw state dict to ``path`` (a ``.pth`` file, or a directory that gets ``checkpoint_name``)."""
@@ -263,22 +264,6 @@ class TaskEmbedResnetRewardModel(_PthRewardModel):
         return self.fusion_layer[:-1](features).squeeze(-1)
 
 
-def read_pth(path: str | Path) -> dict[str, torch.Tensor]:
-    """The state dict in a reward-model ``.pth`` (raw, or under ``model_state_dict``), loaded with ``weights_only``."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"reward model checkpoint {path} does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise ValueError(f"{path}: not a loadable .pth state dict ({type(exc).__name__}: {str(exc)[:120]})") from None
-    if isinstance(obj, dict) and "model_state_dict" in obj:
-        obj = obj["model_state_dict"]
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(f"{path}: expected a state dict (or {{'model_state_dict': state dict}}) of tensors")
-    return obj
-
-
 def load_state_strict(model: nn.Module, state: dict[str, torch.Tensor], path: str | Path) -> None:
     """``model.load_state_dict(state)`` with one-line errors naming the first missing / unexpected / misshapen key."""
     expected = model.state_dict()
@@ -306,7 +291,7 @@ def load_reward_model(path: str | Path, **kwargs) -> ResnetRewardModel | TaskEmb
         path: ``resnet_rm.pth`` / ``taskemb_resnet_rm.pth`` (raw state dict or ``{"model_state_dict": ...}``).
         **kwargs: :class:`TaskEmbedResnetRewardModel` arguments (``task_suite``, ``tasks``).
     """
-    state = read_pth(path)
+    state = load_pth_state_dict(path, "reward model checkpoint")
     if any(k.startswith("net.") for k in state):
         if kwargs:
             raise ValueError(f"{path} is a ResnetRewardModel checkpoint; it takes no arguments (got {sorted(kwargs)})")

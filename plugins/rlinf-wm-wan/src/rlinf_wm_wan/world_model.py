@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
-from rlinf.checkpoint_io import load_safetensors
+from rlinf.checkpoint_io import load_pth_state_dict, load_safetensors
 from rlinf.meta import is_meta_init
 from rlinf.world_models.base import WorldModel
 from rlinf.world_models.init_data import ConditionSpec
@@ -145,11 +145,7 @@ class WanWorldModel(WorldModel):
         vae_path = root / VAE_NAME
         if not vae_path.is_file():
             raise FileNotFoundError(f"no VAE weights {vae_path}; expected {HINT}")
-        try:
-            vae_state = torch.load(vae_path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-            raise ValueError(f"{vae_path}: not a loadable .pth state dict ({type(exc).__name__})") from None
-        load_vae_state_dict(vae_state, self.vae, str(vae_path))
+        load_vae_state_dict(load_pth_state_dict(vae_path, "VAE weights"), self.vae, str(vae_path))
         nn.Module.to(self.vae.requires_grad_(False), self.dit.dtype)
         left = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if t.is_meta and "train_" not in n]
         if left:  # a tensor no file provided (a diffusers change): fail here, not at the first forward
