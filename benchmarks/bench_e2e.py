@@ -186,7 +186,7 @@ class RawSimProcs:
         import multiprocessing as mp
 
         self.procs = procs
-        from rlinf.envs.workers import render_threads
+        from rlinf_core.envs.vector.workers import render_threads
 
         threads = render_threads(os.cpu_count() or 1, procs)
         self.pool = mp.get_context("spawn").Pool(procs, initializer=_raw_init, initargs=(kwargs, threads))
@@ -283,12 +283,12 @@ class E2EBench(pl.Callback):
 
 def _build_cli(work: Path, model_path: Path, epochs: int, extra: list[str]):
     """The quickstart GRPO run, parsed by the real ``rlinf fit`` CLI (not started)."""
-    from rlinf.cli import _cli_class, trainer_defaults
-    from rlinf.plugins.manager import load_plugins
+    from rlinf_core.cli.main import _cli_class, trainer_defaults
+    from rlinf_core.plugins.manager import load_plugins
 
     load_plugins()
-    import rlinf.algorithms  # noqa: F401
-    import rlinf.module  # noqa: F401
+    import rlinf_core.rl.algorithms  # noqa: F401
+    import rlinf_core.rl.module  # noqa: F401
 
     args = [
         "--config", str(CONFIG),

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from rlinf.envs.observation import Observation
+    from rlinf_core.contracts.observation import Observation
     from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openpi.testing import tiny_checkpoint
 

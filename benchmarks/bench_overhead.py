@@ -29,11 +29,11 @@ from scale_common import (  # noqa: E402
     Clock, calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median,
 )
 
-from rlinf.algorithms import GRPO  # noqa: E402
-from rlinf.config import OptimConfig, RolloutConfig  # noqa: E402
-from rlinf.module import RLModule  # noqa: E402
-from rlinf.testing.toy_env import ReachEnv  # noqa: E402
-from rlinf.testing.toy_policy import TinyVLAPolicy  # noqa: E402
+from rlinf_core.rl.algorithms import GRPO  # noqa: E402
+from rlinf_core.rl.config import OptimConfig, RolloutConfig  # noqa: E402
+from rlinf_core.rl.module import RLModule  # noqa: E402
+from rlinf_core.builtin.toy_env import ReachEnv  # noqa: E402
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
 
 
 class _EpochTimer(pl.Callback):

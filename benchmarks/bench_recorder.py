@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from scale_common import env_kind, fmt_table, interleaved, load_line, make_env, random_actions  # noqa: E402
 
-from rlinf.world_models.recorder import RolloutRecorder  # noqa: E402
+from rlinf_core.callbacks.recorder import RolloutRecorder  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

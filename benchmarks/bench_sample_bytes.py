@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from scale_common import ComputePolicy, env_kind, fmt_table, load_line, make_env  # noqa: E402
 
-from rlinf.algorithms import GRPO  # noqa: E402
-from rlinf.algorithms.base import Reducer  # noqa: E402
-from rlinf.rollout.collector import RolloutCollector  # noqa: E402
+from rlinf_core.rl.algorithms import GRPO  # noqa: E402
+from rlinf_core.rl.algorithms.base import Reducer  # noqa: E402
+from rlinf_core.rl.collector import RolloutCollector  # noqa: E402
 
 SEED_SAMPLES = 64 * (512 // 8) * 16
 

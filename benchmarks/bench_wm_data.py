@@ -1,7 +1,7 @@
 """Random-window reads of world-model training data: decoding ``traj*.npy`` files vs the memory-mapped ``cache_dir``.
 
 Writes ``--episodes`` recorded-format episodes of ``--frames`` frames at ``--size``², then reads random
-OpenSora windows (4 + 8 frames) through :class:`rlinf.world_models.datasets.ClipDataset` with an in-memory cache
+OpenSora windows (4 + 8 frames) through :class:`rlinf_core.world_models.datasets.ClipDataset` with an in-memory cache
 smaller than the dataset (``--cache-episodes``, as for any real dataset) and with ``cache_dir``; the first
 cache_dir pass (which converts every episode once) is reported separately::
 
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from scale_common import fmt_table, load_line  # noqa: E402
 
-from rlinf.world_models.datasets import ClipDataset  # noqa: E402
-from rlinf.world_models.init_data import save_init_trajectory  # noqa: E402
+from rlinf_core.world_models.datasets import ClipDataset  # noqa: E402
+from rlinf_core.world_models.init_data import save_init_trajectory  # noqa: E402
 
 
 def reads_per_s(ds: ClipDataset, n: int, seed: int = 0) -> float:

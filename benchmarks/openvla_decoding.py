@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from rlinf import Observation
+    from rlinf_core import Observation
     from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
     from rlinf_policy_openvla.make_tiny import make_tiny
 

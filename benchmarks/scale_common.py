@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlinf.envs.observation import Observation
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")

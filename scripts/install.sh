@@ -34,7 +34,7 @@ CONSTRAINTS="$(mktemp)"; echo "torch==2.13.0" > "$CONSTRAINTS"
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   "${PIP[@]}" "torch==2.13.0"
 fi
-args=(-c "$CONSTRAINTS" -e "core[video,plots,deepspeed,test]")
+args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,test]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
 "${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -m pip check >/dev/null || { "$VENV/bin/python" -m pip check; exit 1; }

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.cli import main
+from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not p.name.startswith("_"))
@@ -42,8 +42,8 @@ def test_fit_through_the_console_script(tmp_path):
 
 @pytest.mark.parametrize("loop", LOOPS, ids=[str(p.relative_to(ROOT / "configs")) for p in LOOPS])
 def test_coevolve_loop_loads_and_names_existing_stage_configs(loop):
-    from rlinf.shipped_configs import resolve_config_args
-    from rlinf.world_models.coevolve import load_loop
+    from rlinf_core.cli.configs import resolve_config_args
+    from rlinf_core.cli.coevolve import load_loop
 
     spec = load_loop(loop)
     for stage in spec.prelude + spec.stages:

@@ -3,7 +3,7 @@
 Each config is parsed by the real ``rlinf`` CLI (LightningCLI + jsonargparse, plugins resolved by short
 name) with ``model_path`` pointing at a released-form directory of the checkpoint it names (written by
 ``rlinf_policy_openvla.released``), and its policy is instantiated by jsonargparse under
-:func:`rlinf.meta.meta_init`. Checks: the architecture is the released one (parameter names, shapes,
+:func:`rlinf_core.models.meta.meta_init`. Checks: the architecture is the released one (parameter names, shapes,
 count) and LoRA adapters sit only on layers the forward runs. Add per-config checks with the
 ``built_policy`` fixture: ``policy, cfg = built_policy(config)`` (``cfg`` = the parsed config as a dict).
 """
@@ -89,13 +89,13 @@ def released_adapter(tmp_path_factory):
 
 def _parse(config: Path, overrides: list[str]) -> dict:
     """The config as the ``rlinf`` CLI parses it (no class is instantiated)."""
-    from rlinf import cli
+    from rlinf_core import cli
 
     cli.load_plugins()
     import lightning.pytorch as pl
 
-    import rlinf.algorithms  # noqa: F401 - short names as in cli.main
-    import rlinf.module  # noqa: F401
+    import rlinf_core.rl.algorithms  # noqa: F401 - short names as in cli.main
+    import rlinf_core.rl.module  # noqa: F401
 
     class ParseOnly(cli._cli_class()):
         def instantiate_classes(self) -> None:  # parsing and validation only
@@ -112,8 +112,8 @@ def _instantiate_policy(policy_cfg: dict):
     """The policy built by jsonargparse from its parsed ``class_path`` / ``init_args``, on the meta device."""
     from jsonargparse import ArgumentParser
 
-    from rlinf import Policy
-    from rlinf.meta import meta_init
+    from rlinf_core import Policy
+    from rlinf_core.models.meta import meta_init
 
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--policy", type=Policy)
@@ -150,7 +150,7 @@ def _base_name(name: str) -> str | None:
 
 @pytest.mark.parametrize("config", OPENVLA_CONFIGS, ids=[str(p.relative_to(ROOT / "configs")) for p in OPENVLA_CONFIGS])
 def test_gpu_config_builds_the_released_architecture(config, built_policy):
-    from rlinf.meta import parameter_count
+    from rlinf_core.models.meta import parameter_count
     from rlinf_policy_openvla.released import OPENVLA_7B_PARAMETERS, released_tensor_shapes
 
     policy, cfg = built_policy(config)
@@ -225,7 +225,7 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
     """bf16 compute with fp32 master weights, and the per-GPU memory estimate (``rlinf memory``) fits."""
     import torch
 
-    from rlinf.memory_cli import config_stage, estimate_policy
+    from rlinf_core.cli.memory import config_stage, estimate_policy
 
     policy, cfg = built_policy(config)
     trainable = {p.dtype for p in policy.parameters() if p.requires_grad}
@@ -246,7 +246,7 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
 
 
 def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
-    from rlinf.cli import main
+    from rlinf_core.cli.main import main
 
     config = ROOT / "configs" / "libero" / "spatial.yaml"
     assert main(["memory", "--config", str(config), "--model_path", str(released_dir("openvla-oft-sft-libero"))]) == 0
@@ -256,7 +256,7 @@ def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
 
 
 def test_rlinf_memory_prints_the_world_model_of_a_shipped_config(released_dir, capsys):
-    from rlinf.cli import main
+    from rlinf_core.cli.main import main
 
     config = ROOT / "configs" / "wan" / "wan_libero_spatial_grpo_openvlaoft.yaml"
     assert main(["memory", "--config", str(config), "--model_path", str(released_dir("openvla-oft-sft-libero"))]) == 0

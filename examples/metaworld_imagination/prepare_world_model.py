@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlinf.world_models.datasets import find_trajectories, load_episode
+from rlinf_core.world_models.datasets import find_trajectories, load_episode
 
 VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
            up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16, 32, 32, 64), layers_per_block=1,
@@ -92,7 +92,7 @@ def rescale_latent(vae, k: float) -> None:
 
 def write_init_states(episodes: list, steps: list[int], root: Path) -> None:
     """One-frame init files (frame ``k`` of each episode, its instruction) for every ``k`` in ``steps``."""
-    from rlinf.world_models.init_data import save_init_trajectory
+    from rlinf_core.world_models.init_data import save_init_trajectory
 
     for i, e in enumerate(episodes):
         for k in steps:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     from rlinf_wm_opensora.make_tiny import write_tiny
 
-    from rlinf.world_models.reward_models import ResnetRewardModel
+    from rlinf_core.world_models.reward_models import ResnetRewardModel
 
     t0 = time.perf_counter()
     episodes = [load_episode(f) for f in find_trajectories(args.rollouts)]

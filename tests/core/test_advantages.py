@@ -5,7 +5,7 @@ import statistics
 import pytest
 import torch
 
-from rlinf.algorithms.advantages import gae, group_filter_mask, group_normalized_scores
+from rlinf_core.rl.algorithms.advantages import gae, group_filter_mask, group_normalized_scores
 
 
 def gae_reference(rewards, values, term, trunc, boot, gamma, lam):
@@ -115,8 +115,8 @@ class ThreadReducer:
 
 
 def _grpo_traj(scores: torch.Tensor, group_size: int):
-    from rlinf.envs.observation import Observation
-    from rlinf.rollout.trajectory import Trajectory
+    from rlinf_core.contracts.observation import Observation
+    from rlinf_core.rl.trajectory import Trajectory
 
     B = scores.shape[0]
     obs = Observation(main_images=torch.zeros(B, 2, 2, 3, dtype=torch.uint8), task_descriptions=["t"] * B)
@@ -132,7 +132,7 @@ def _grpo_traj(scores: torch.Tensor, group_size: int):
 def test_grpo_batch_scaling_uses_the_std_over_all_ranks():
     import threading
 
-    from rlinf.algorithms import GRPO
+    from rlinf_core.rl.algorithms import GRPO
 
     G = 4
     # rank 0 has near-tied groups, rank 1 spread-out ones: per-rank stds differ a lot from the global one

@@ -14,7 +14,7 @@ import lightning.pytorch  # noqa: F401 - binds its log handler to sys.stderr now
 import pytest
 import yaml
 
-from rlinf.cli import main
+from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [

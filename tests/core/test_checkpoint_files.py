@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlinf.checkpoint_io import (
+from rlinf_core.run.checkpoint_files import (
     CheckpointError,
     atomic_torch_save,
     load_checkpoint_file,
     resolve_resume_path,
     verify_checkpoint,
 )
-from rlinf.cli import main
+from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +109,7 @@ def test_verify_accepts_a_good_checkpoint(ckpt_dir):
 def test_truncated_safetensors_fail_in_one_line_naming_the_file(tmp_path):
     from safetensors.torch import save_file
 
-    from rlinf.testing.toy_policy import TinyVLAPolicy
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     TinyVLAPolicy(action_dim=2, num_action_chunks=2, hidden_size=32).save_pretrained(tmp_path / "tiny")
     weights = tmp_path / "tiny" / "model.safetensors"
@@ -117,7 +117,7 @@ def test_truncated_safetensors_fail_in_one_line_naming_the_file(tmp_path):
     with pytest.raises(CheckpointError, match=r"weights file .*tiny/model.safetensors is truncated or corrupt"):
         TinyVLAPolicy(action_dim=2, num_action_chunks=2, hidden_size=32, model_path=str(tmp_path / "tiny"))
 
-    from rlinf.models.checkpoint import load_weights  # the sharded-directory reader every VLA plugin uses
+    from rlinf_core.models.weights import load_weights  # the sharded-directory reader every VLA plugin uses
 
     vla = tmp_path / "vla"
     vla.mkdir()

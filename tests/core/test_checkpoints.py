@@ -9,13 +9,13 @@ import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from rlinf.algorithms import PPO
-from rlinf.checkpointing import FROZEN_KEY, RLCheckpoint
-from rlinf.cli import main
-from rlinf.config import OptimConfig, RolloutConfig
-from rlinf.module import RLModule
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.algorithms import PPO
+from rlinf_core.run.checkpointing import FROZEN_KEY, RLCheckpoint
+from rlinf_core.cli.main import main
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.rl.module import RLModule
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

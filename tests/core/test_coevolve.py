@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.cli import main
-from rlinf.world_models.coevolve import LoopError, load_loop, run_loop
+from rlinf_core.cli.main import main
+from rlinf_core.cli.coevolve import LoopError, load_loop, run_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_LOOP = ROOT / "configs" / "toy" / "coevolve.yaml"

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.callbacks.eval_report import eval_table
-from rlinf.cli import _pop_verbose, main
-from rlinf.quiet import install_quiet_filters
+from rlinf_core.callbacks.eval_report import eval_table
+from rlinf_core.cli.main import _pop_verbose, main
+from rlinf_core.cli.quiet import install_quiet_filters
 
 ROOT = Path(__file__).resolve().parents[2]
-RLINF = [sys.executable, "-c", "import sys; from rlinf.cli import main; sys.exit(main())"]
+RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main())"]
 NOISE = ["Tip:", "litlogger", "v_num", "/--", "LeafSpec", "LightningCLI's args parameter", "Trainer.fit` stopped"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -68,7 +68,7 @@ def file_run(tmp_path_factory):
 
 def test_terminal_shows_live_bar_with_step_numbers_and_eval_table(tmp_path):
     # the bar as configured by a user, redrawn on every update (the default redraws at most twice a second)
-    bar = ["--trainer.callbacks+=rlinf.callbacks.progress.RLProgressBar", "--trainer.callbacks.refresh_s=0"]
+    bar = ["--trainer.callbacks+=rlinf_core.callbacks.progress.RLProgressBar", "--trainer.callbacks.refresh_s=0"]
     raw = run_in_pty([*toy_args(tmp_path / "runs", "reach_ppo.yaml"), *bar], tmp_path)
     text = ANSI.sub("", raw)
     # the bar: RL step of the known total, the update phase with its known micro-batch total, timing

@@ -3,7 +3,7 @@
 import inspect
 from pathlib import Path
 
-from rlinf.plugins import hookspecs
+from rlinf_core.plugins import hookspecs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 

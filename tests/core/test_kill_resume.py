@@ -134,7 +134,7 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
         "        if len(calls) == 3: os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return real(a, b)\n"
         "os.replace = replace\n"
-        "from rlinf.cli import main\n"
+        "from rlinf_core.cli.main import main\n"
         "main(sys.argv[1:])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, *_args(runs)], env=_env(), capture_output=True, timeout=300)

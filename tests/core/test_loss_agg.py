@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from rlinf.algorithms.base import Reducer, trajectory_weights
-from rlinf.algorithms.grpo import GRPO
-from rlinf.algorithms.ppo import PPO
-from rlinf.envs.observation import Observation
-from rlinf.policies.base import EvaluateOutput
-from rlinf.rollout.trajectory import Trajectory
+from rlinf_core.rl.algorithms.base import Reducer, trajectory_weights
+from rlinf_core.rl.algorithms.grpo import GRPO
+from rlinf_core.rl.algorithms.ppo import PPO
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.rl.trajectory import Trajectory
 
 N, B, C, D, G = 4, 6, 2, 3, 2
 LENGTHS = [8, 3, 5, 8, 2, 6]  # sub-steps until (and including) the step that ended each episode
@@ -107,7 +107,7 @@ def test_trajectory_weights_and_ppo_critic():
     denom = float(algo.denominator(samples.mask))
     vdenom = float(algo.denominator(samples.value_mask))
     _, metrics = algo.loss(out, samples, denom, vdenom)
-    from rlinf.algorithms.losses import huber
+    from rlinf_core.rl.algorithms.losses import huber
 
     per = torch.maximum(
         huber(samples.value_targets - values, 10.0),

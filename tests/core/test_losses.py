@@ -2,7 +2,7 @@
 
 import torch
 
-from rlinf.algorithms.losses import explained_variance, ppo_actor_loss, ppo_critic_loss
+from rlinf_core.rl.algorithms.losses import explained_variance, ppo_actor_loss, ppo_critic_loss
 
 
 def test_actor_loss_reference_and_stats():

@@ -1,11 +1,11 @@
-"""rlinf.memory: placement arithmetic per strategy, the activation model, and ``rlinf memory``."""
+"""rlinf_core.memory.estimate: placement arithmetic per strategy, the activation model, and ``rlinf memory``."""
 
 import pytest
 import torch
 from torch import nn
 
-from rlinf.cli import main
-from rlinf.memory import (
+from rlinf_core.cli.main import main
+from rlinf_core.memory.estimate import (
     GiB,
     Stack,
     StrategySpec,
@@ -82,13 +82,13 @@ def test_rlinf_memory_command(capsys, tmp_path):
 def test_rlmodule_states_gpu_memory():
     import inspect
 
-    from rlinf.module import RLModule
+    from rlinf_core.rl.module import RLModule
 
     assert inspect.signature(RLModule).parameters["gpu_memory_gb"].default == pytest.approx(80.0)
 
 
 def test_eval_only_configs_hold_no_optimizer(tmp_path):
-    from rlinf.memory_cli import config_stage, estimate_config
+    from rlinf_core.cli.memory import config_stage, estimate_config
 
     assert config_stage("# Run with:  rlinf validate --config x.yaml") == "validate"
     assert config_stage("# Run:   rlinf fit --config x.yaml (rlinf validate evaluates)") == "fit"
@@ -100,7 +100,7 @@ def test_eval_only_configs_hold_no_optimizer(tmp_path):
 
 
 def test_peak_mode_counts_live_tensors_of_a_meta_forward():
-    from rlinf.world_models.memory import module_bytes, peak_bytes
+    from rlinf_core.memory.world_model import module_bytes, peak_bytes
 
     n, h, f = 64, 256, 1024
     with torch.device("meta"):
@@ -113,7 +113,7 @@ def test_peak_mode_counts_live_tensors_of_a_meta_forward():
 
 
 def test_estimate_counts_a_world_model_in_both_phases():
-    from rlinf.world_models.memory import WorldModelMemory
+    from rlinf_core.memory.world_model import WorldModelMemory
 
     c = count_parameters(_model())
     kw = dict(strategy=StrategySpec("ddp", 1), micro_batch_size=1, rollout_batch=1, autocast=True)
@@ -129,9 +129,9 @@ def test_estimate_counts_a_world_model_in_both_phases():
 
 
 def test_world_model_that_cannot_run_on_meta_reports_weights_and_a_note():
-    from rlinf.meta import meta_init
-    from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
-    from rlinf.world_models.memory import module_bytes, world_model_env_memory
+    from rlinf_core.models.meta import meta_init
+    from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
+    from rlinf_core.memory.world_model import module_bytes, world_model_env_memory
 
     with meta_init():
         wm, rm = ToyWorldModel(), ToyRewardModel()

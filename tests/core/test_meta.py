@@ -1,10 +1,10 @@
-"""rlinf.meta: full-size builds on the meta device, and the flag plugins read to skip weights."""
+"""rlinf_core.models.meta: full-size builds on the meta device, and the flag plugins read to skip weights."""
 
 import pytest
 import torch
 from torch import nn
 
-from rlinf.meta import is_meta_init, meta_init, parameter_count
+from rlinf_core.models.meta import is_meta_init, meta_init, parameter_count
 
 
 def test_meta_init_builds_without_storage_and_resets():

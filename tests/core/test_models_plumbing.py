@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from rlinf.envs import mujoco_gl
-from rlinf.imports import MissingDependencyError, require
-from rlinf.models.checkpoint import INDEX_NAME, CheckpointError, load_weights, save_weights
-from rlinf.models.lora import LoRAConfig, apply_lora, merged_state_dict
-from rlinf.models.norm_stats import bounds, normalize_bounds, read_norm_stats, resolve_unnorm_key, unnormalize_bounds
-from rlinf.models.value_head import ValueHead
-from rlinf.policies.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
+from rlinf_core.envs import mujoco_gl
+from rlinf_core.plugins.imports import MissingDependencyError, require
+from rlinf_core.models.weights import INDEX_NAME, CheckpointError, load_weights, save_weights
+from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict
+from rlinf_core.models.norm_stats import bounds, normalize_bounds, read_norm_stats, resolve_unnorm_key, unnormalize_bounds
+from rlinf_core.models.value_head import ValueHead
+from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 
 
 def test_sharded_weights_round_trip_with_index(tmp_path):

@@ -10,8 +10,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from rlinf.cli import check_config_class_paths, main
-from rlinf.plugins.manager import PluginError, Registry
+from rlinf_core.cli.main import check_config_class_paths, main
+from rlinf_core.plugins.manager import PluginError, Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_broken_import_names_plugin_and_hint(tmp_path, monkeypatch):
 
 def test_misspelled_hook_is_reported(tmp_path, monkeypatch):
     ep = fake_plugin(tmp_path, monkeypatch, "typo_plugin", """
-        from rlinf import hookimpl
+        from rlinf_core import hookimpl
 
         @hookimpl
         def register_env(register):
@@ -64,8 +64,8 @@ def test_misspelled_hook_is_reported(tmp_path, monkeypatch):
 
 def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
     ep = fake_plugin(tmp_path, monkeypatch, "dup_plugin", """
-        from rlinf import hookimpl
-        from rlinf.testing.toy_env import ReachEnv as Base
+        from rlinf_core import hookimpl
+        from rlinf_core.builtin.toy_env import ReachEnv as Base
 
         class ReachEnv(Base):
             pass
@@ -82,7 +82,7 @@ def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
 
 def test_wrong_base_class_is_rejected(tmp_path, monkeypatch):
     ep = fake_plugin(tmp_path, monkeypatch, "base_plugin", """
-        from rlinf import hookimpl
+        from rlinf_core import hookimpl
 
         class NotAnEnv:
             pass
@@ -92,7 +92,7 @@ def test_wrong_base_class_is_rejected(tmp_path, monkeypatch):
             register(NotAnEnv)
     """)
     err = Registry().load(entry_points_=[ep]).plugins["base_plugin"].error
-    assert "not a subclass of rlinf.envs.base.Env" in err
+    assert "not a subclass of rlinf_core.contracts.env.Env" in err
 
 
 def test_block_and_load_env_vars(tmp_path, monkeypatch):
@@ -125,28 +125,28 @@ def test_cli_exits_with_one_line_on_unknown_class(tmp_path, capsys):
 
 
 def test_plugins_command_json():
-    out = subprocess.run([sys.executable, "-m", "rlinf.cli", "plugins", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "rlinf_core.cli.main", "plugins", "--json"], capture_output=True, text=True, check=True)
     plugins = {p["name"]: p for p in json.loads(out.stdout)}
     assert plugins["core"]["distribution"] == "rlinf-core"
     assert "ReachEnv" in plugins["core"]["registered"]["env"]
 
 
 def test_fake_plugin_classes_are_gone_after_their_test():
-    from rlinf.envs.base import Env
+    from rlinf_core.contracts.env import Env
 
     def all_subclasses(cls):
         for sub in cls.__subclasses__():
             yield sub
             yield from all_subclasses(sub)
 
-    assert [c.__module__ for c in all_subclasses(Env) if c.__name__ == "ReachEnv"] == ["rlinf.testing.toy_env"]
+    assert [c.__module__ for c in all_subclasses(Env) if c.__name__ == "ReachEnv"] == ["rlinf_core.builtin.toy_env"]
 
 
 def test_hooks_are_called_through_pluggy_so_implementations_get_only_the_arguments_they_name(tmp_path, monkeypatch):
     # an implementation that names fewer arguments than the hookspec (as an old plugin would after a
     # hook gained an argument) is called with the ones it names instead of failing
     ep = fake_plugin(tmp_path, monkeypatch, "pruned_plugin", """
-        from rlinf import hookimpl
+        from rlinf_core import hookimpl
 
         CALLS = []
 
@@ -161,8 +161,8 @@ def test_hooks_are_called_through_pluggy_so_implementations_get_only_the_argumen
 
 def test_register_refuses_aliases_in_one_line(tmp_path, monkeypatch):
     ep = fake_plugin(tmp_path, monkeypatch, "alias_plugin", """
-        from rlinf import hookimpl
-        from rlinf.testing.toy_env import ReachEnv
+        from rlinf_core import hookimpl
+        from rlinf_core.builtin.toy_env import ReachEnv
 
         class AliasedEnv(ReachEnv):
             pass
@@ -184,7 +184,7 @@ def test_plugin_env_var_names_that_match_nothing_fail_in_one_line(tmp_path, monk
         Registry().load(entry_points_=[ep])
     monkeypatch.delenv("RLINF_LOAD_PLUGINS")
     monkeypatch.setenv("RLINF_BLOCK_PLUGINS", "no-such-dist")
-    monkeypatch.setattr("rlinf.plugins.manager._REGISTRY", None)  # as in a new process: env vars read again
+    monkeypatch.setattr("rlinf_core.plugins.manager._REGISTRY", None)  # as in a new process: env vars read again
     with pytest.raises(SystemExit) as info:
         main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml")])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.testing.toy_world_model import ToyWorldModel
-from rlinf.testing.world_model_conformance import RewardModelPluginTests
-from rlinf.world_models.env import WorldModelEnv
-from rlinf.world_models.init_data import save_init_trajectory
-from rlinf.world_models.reward_models import (
+from rlinf_core.builtin.toy_world_model import ToyWorldModel
+from rlinf_core.testing.world_model_conformance import RewardModelPluginTests
+from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.world_models.init_data import save_init_trajectory
+from rlinf_core.world_models.reward_models import (
     LIBERO_TASKS,
     UPSTREAM_SUCCESS_THRESHOLD,
     ResnetRewardModel,

@@ -10,13 +10,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlinf.algorithms import GRPO, PPO
-from rlinf.config import OptimConfig, RolloutConfig
-from rlinf.envs.base import VideoConfig
-from rlinf.module import RLModule
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_gaussian import TinyGaussianPolicy
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.algorithms import GRPO, PPO
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.contracts.env import VideoConfig
+from rlinf_core.rl.module import RLModule
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_gaussian import TinyGaussianPolicy
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 POLICIES = {"tokens": TinyVLAPolicy, "gaussian": TinyGaussianPolicy}
 
@@ -252,7 +252,7 @@ def test_logged_losses_do_not_depend_on_micro_batch_size(tmp_path):
 
 
 def test_per_suite_success_from_prefixed_task_names():
-    from rlinf.training.evaluation import per_suite as _per_suite
+    from rlinf_core.rl.evaluation import per_suite as _per_suite
 
     per_task = {
         "libero_spatial/a": {"success_once": 1.0, "num_trajectories": 2},

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.algorithms.grpo import GRPO
-from rlinf.algorithms.ppo import PPO
-from rlinf.envs.reset_states import ResetStateSampler
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_policy import TinyVLAPolicy
-from rlinf.training.schedule import build_schedule, count_micro_batches, minibatch_denominators, minibatch_sizes
+from rlinf_core.rl.algorithms.grpo import GRPO
+from rlinf_core.rl.algorithms.ppo import PPO
+from rlinf_core.envs.reset_states import ResetStateSampler
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.schedule import build_schedule, count_micro_batches, minibatch_denominators, minibatch_sizes
 
 
 def test_schedule_covers_every_sample_once_per_update_epoch_and_marks_minibatch_ends():

@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from rlinf.config import OptimConfig
-from rlinf.data.demos import DemoDataset, DemoWriter, read_meta
-from rlinf.sft import SFTModule
-from rlinf.testing.reach_demos import collect_reach_demos
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.config import OptimConfig
+from rlinf_core.supervised.demos import DemoDataset, DemoWriter, read_meta
+from rlinf_core.supervised.sft import SFTModule
+from rlinf_core.builtin.reach_demos import collect_reach_demos
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_action_dim_mismatch_is_explained(demo_dir):
 
 
 def test_runs_through_rlinf_fit(demo_dir, tmp_path, monkeypatch):
-    from rlinf.cli import main
+    from rlinf_core.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     config = {

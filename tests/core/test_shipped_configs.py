@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlinf.cli import main
-from rlinf.shipped_configs import find_shipped_config, resolve_config_args, shipped_configs
+from rlinf_core.cli.main import main
+from rlinf_core.cli.configs import find_shipped_config, resolve_config_args, shipped_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_a_non_editable_wheel_ships_its_configs_and_they_resolve_from_it(tmp_pat
                    check=True)  # fmt: skip
     shutil.rmtree(src)  # nothing may come from the source tree
     probe = (
-        "from rlinf.shipped_configs import find_shipped_config; "
+        "from rlinf_core.cli.configs import find_shipped_config; "
         "print(find_shipped_config('metaworld/quickstart_grpo.yaml'))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "core" / "src")])}

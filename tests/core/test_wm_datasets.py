@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.world_models.datasets import ClipDataset, FrameDataset, split_episodes
-from rlinf.world_models.init_data import save_init_trajectory
+from rlinf_core.world_models.datasets import ClipDataset, FrameDataset, split_episodes
+from rlinf_core.world_models.init_data import save_init_trajectory
 
 
 def write_episode(path, T, success_at=None, size=8, instruction="task", D=3):

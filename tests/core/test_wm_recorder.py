@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
-from rlinf.cli import main
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
-from rlinf.world_models.datasets import ClipDataset, FrameDataset
-from rlinf.world_models.env import WorldModelEnv
-from rlinf.world_models.init_data import load_init_trajectory
-from rlinf.world_models.recorder import RolloutRecorder
+from rlinf_core.cli.main import main
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
+from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
+from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.world_models.init_data import load_init_trajectory
+from rlinf_core.callbacks.recorder import RolloutRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +113,7 @@ def test_worker_process_envs_record_the_same_files(tmp_path):
 
 
 def test_a_world_model_env_is_recorded_frame_by_frame(tmp_path):
-    from rlinf.world_models.init_data import save_init_trajectory
+    from rlinf_core.world_models.init_data import save_init_trajectory
 
     img = np.zeros((12, 12, 3), np.uint8)
     img[5:7, 1:3] = 255

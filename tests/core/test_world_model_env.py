@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from rlinf.testing.conformance import EnvPluginTests
-from rlinf.testing.toy_world_model import ToyRewardModel, ToyWorldModel
-from rlinf.world_models.env import WorldModelEnv
+from rlinf_core.testing.conformance import EnvPluginTests
+from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
+from rlinf_core.envs.world_model import WorldModelEnv
 
 
 def write_init_data(root, n=6, size=16):
@@ -59,8 +59,8 @@ def test_success_is_detected_by_the_reward_model_and_only_finished_envs_reset(tm
 # ---------------------------------------------------------------------------------------------
 import pytest  # noqa: E402
 
-from rlinf.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
-from rlinf.world_models.init_data import (  # noqa: E402
+from rlinf_core.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
+from rlinf_core.world_models.init_data import (  # noqa: E402
     ConditionSpec,
     condition_inputs,
     load_init_trajectory,
@@ -144,10 +144,10 @@ def test_instructions_reach_the_reward_model_and_workers_are_refused(tmp_path):
 def test_rl_module_sets_the_env_device_before_rollouts(tmp_path, monkeypatch):
     import lightning.pytorch as pl
 
-    from rlinf.algorithms.grpo import GRPO
-    from rlinf.config import RolloutConfig
-    from rlinf.module import RLModule
-    from rlinf.testing.toy_policy import TinyVLAPolicy
+    from rlinf_core.rl.algorithms.grpo import GRPO
+    from rlinf_core.rl.config import RolloutConfig
+    from rlinf_core.rl.module import RLModule
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     calls = []
     original = WorldModelEnv.set_device

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 
-from rlinf.algorithms import GRPO
-from rlinf.config import RolloutConfig
-from rlinf.module import RLModule, world_size_note
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.algorithms import GRPO
+from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.rl.module import RLModule, world_size_note
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 
 def test_note_numbers_for_the_seeds_libero_sizes():
@@ -45,8 +45,8 @@ def test_global_batch_not_divisible_by_the_world_size_is_refused_at_start(tmp_pa
     directory is written (before, each optimizer step silently took 32 samples, 16 per rank)."""
     import pytest
 
-    from rlinf.cli import main
-    from rlinf.training.schedule import batch_split_error
+    from rlinf_core.cli.main import main
+    from rlinf_core.rl.schedule import batch_split_error
 
     assert batch_split_error(32, 2) is None and batch_split_error(33, 1) is None
     monkeypatch.chdir(tmp_path)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.algorithms import GRPO
-from rlinf.config import RolloutConfig
-from rlinf.envs.workers import EnvWorkerError, EnvWorkerPool, render_threads
-from rlinf.module import RLModule
-from rlinf.rollout.collector import RolloutCollector, _mask_dropped_episodes
-from rlinf.testing.conformance import EnvPluginTests
-from rlinf.testing.toy_env import ReachEnv
-from rlinf.testing.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.algorithms import GRPO
+from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.envs.vector.workers import EnvWorkerError, EnvWorkerPool, render_threads
+from rlinf_core.rl.module import RLModule
+from rlinf_core.rl.collector import RolloutCollector, _mask_dropped_episodes
+from rlinf_core.testing.conformance import EnvPluginTests
+from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 
 class FailingReachEnv(ReachEnv):

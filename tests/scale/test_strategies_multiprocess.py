@@ -1,7 +1,7 @@
 """Real 2-rank runs of ``rlinf fit`` (DDP, FSDP2, DeepSpeed ZeRO-2) on CPU, as subprocesses.
 
 Each run trains ReachEnv + TinyVLAPolicy for two RL steps and evaluates once. The probe callback
-(:class:`rlinf.testing.multirank.ScaleProbe`) writes what every rank saw; the tests check that ranks drew disjoint
+(:class:`rlinf_core.testing.multirank.ScaleProbe`) writes what every rank saw; the tests check that ranks drew disjoint
 initial states, kept GRPO groups whole, gathered metrics over both ranks, evaluated every
 initial state exactly once, and ended with identical parameters that training changed.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.testing.multirank import check_ranks, reach_config, run_fit, weight_distance
+from rlinf_core.testing.multirank import check_ranks, reach_config, run_fit, weight_distance
 
 HERE = Path(__file__).parent
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
@@ -79,14 +79,14 @@ def _same_first_update(records: list[dict], reference: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_fsdp2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
-    records = _fit(tmp_path, {"class_path": "rlinf.strategies.FSDP2Strategy"}, "PPO")
+    records = _fit(tmp_path, {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"}, "PPO")
     assert all(r["strategy"] == "FSDP2Strategy" and r["sharded_params"] for r in records), "policy not sharded"
     _same_first_update(records, ddp_ppo)
 
 
 @pytest.mark.slow
 def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
-    strategy = {"class_path": "rlinf.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}}
+    strategy = {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}}
     records = _fit(tmp_path, strategy, "PPO")
     assert all(r["strategy"] == "DeepSpeedStrategy" and r["model_type"] == "DeepSpeedEngine" for r in records)
     _same_first_update(records, ddp_ppo)
@@ -94,8 +94,8 @@ def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", [
-    {"class_path": "rlinf.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
-    {"class_path": "rlinf.strategies.FSDP2Strategy"},
+    {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
+    {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
 ], ids=["deepspeed", "fsdp2"])
 def test_sharded_strategies_train_under_bf16_mixed(tmp_path, strategy):
     """precision: bf16-mixed — DeepSpeed's bf16 mode (bf16 module, fp32 master weights; rlinf adds the

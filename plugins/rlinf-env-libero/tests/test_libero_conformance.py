@@ -5,7 +5,7 @@ import tempfile
 
 os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-config-"))  # no user config.yaml
 
-from rlinf.testing.conformance import EnvPluginTests  # noqa: E402
+from rlinf_core.testing.conformance import EnvPluginTests  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rlinf.policies.conventions import open_fraction_to_signed_gripper  # noqa: E402
+from rlinf_core.models.conventions import open_fraction_to_signed_gripper  # noqa: E402
 from rlinf_env_libero import LIBERO_130_PARTS, LiberoEnv, clear_sim_cache, load_tasks  # noqa: E402
 from rlinf_env_libero.suites import load_init_states  # noqa: E402
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-config-"))  # no user config.yaml
 
-from rlinf.cli import main  # noqa: E402
+from rlinf_core.cli.main import main  # noqa: E402
 from rlinf_env_libero import clear_sim_cache  # noqa: E402
 from rlinf_policy_openvla.make_tiny import make_tiny  # noqa: E402
 

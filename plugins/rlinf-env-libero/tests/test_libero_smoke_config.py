@@ -8,7 +8,7 @@ os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-conf
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from rlinf.cli import main  # noqa: E402
+from rlinf_core.cli.main import main  # noqa: E402
 from rlinf_policy_openvla.make_tiny import make_tiny  # noqa: E402
 from rlinf_env_libero import clear_sim_cache  # noqa: E402
 

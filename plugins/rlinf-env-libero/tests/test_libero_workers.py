@@ -8,7 +8,7 @@ os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-conf
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rlinf.envs.workers import EnvWorkerError  # noqa: E402
+from rlinf_core.envs.vector.workers import EnvWorkerError  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.testing.conformance import EnvPluginTests
+from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_env_maniskill import ManiSkillEnv, lavapipe
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

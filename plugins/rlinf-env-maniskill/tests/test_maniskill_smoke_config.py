@@ -19,7 +19,7 @@ def test_pickcube_cpu_smoke_config_runs(tmp_path, monkeypatch):
     make_tiny = pytest.importorskip("rlinf_policy_openvla.make_tiny", reason="needs the rlinf-policy-openvla plugin")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlinf.cli import main
+    from rlinf_core.cli.main import main
 
     ckpt = tmp_path / "tiny-oft"
     make_tiny.main([str(ckpt), "--action-dim", "7", "--proprio-dim", "16", "--norm-key", "maniskill"])

@@ -10,10 +10,10 @@ import torch
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from rlinf.config import OptimConfig  # noqa: E402
-from rlinf.data.demos import DemoDataset, read_meta  # noqa: E402
-from rlinf.sft import SFTModule  # noqa: E402
-from rlinf.testing.toy_policy import TinyVLAPolicy  # noqa: E402
+from rlinf_core.rl.config import OptimConfig  # noqa: E402
+from rlinf_core.supervised.demos import DemoDataset, read_meta  # noqa: E402
+from rlinf_core.supervised.sft import SFTModule  # noqa: E402
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
 from rlinf_env_metaworld import INSTRUCTIONS  # noqa: E402
 from rlinf_env_metaworld.collect import main  # noqa: E402
 

@@ -10,7 +10,7 @@ import torch
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from rlinf.testing.conformance import EnvPluginTests  # noqa: E402
+from rlinf_core.testing.conformance import EnvPluginTests  # noqa: E402
 from rlinf_env_metaworld import DIFFICULTY, INSTRUCTIONS, ML45_TEST, ML45_TRAIN, MT10, MT50, MetaWorldEnv  # noqa: E402
 
 

@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from rlinf import Observation
-from rlinf.models.lora import LoRAConfig
+from rlinf_core import Observation
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openpi.policy import OpenPIPolicy
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlinf.models.checkpoint import CheckpointError
+from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openpi.checkpoint import (
     EMBED_KEY,
     LM_HEAD_KEY,
@@ -113,7 +113,7 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
     shutil.copy(tiny(layout="rlinf") / "config.json", tmp_path / "config.json")
     model, ckpt = load_model(tmp_path)
     assert ckpt.layout == "rlinf" and "value_head" in ckpt.heads
-    from rlinf.meta import meta_init
+    from rlinf_core.models.meta import meta_init
 
     with meta_init():
         meta_model, meta_ckpt = load_model(tmp_path)

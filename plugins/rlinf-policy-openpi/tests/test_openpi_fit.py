@@ -9,7 +9,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import pytest  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from rlinf.cli import main  # noqa: E402
+from rlinf_core.cli.main import main  # noqa: E402
 from rlinf_policy_openpi.make_tiny import make_tiny  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "metaworld" / "mt50_ppo_openpi_cpu_smoke.yaml"

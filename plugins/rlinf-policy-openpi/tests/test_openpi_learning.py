@@ -23,11 +23,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import pytest
 
-from rlinf.algorithms import GRPO, PPO
-from rlinf.config import OptimConfig, RolloutConfig
-from rlinf.module import RLModule
-from rlinf.testing.reach_demos import reach_expert
-from rlinf.testing.toy_env import ReachEnv
+from rlinf_core.rl.algorithms import GRPO, PPO
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.rl.module import RLModule
+from rlinf_core.builtin.reach_demos import reach_expert
+from rlinf_core.builtin.toy_env import ReachEnv
 
 
 def _scalars(trainer, tag):

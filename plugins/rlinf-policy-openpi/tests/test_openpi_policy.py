@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf.envs.observation import Observation
-from rlinf.testing.conformance import PolicyPluginTests
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.policy import OpenPIPolicy
 
@@ -224,7 +224,7 @@ def test_greedy_record_is_marked_greedy(ckpt):
 
 
 def test_lora_on_paligemma_with_the_expert_training_in_full(ckpt, tmp_path):
-    from rlinf.models.lora import LoRAConfig
+    from rlinf_core.models.lora import LoRAConfig
 
     policy = _policy(ckpt(False), lora=LoRAConfig(rank=4))
     named = dict(policy.openpi.named_parameters())

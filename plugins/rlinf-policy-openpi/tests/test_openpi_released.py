@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from rlinf.meta import meta_init, parameter_count
+from rlinf_core.models.meta import meta_init, parameter_count
 from rlinf_policy_openpi.checkpoint import EMBED_KEY, UNUSED_KEYS, load_model, read_norm_stats, to_openpi_names
 from rlinf_policy_openpi.transforms import PromptTokenizer, find_tokenizer
 from rlinf_policy_openpi.released import (

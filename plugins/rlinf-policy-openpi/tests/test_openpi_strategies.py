@@ -7,7 +7,7 @@ steps, gradient accumulation, clipping at 1.0, one eval), for two variants of th
 - ``pi0_lora``: π0, LoRA on PaliGemma (peft wrapper inside the sharded policy), expert in full, the expert critic
   with its gradient into the expert (``detach_critic_input: false``); the export merges the adapters.
 
-Checked (besides :func:`rlinf.testing.multirank.check_ranks`: disjoint shards, whole metrics and eval, both ranks
+Checked (besides :func:`rlinf_core.testing.multirank.check_ranks`: disjoint shards, whole metrics and eval, both ranks
 end identical, training changed the parameters): FSDP2 really shards the policy; the first update equals DDP's;
 the exported end parameters equal DDP's within 2e-5 (4 AdamW steps of lr 1e-3 move them by ~4e-3) except
 SigLIP's attention key biases, whose gradient is zero in exact arithmetic (the softmax over keys ignores a shift
@@ -23,16 +23,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlinf.testing.multirank import check_ranks, exported_weights, reach_config, run_fit, weight_distance
-from rlinf.testing.toy_env import ReachEnv
+from rlinf_core.testing.multirank import check_ranks, exported_weights, reach_config, run_fit, weight_distance
+from rlinf_core.builtin.toy_env import ReachEnv
 
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"value_after_vlm": True, "train_expert_only": False}),
     "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "detach_critic_input": False}),
 }
 STRATEGIES = {
-    "fsdp2": {"class_path": "rlinf.strategies.FSDP2Strategy"},
-    "deepspeed": {"class_path": "rlinf.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
+    "fsdp2": {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
+    "deepspeed": {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
 }
 OPTIM = {"lr": 1e-3, "clip_grad": 1.0}  # gradient norms are 3-7 in both variants: the steps are clipped
 ATOL = 2e-5

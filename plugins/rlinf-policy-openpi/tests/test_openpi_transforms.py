@@ -5,7 +5,7 @@ import pytest
 import sentencepiece
 import torch
 
-from rlinf.models.checkpoint import CheckpointError
+from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openpi.checkpoint import NormStats, read_norm_stats
 from rlinf_policy_openpi.transforms import (
     TOKENIZER_FILE,

@@ -23,7 +23,7 @@ def tiny_openvla():
 
 @pytest.fixture
 def obs():
-    from rlinf import Observation
+    from rlinf_core import Observation
 
     gen = torch.Generator().manual_seed(3)
     imgs = torch.randint(0, 256, (3, 40, 40, 3), generator=gen, dtype=torch.uint8)

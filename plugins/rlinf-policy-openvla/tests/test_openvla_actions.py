@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf.models.norm_stats import resolve_unnorm_key
+from rlinf_core.models.norm_stats import resolve_unnorm_key
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 
 STATS = {"q01": [-0.5, -2.0, 0.1, 0.0], "q99": [0.5, 3.0, 0.2, 1.0], "mask": [True, True, True, False]}

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf.models.checkpoint import CheckpointError, load_weights
-from rlinf.models.lora import LoRAConfig
+from rlinf_core.models.weights import CheckpointError, load_weights
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.make_tiny import main as make_tiny_main
 from rlinf_policy_openvla.vit import TIMM_PRESETS
@@ -117,9 +117,9 @@ def test_bf16_weights_and_precision(tmp_path, tiny_oft, obs):
     torch.testing.assert_close(bf16.evaluate(obs, out.record).logprobs, out.logprobs, rtol=0, atol=1e-5)
     with torch.no_grad():  # the forward really computes in bf16 (autocast), not in the fp32 of the weights
         assert not torch.equal(fp32.evaluate(obs, out.record).logprobs, bf16.evaluate(obs, out.record).logprobs)
-    import rlinf.precision
+    import rlinf_core.models.precision
 
-    rlinf.precision._warned.clear()  # the warning is shown once per process
+    rlinf_core.models.precision._warned.clear()  # the warning is shown once per process
     with pytest.warns(UserWarning, match="bf16-true stores trainable weights"):
         pure = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16-true")
     assert {p.dtype for p in pure.parameters()} == {torch.bfloat16}

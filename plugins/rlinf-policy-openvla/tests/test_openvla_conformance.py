@@ -1,7 +1,7 @@
 """Both policies pass rlinf's standard policy conformance tests (on tiny real-layout checkpoints)."""
 
-from rlinf.models.lora import LoRAConfig
-from rlinf.testing.conformance import PolicyPluginTests
+from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlinf.models.lora import LoRAConfig
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 
 

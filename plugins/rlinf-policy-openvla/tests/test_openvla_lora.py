@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlinf.models.lora import LoRAConfig
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.lora import default_target_modules
 
@@ -100,7 +100,7 @@ def test_merge_and_export_matches_the_adapter(tmp_path, tiny_oft, obs):
 
 def test_trainable_only_checkpoint_round_trip(tiny_oft, obs):
     """What RLCheckpoint writes for a LoRA run: adapter + value head only; the base comes back from model_path."""
-    from rlinf.checkpointing import FROZEN_KEY, drop_frozen, restore_frozen
+    from rlinf_core.run.checkpointing import FROZEN_KEY, drop_frozen, restore_frozen
 
     holder = torch.nn.ModuleDict({"policy": _lora_policy(tiny_oft)})  # state-dict keys as in RLModule
     out = _train_step(holder["policy"], obs)

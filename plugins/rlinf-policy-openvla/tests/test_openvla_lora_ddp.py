@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlinf.models.lora import LoRAConfig
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 

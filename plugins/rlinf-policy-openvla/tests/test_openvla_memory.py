@@ -1,12 +1,12 @@
-"""The activation formula of rlinf.memory against what autograd really keeps (tiny OpenVLA / OFT on CPU)."""
+"""The activation formula of rlinf_core.memory.estimate against what autograd really keeps (tiny OpenVLA / OFT on CPU)."""
 
 import pytest
 import torch
-from rlinf.models.lora import LoRAConfig
+from rlinf_core.models.lora import LoRAConfig
 
-from rlinf import Observation
-from rlinf.memory import activation_bytes, stack_activation_bytes
-from rlinf.models.lora import LoRAConfig
+from rlinf_core import Observation
+from rlinf_core.memory.estimate import activation_bytes, stack_activation_bytes
+from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 
 
@@ -40,7 +40,7 @@ def batch():
     return Observation(main_images=images, task_descriptions=["put the black bowl on the plate"] * B)
 
 
-CASES = [  # (policy precision, LoRA, activation mode of rlinf.memory)
+CASES = [  # (policy precision, LoRA, activation mode of rlinf_core.memory.estimate)
     ("fp32", False, "fp32"),
     ("bf16", False, "mixed"),  # fp32 trainable weights under bf16 autocast (the shipped full fine-tune)
     ("bf16", True, "bf16"),  # bf16 frozen base + fp32 adapters (the shipped LoRA runs)

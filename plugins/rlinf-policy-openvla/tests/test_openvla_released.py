@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.meta import meta_init, parameter_count
+from rlinf_core.models.meta import meta_init, parameter_count
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf.models.checkpoint import INDEX_NAME
+from rlinf_core.models.weights import INDEX_NAME
 from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.released import (
     OPENVLA_7B_INDEX_BYTES,

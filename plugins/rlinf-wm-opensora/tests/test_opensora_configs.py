@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.world_models.reward_models import UPSTREAM_SUCCESS_THRESHOLD
+from rlinf_core.world_models.reward_models import UPSTREAM_SUCCESS_THRESHOLD
 
 CONFIGS = Path(__file__).resolve().parents[1] / "src" / "rlinf_wm_opensora" / "configs" / "opensora"
 

@@ -1,6 +1,6 @@
 """The core world-model conformance kit on the tiny OpenSora world model (released layout, real loaders)."""
 
-from rlinf.testing.world_model_conformance import WorldModelPluginTests
+from rlinf_core.testing.world_model_conformance import WorldModelPluginTests
 from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 

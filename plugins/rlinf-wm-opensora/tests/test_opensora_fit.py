@@ -9,7 +9,7 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlinf.cli import main
+from rlinf_core.cli.main import main
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
 from rlinf_wm_opensora.testing import tiny_world_model

@@ -3,8 +3,8 @@ from a placeholder path."""
 
 import torch
 
-from rlinf.meta import meta_init
-from rlinf.world_models.memory import module_bytes, peak_bytes
+from rlinf_core.models.meta import meta_init
+from rlinf_core.memory.world_model import module_bytes, peak_bytes
 from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 

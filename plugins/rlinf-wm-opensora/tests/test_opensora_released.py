@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlinf.meta import meta_init, parameter_count
-from rlinf.models.checkpoint import CheckpointError
+from rlinf_core.models.meta import meta_init, parameter_count
+from rlinf_core.models.weights import CheckpointError
 from rlinf_wm_opensora._modeling import STDiT3Config, is_optional_key
 from rlinf_wm_opensora.make_tiny import action_statistics
 from rlinf_wm_opensora.testing import tiny_world_model

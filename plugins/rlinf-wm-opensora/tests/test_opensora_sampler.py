@@ -73,8 +73,8 @@ def test_predict_is_rflow_over_the_dit_with_q01_q99_actions(model):
 
 
 def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
-    from rlinf.world_models.env import WorldModelEnv
-    from rlinf.world_models.reward_models import ResnetRewardModel
+    from rlinf_core.envs.world_model import WorldModelEnv
+    from rlinf_core.world_models.reward_models import ResnetRewardModel
 
     root = tiny_world_model()
     env = WorldModelEnv(model, ResnetRewardModel(checkpoint=str(root / "resnet_rm.pth")), str(root / "dataset"),

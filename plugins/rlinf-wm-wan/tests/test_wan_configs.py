@@ -7,9 +7,9 @@ import pytest
 import torch
 import yaml
 
-from rlinf.cli import main
-from rlinf.meta import meta_init, parameter_count
-from rlinf.plugins.manager import Registry
+from rlinf_core.cli.main import main
+from rlinf_core.models.meta import meta_init, parameter_count
+from rlinf_core.plugins.manager import Registry
 from rlinf_wm_wan import WanWorldModel
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "wan"

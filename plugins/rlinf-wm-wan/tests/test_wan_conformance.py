@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlinf.testing.world_model_conformance import WorldModelPluginTests
+from rlinf_core.testing.world_model_conformance import WorldModelPluginTests
 from rlinf_wm_wan import WanWorldModel
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlinf.cli import main
+from rlinf_core.cli.main import main
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from rlinf.meta import meta_init
-from rlinf.world_models.memory import module_bytes, peak_bytes
+from rlinf_core.models.meta import meta_init
+from rlinf_core.memory.world_model import module_bytes, peak_bytes
 from rlinf_wm_wan import WanWorldModel
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.world_models.env import WorldModelEnv
-from rlinf.world_models.reward_models import ResnetRewardModel
+from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_wan import WanWorldModel
 
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from rlinf.world_models.env import WorldModelEnv
-from rlinf.world_models.init_data import load_init_trajectory
-from rlinf.world_models.reward_models import ResnetRewardModel
+from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.world_models.init_data import load_init_trajectory
+from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_wan import WanWorldModel
 from rlinf_wm_wan.sampling import inference_scheduler, training_grid
 
@@ -114,7 +114,7 @@ def test_training_loss_decreases_on_tiny_clips(tiny_wan):
 
 
 def test_goal_release_with_the_task_conditioned_reward_model(tmp_path):
-    from rlinf.world_models.reward_models import TaskEmbedResnetRewardModel
+    from rlinf_core.world_models.reward_models import TaskEmbedResnetRewardModel
     from rlinf_wm_wan.make_tiny import make_tiny
 
     root = make_tiny(tmp_path / "RLinf-Wan-LIBERO-Goal-Tiny", reward="taskemb", num_init=2)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import yaml
 
-from rlinf.cli import main
-from rlinf.world_models.init_data import save_init_trajectory
+from rlinf_core.cli.main import main
+from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_wm_wan import WanWorldModel
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "wan"

@@ -1,4 +1,4 @@
-"""LIBERO as an rlinf :class:`~rlinf.Env`: a task x trial grid of shipped initial states, reused simulators."""
+"""LIBERO as an rlinf :class:`~rlinf_core.Env`: a task x trial grid of shipped initial states, reused simulators."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf.envs.base import Env
-from rlinf.envs.observation import Observation
+from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.observation import Observation
 from rlinf_env_libero.suites import MAX_EPISODE_STEPS, check_suite, load_init_states, load_tasks, num_init_states
 
 STATE_DIM = 8
@@ -32,7 +32,7 @@ class LiberoEnv(Env):
 
     Actions are robosuite's, as rlinf's contract says (env scale): the gripper is -1 open, +1
     close. Policies trained with another convention map it themselves, exactly once (OpenVLA /
-    OpenVLA-OFT LIBERO checkpoints: ``invert_gripper: true``, :mod:`rlinf.policies.conventions`).
+    OpenVLA-OFT LIBERO checkpoints: ``invert_gripper: true``, :mod:`rlinf_core.models.conventions`).
 
     Simulators: each sub-env runs one robosuite simulator in this process. A reset to a task the
     sub-env already simulates is a soft reset plus ``set_init_state`` (milliseconds, no rebuild);
@@ -72,7 +72,7 @@ class LiberoEnv(Env):
             seconds); about 0.25 GB each.
         gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``); must be chosen
             before anything imports MuJoCo.
-        **kwargs: :class:`rlinf.Env` arguments (``num_envs`` per rank, ``group_size``,
+        **kwargs: :class:`rlinf_core.Env` arguments (``num_envs`` per rank, ``group_size``,
             ``auto_reset``, ``ignore_terminations``, ``seed``, ``is_eval``, ``task_id_filter``,
             ``video_cfg``, ...).
     """

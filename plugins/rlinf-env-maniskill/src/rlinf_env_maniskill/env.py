@@ -1,4 +1,4 @@
-"""ManiSkill3 as an :class:`rlinf.Env`: tabletop tasks, RGB camera, 7-D end-effector delta actions."""
+"""ManiSkill3 as an :class:`rlinf_core.Env`: tabletop tasks, RGB camera, 7-D end-effector delta actions."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlinf.envs.base import Env
-from rlinf.envs.observation import Observation
+from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.observation import Observation
 from rlinf_env_maniskill import lavapipe
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, default_max_episode_steps
 
@@ -85,7 +85,7 @@ class ManiSkillEnv(Env):
             shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
             ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).
         max_episode_steps: truncation limit; default the tasks' own (PickCube 50, PutOnPlate 80).
-        **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``auto_reset``, ...).
+        **kwargs: :class:`rlinf_core.Env` arguments (``num_envs``, ``group_size``, ``auto_reset``, ...).
     """
 
     episode_metrics = ("fail_once",)

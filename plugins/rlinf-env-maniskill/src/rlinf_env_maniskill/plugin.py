@@ -1,6 +1,6 @@
 """Entry-point module of rlinf-env-maniskill (``[project.entry-points.rlinf] maniskill``)."""
 
-from rlinf.plugins.hookspecs import hookimpl
+from rlinf_core.plugins.hookspecs import hookimpl
 
 
 @hookimpl

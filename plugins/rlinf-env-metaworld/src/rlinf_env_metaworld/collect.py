@@ -8,7 +8,7 @@ Usage::
 Episodes run through :class:`MetaWorldEnv` exactly as a policy would see them (same camera, image
 size, instruction and states); trial ``k`` of a task is the env's reset state ``(task, k)`` for
 ``--trial-seed``, so evaluate on another trial seed for held-out scenes. The dataset format is
-described in :mod:`rlinf.data.demos`.
+described in :mod:`rlinf_core.supervised.demos`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlinf.data.demos import DemoWriter
+from rlinf_core.supervised.demos import DemoWriter
 from rlinf_env_metaworld.env import MetaWorldEnv
 from rlinf_env_metaworld.tasks import TASK_SETS
 

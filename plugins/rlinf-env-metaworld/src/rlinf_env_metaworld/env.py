@@ -1,4 +1,4 @@
-"""MetaWorld as an rlinf :class:`~rlinf.Env`: many task instances in one process, rendered only when looked at."""
+"""MetaWorld as an rlinf :class:`~rlinf_core.Env`: many task instances in one process, rendered only when looked at."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf.envs.base import Env
-from rlinf.envs.observation import Observation
+from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.observation import Observation
 from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
 
 STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}
@@ -55,7 +55,7 @@ class MetaWorldEnv(Env):
             e.g. RLinf's OpenVLA-OFT with 7-D ``meta_world_strict`` norm stats: dimensions 0-2 and
             6 drive the arm, the rotation dimensions 3-5 are ignored, as RLinf does).
         gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``).
-        **kwargs: :class:`rlinf.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
+        **kwargs: :class:`rlinf_core.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
             ``seed``, ``is_eval``, ...).
     """
 

@@ -1,6 +1,6 @@
 """Entry point of the ``metaworld`` rlinf plugin."""
 
-from rlinf import hookimpl
+from rlinf_core import hookimpl
 
 
 @hookimpl

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlinf.imports import require
+from rlinf_core.plugins.imports import require
 from rlinf_policy_openpi.checkpoint import EMBED_KEY
 from rlinf_policy_openpi.config import OpenPIConfig
 
@@ -364,7 +364,7 @@ class OpenPIModel(nn.Module):
         config: sizes and variant (see :class:`~rlinf_policy_openpi.config.OpenPIConfig`).
     """
 
-    _no_split_modules = ["OpenPIDecoderLayer", "SiglipEncoderLayer"]  # FSDP2 units (rlinf.strategies)
+    _no_split_modules = ["OpenPIDecoderLayer", "SiglipEncoderLayer"]  # FSDP2 units (rlinf_core.distributed.strategies)
 
     def __init__(self, config: OpenPIConfig) -> None:
         super().__init__()

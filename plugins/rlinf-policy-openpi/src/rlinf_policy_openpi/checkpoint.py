@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from rlinf.models.checkpoint import INDEX_NAME, SINGLE_NAME, CheckpointError
+from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError
 from rlinf_policy_openpi.config import TINY_HINT, OpenPIConfig, read_config, variant_from_keys
 
 EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
@@ -135,7 +135,7 @@ def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint's weight files."""
-    from rlinf.checkpoint_io import load_safetensors
+    from rlinf_core.run.checkpoint_files import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(path):
@@ -225,10 +225,10 @@ def read_checkpoint(model_path: str | Path, *, weights: bool = True, **overrides
 def load_model(model_path: str | Path, **overrides):
     """Build :class:`~rlinf_policy_openpi._modeling.OpenPIModel` for a checkpoint and load it strictly.
 
-    Inside :func:`rlinf.meta.meta_init` only key names and configs are read (no tensors). Returns
+    Inside :func:`rlinf_core.models.meta.meta_init` only key names and configs are read (no tensors). Returns
     ``(model, checkpoint)``; ``checkpoint.heads`` holds the value / noise head weights if present.
     """
-    from rlinf.meta import is_meta_init
+    from rlinf_core.models.meta import is_meta_init
     from rlinf_policy_openpi._modeling import OpenPIModel
 
     meta = is_meta_init()
@@ -313,7 +313,7 @@ def _read_openpi_stats(f: Path) -> dict[str, NormStats]:
 
 
 def _read_lerobot_stats(f: Path) -> dict[str, NormStats]:
-    from rlinf.checkpoint_io import load_safetensors
+    from rlinf_core.run.checkpoint_files import load_safetensors
 
     nested: dict[str, dict] = {}
     for key, value in load_safetensors(str(f)).items():

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from rlinf.models.value_head import ValueHead as CoreValueHead
+from rlinf_core.models.value_head import ValueHead as CoreValueHead
 
 #: RLinf's critic widths: (1024, 512, 256) for pi05_libero / pi05_maniskill / pi05_droid_polaris, else these
 DEFAULT_VALUE_HIDDEN = (512, 256, 128)
@@ -22,7 +22,7 @@ class ValueHead(CoreValueHead):
     """RLinf's π0 critic: Linear→ReLU per hidden size, last Linear with bias, ``[..., input_dim] → [..., output_dim]``.
 
     Keys ``mlp.{0,2,4,6}.{weight,bias}`` for three hidden layers (RLinf's ``ValueHead(..., activation="relu",
-    bias_last=True)``); the core :class:`rlinf.models.value_head.ValueHead` with those settings.
+    bias_last=True)``); the core :class:`rlinf_core.models.value_head.ValueHead` with those settings.
 
     Args:
         input_dim: width of the features read (the expert width on the action expert, the VLM width after it).

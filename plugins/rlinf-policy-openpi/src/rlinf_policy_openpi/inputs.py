@@ -1,4 +1,4 @@
-"""rlinf :class:`~rlinf.envs.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
+"""rlinf :class:`~rlinf_core.contracts.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
 
 Only the cameras a policy feeds (``num_images_in_input``) become prefix slots: openpi always builds three and
 masks the missing ones, which gives the same outputs for every valid token (masked tokens are padding: no
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from rlinf.envs.observation import Observation
+from rlinf_core.contracts.observation import Observation
 from rlinf_policy_openpi.checkpoint import NormStats
 from rlinf_policy_openpi.config import OpenPIConfig
 from rlinf_policy_openpi.transforms import PromptTokenizer, camera_slots, normalize, pad_to_dim, unnormalize

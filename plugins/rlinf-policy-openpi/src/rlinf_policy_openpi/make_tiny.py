@@ -149,7 +149,7 @@ def make_tiny(
     """
     import json
 
-    from rlinf.models.checkpoint import save_weights
+    from rlinf_core.models.weights import save_weights
     from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel
     from rlinf_policy_openpi.checkpoint import UNUSED_KEYS
 

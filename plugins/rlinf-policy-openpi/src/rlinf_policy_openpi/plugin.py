@@ -1,6 +1,6 @@
 """rlinf entry point of rlinf-policy-openpi: registers OpenPIPolicy (π0 and π0.5)."""
 
-from rlinf import hookimpl
+from rlinf_core import hookimpl
 
 
 @hookimpl

@@ -16,12 +16,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from rlinf.envs.observation import Observation
-from rlinf.meta import is_meta_init
-from rlinf.models.checkpoint import CheckpointError
-from rlinf.models.lora import LoRAConfig
-from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
-from rlinf.precision import apply_precision, resolve_precision
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import CheckpointError
+from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import (
     DEFAULT_VALUE_HIDDEN,
@@ -81,7 +81,7 @@ class OpenPIPolicy(Policy):
             ``~/.cache/openpi/big_vision/``; never downloaded).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
-        precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf.precision`): with ``bf16`` the
+        precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with ``bf16`` the
             frozen VLM is stored in bf16 and trainable weights stay fp32.
         gradient_checkpointing: recompute every VLM / expert layer in the backward (train mode).
     """
@@ -189,7 +189,7 @@ class OpenPIPolicy(Policy):
 
         # --- what trains, LoRA, precision
         unused = unused_vlm_prefixes(config.vlm.depth, self.value_after_vlm)
-        model.unused_parameter_prefixes = functools.partial(tuple, unused)  # rlinf.models.lora: no adapters there
+        model.unused_parameter_prefixes = functools.partial(tuple, unused)  # rlinf_core.models.lora: no adapters there
         for name, p in model.named_parameters():
             if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
                 p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
@@ -197,7 +197,7 @@ class OpenPIPolicy(Policy):
         model.gradient_checkpointing = self.gradient_checkpointing
         self.lora = lora
         if lora is not None:
-            from rlinf.models.lora import apply_lora
+            from rlinf_core.models.lora import apply_lora
 
             wrapped = apply_lora(model, lora, default_targets=default_lora_targets())
             for name, p in model.named_parameters():  # RLinf wraps only PaliGemma: the rest trains in full
@@ -370,7 +370,7 @@ class OpenPIPolicy(Policy):
         when PaliGemma trains (frozen: no activations kept), the expert over the suffix once per pass (step k, the
         critic pass unless detached; N with ``joint_logprob``), the prefix keys / values each pass's attention keeps,
         and the rollout's prefix KV cache."""
-        from rlinf.memory import MemoryProfile, Stack
+        from rlinf_core.memory.estimate import MemoryProfile, Stack
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
@@ -430,7 +430,7 @@ class OpenPIPolicy(Policy):
         from rlinf_policy_openpi.checkpoint import EMBED_KEY
 
         if self.is_lora:
-            from rlinf.models.lora import merged_state_dict
+            from rlinf_core.models.lora import merged_state_dict
 
             state = merged_state_dict(self.model)
         else:
@@ -443,7 +443,7 @@ class OpenPIPolicy(Policy):
         and the tokenizer."""
         import shutil
 
-        from rlinf.models.checkpoint import save_weights
+        from rlinf_core.models.weights import save_weights
         from rlinf_policy_openpi.checkpoint import write_norm_stats
         from rlinf_policy_openpi.transforms import TOKENIZER_FILE
 

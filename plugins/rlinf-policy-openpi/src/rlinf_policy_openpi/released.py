@@ -12,7 +12,7 @@ architecture independently of :mod:`rlinf_policy_openpi._modeling`: SigLIP So400
 8 query heads / 1 KV head of 256, vocabulary 257152, ``lm_head`` stored, tied ``embed_tokens`` not stored), the
 Gemma-300M expert (1024 wide, MLP 4096, same heads) with its unused ``lm_head``, and the flow-matching
 projections. :func:`write_released_dir` writes such a directory with a *sparse* ``model.safetensors`` (real
-header, zero-filled holes: no disk space) so that a build under :func:`rlinf.meta.meta_init` reads exactly the
+header, zero-filled holes: no disk space) so that a build under :func:`rlinf_core.models.meta.meta_init` reads exactly the
 header a download has.
 
 Parameter counts (derived here, asserted by the tests): π0 builds 3,238,048,528 parameters = PaliGemma

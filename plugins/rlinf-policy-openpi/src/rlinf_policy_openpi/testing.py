@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from rlinf.testing.cache import cached_dir
+from rlinf_core.testing.cache import cached_dir
 
 
 def tiny_checkpoint(**kwargs) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rlinf.models.checkpoint import CheckpointError
+from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openpi.checkpoint import NormStats
 
 TOKENIZER_FILE = "paligemma_tokenizer.model"

@@ -3,7 +3,7 @@
 Module tree (= checkpoint keys): ``vision_backbone.{featurizer, fused_featurizer}`` (timm-layout
 ViTs), ``projector.{fc1, fc2, fc3}``, ``language_model`` (``transformers.LlamaForCausalLM``:
 ``language_model.model.*``, ``language_model.lm_head``), optional ``proprio_projector.{fc1, fc2}``
-(official OFT) and ``value_head.mlp.*`` (RLinf's critic, :class:`rlinf.models.value_head.ValueHead`).
+(official OFT) and ``value_head.mlp.*`` (RLinf's critic, :class:`rlinf_core.models.value_head.ValueHead`).
 Imports transformers; load lazily.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlinf.imports import require
-from rlinf.models.value_head import ValueHead
+from rlinf_core.plugins.imports import require
+from rlinf_core.models.value_head import ValueHead
 from rlinf_policy_openvla.checkpoint import CheckpointError, PrismaticSpec
 
 LlamaForCausalLM = require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openvla").LlamaForCausalLM

@@ -5,7 +5,7 @@ A directory holds ``config.json`` (Prismatic fields, ``text_config``, ``n_action
 ``model.safetensors.index.json``, tokenizer files, ``preprocessor_config.json`` and optionally
 ``dataset_statistics.json`` (merged into ``norm_stats``) and official OFT extras
 (``proprio_projector--*_checkpoint.pt``). Everything is read without ``trust_remote_code``.
-Weights (sharded safetensors + index) and norm stats go through core's :mod:`rlinf.models`.
+Weights (sharded safetensors + index) and norm stats go through core's :mod:`rlinf_core.models`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from rlinf.models.checkpoint import CheckpointError, read_json
-from rlinf.models.norm_stats import read_norm_stats
+from rlinf_core.models.weights import CheckpointError, read_json
+from rlinf_core.models.norm_stats import read_norm_stats
 from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"

@@ -1,5 +1,5 @@
-"""Prismatic's default LoRA targets; LoRA itself (peft, :class:`~rlinf.models.lora.LoRAConfig`,
-forward-path check, merge-and-export) lives in :mod:`rlinf.models.lora`."""
+"""Prismatic's default LoRA targets; LoRA itself (peft, :class:`~rlinf_core.models.lora.LoRAConfig`,
+forward-path check, merge-and-export) lives in :mod:`rlinf_core.models.lora`."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rlinf.models.checkpoint import save_weights
+from rlinf_core.models.weights import save_weights
 from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec
 from rlinf_policy_openvla.processing import PROMPT
 

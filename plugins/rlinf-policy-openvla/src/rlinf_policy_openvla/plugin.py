@@ -1,6 +1,6 @@
 """rlinf entry point of rlinf-policy-openvla: registers OpenVLAPolicy and OpenVLAOFTPolicy."""
 
-from rlinf import hookimpl
+from rlinf_core import hookimpl
 
 
 @hookimpl

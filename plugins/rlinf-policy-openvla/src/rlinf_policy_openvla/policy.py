@@ -15,14 +15,14 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rlinf.envs.observation import Observation
-from rlinf.meta import is_meta_init
-from rlinf.models.checkpoint import CheckpointError, copy_side_files, load_weights, save_weights
-from rlinf.models.lora import LoRAConfig
-from rlinf.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
-from rlinf.policies.base import ActOutput, EvaluateOutput, Policy
-from rlinf.policies.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
-from rlinf.precision import apply_precision, resolve_precision
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
+from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
+from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
+from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
@@ -134,7 +134,7 @@ class _PrismaticPolicy(Policy):
 
         self.lora = lora
         if lora is not None:
-            from rlinf.models.lora import apply_lora
+            from rlinf_core.models.lora import apply_lora
             from rlinf_policy_openvla.lora import default_target_modules
 
             save = ["value_head"] if self.has_value_head else None
@@ -353,7 +353,7 @@ class _PrismaticPolicy(Policy):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), bins.reshape(-1))
 
     def memory_profile(self):
-        """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf.memory`)."""
+        """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf_core.memory.estimate`)."""
         from rlinf_policy_openvla.memory import prismatic_profile
 
         return prismatic_profile(self)
@@ -375,7 +375,7 @@ class _PrismaticPolicy(Policy):
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Checkpoint-named weights; LoRA deltas merged in (the live model keeps its adapter)."""
         if self.is_lora:
-            from rlinf.models.lora import merged_state_dict
+            from rlinf_core.models.lora import merged_state_dict
 
             return merged_state_dict(self.model)
         return {k: v.detach() for k, v in self.model.state_dict().items()}
@@ -396,7 +396,7 @@ class _PrismaticPolicy(Policy):
         """Write the peft adapter (``adapter_config.json`` + ``adapter_model.safetensors``, value head included)."""
         if not self.is_lora:
             raise ValueError(f"{type(self).__name__} has no LoRA adapter (lora is null); use save_pretrained")
-        from rlinf.models.lora import save_adapter
+        from rlinf_core.models.lora import save_adapter
 
         save_adapter(self.model, path)
 
@@ -424,7 +424,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
         num_images_in_input: camera views fed to the model (OpenVLA: 1).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        lora: train a LoRA adapter instead of the full model (:class:`~rlinf.models.lora.LoRAConfig`:
+        lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
             ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
             targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
@@ -438,7 +438,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
             gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
-            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
+            is mapped: envs take env-scale actions (see :mod:`rlinf_core.models.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
@@ -550,7 +550,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         num_images_in_input: camera views fed to the model (main + wrist views).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        lora: train a LoRA adapter instead of the full model (:class:`~rlinf.models.lora.LoRAConfig`:
+        lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
             ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
             targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
@@ -566,7 +566,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
             gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
-            is mapped: envs take env-scale actions (see :mod:`rlinf.policies.conventions`).
+            is mapped: envs take env-scale actions (see :mod:`rlinf_core.models.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """

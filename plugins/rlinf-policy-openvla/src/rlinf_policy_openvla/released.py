@@ -6,7 +6,7 @@ writes a directory a user would download, minus the weights: ``config.json`` exa
 form (``text_config`` with only the fields that differ from ``LlamaConfig``'s Llama-2-7B defaults),
 a ``model.safetensors.index.json`` naming every released tensor, tokenizer files built locally with
 Llama-2's 32000 pieces + ``<PAD>``, processor files and ``dataset_statistics.json``. Build a policy on
-it under :func:`rlinf.meta.meta_init` to get the full-size architecture without any weights.
+it under :func:`rlinf_core.models.meta.meta_init` to get the full-size architecture without any weights.
 
 Sources: the ``config.json`` fields are those of openvla/openvla-7b (Prismatic's ``OpenVLAConfig``
 serialised by transformers 4.40, as read in openvla/openvla's ``configuration_prismatic.py`` and the
@@ -25,7 +25,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlinf.models.checkpoint import INDEX_NAME
+from rlinf_core.models.weights import INDEX_NAME
 
 OPENVLA_7B_PARAMETERS = 7_541_237_184
 OPENVLA_7B_INDEX_BYTES = 15_082_474_368  # "total_size" of openvla/openvla-7b's model.safetensors.index.json (bf16)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlinf.testing.cache import cached_dir
+from rlinf_core.testing.cache import cached_dir
 
 
 def tiny_checkpoint(**kwargs) -> Path:

@@ -1,6 +1,6 @@
 """rlinf entry point of rlinf-wm-wan: registers WanWorldModel."""
 
-from rlinf import hookimpl
+from rlinf_core import hookimpl
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""``WanWorldModel``: RLinf's action-conditioned Wan 2.2 world model as an :class:`rlinf.WorldModel`.
+"""``WanWorldModel``: RLinf's action-conditioned Wan 2.2 world model as an :class:`rlinf_core.WorldModel`.
 
 Loads a released directory (``RLinf-Wan-LIBERO-{Spatial,Object,Goal}``) as is::
 
@@ -7,7 +7,7 @@ Loads a released directory (``RLinf-Wan-LIBERO-{Spatial,Object,Goal}``) as is::
     wan_config.json           optional side-car (absent: the 5 B sizes, 256 px); make_tiny / save_pretrained write it
 
 The reward model (``resnet_rm.pth`` / ``taskemb_resnet_rm.pth``) and the initial states (``dataset/traj*.npy``)
-are the env's (:class:`rlinf.WorldModelEnv` ``reward_model`` / ``init_data_path``).
+are the env's (:class:`rlinf_core.WorldModelEnv` ``reward_model`` / ``init_data_path``).
 
 One chunk, as upstream's ``WanEnv``: the 5 queued frames (frame 0 of the episode, the reference, plus the 4
 newest frames) are encoded to 2 latents; ``5 + C`` raw actions (the 5 condition actions, then the chunk's C)
@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
-from rlinf.checkpoint_io import load_pth_state_dict, load_safetensors
-from rlinf.meta import is_meta_init
-from rlinf.world_models.base import WorldModel
-from rlinf.world_models.init_data import ConditionSpec
+from rlinf_core.run.checkpoint_files import load_pth_state_dict, load_safetensors
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.contracts.world_model import WorldModel
+from rlinf_core.world_models.init_data import ConditionSpec
 from rlinf_wm_wan._modeling import WanActionTransformer, convert_diffsynth_state_dict, diffusers_to_diffsynth_key
 from rlinf_wm_wan.sampling import inference_scheduler, training_grid
 from rlinf_wm_wan.vae import build_vae, decode, encode, load_vae_state_dict, to_original_state_dict

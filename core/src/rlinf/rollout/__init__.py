@@ -1,1 +1,0 @@
-"""Rollout collection and storage."""
