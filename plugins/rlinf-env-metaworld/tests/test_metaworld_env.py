@@ -29,10 +29,31 @@ def test_task_sets_match_installed_metaworld():
     assert sorted(t for group in DIFFICULTY.values() for t in group) == sorted(MT50)
 
 
-def test_every_task_has_a_distinct_instruction():
-    assert set(INSTRUCTIONS) == set(MT50)
-    texts = list(INSTRUCTIONS.values())
-    assert all(len(t.split()) >= 3 for t in texts) and len(set(texts)) == 50
+#: sha256 over "task<TAB>description<NL>" of LeRobot's TASK_DESCRIPTIONS in sorted task order, computed from
+#: huggingface/lerobot@271d92dc:src/lerobot/envs/metaworld_config.json (= RLinf v0.3's copy), not from our file
+UPSTREAM_TASK_DESCRIPTIONS_SHA256 = "5eaf68b3a6cc078d6718b0f553f65b5a09aecdcb5d242f72156d0d826bf9373b"
+
+
+def test_instructions_are_lerobots_task_descriptions_for_all_50_tasks():
+    import hashlib
+
+    from metaworld import env_dict
+
+    from rlinf_env_metaworld.tasks import INSTRUCTIONS_SOURCE
+
+    assert sorted(INSTRUCTIONS) == sorted(env_dict.MT50_V3)  # one for every task metaworld lists
+    digest = hashlib.sha256("".join(f"{k}\t{v}\n" for k, v in sorted(INSTRUCTIONS.items())).encode()).hexdigest()
+    assert digest == UPSTREAM_TASK_DESCRIPTIONS_SHA256
+    assert INSTRUCTIONS["assembly-v3"] == "Pick up a nut and place it onto a peg"
+    assert INSTRUCTIONS["push-back-v3"] == "Push the puck to a goal"  # upstream words it like push-v3
+    assert INSTRUCTIONS["push-v3"] == "Push the puck to a goal"
+    assert INSTRUCTIONS["faucet-open-v3"] == "Rotate the faucet counter-clockwise"
+    assert INSTRUCTIONS["window-close-v3"] == "Push and close a window"
+    assert INSTRUCTIONS_SOURCE["repo"] == "huggingface/lerobot"
+    assert INSTRUCTIONS_SOURCE["path"] == "src/lerobot/envs/metaworld_config.json"
+    assert len(INSTRUCTIONS_SOURCE["commit"]) == 40
+    env = MetaWorldEnv(task_set="MT50")
+    assert env.instructions == [INSTRUCTIONS[t] for t in MT50]
 
 
 def test_task_set_selection_and_errors():
