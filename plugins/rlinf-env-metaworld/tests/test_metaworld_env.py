@@ -243,3 +243,27 @@ def test_7d_actions_drive_xyz_and_gripper_only():
         seven.close()
     with pytest.raises(ValueError, match="action_format"):
         MetaWorldEnv(action_format="6d", **kw)
+
+
+def test_settle_steps_take_rlinfs_zero_actions_before_the_first_frame():
+    """RLinf steps every reset MetaWorld env 15 + 1 times with zero actions before its first
+    observation (RLinf v0.3 rlinf/envs/metaworld/metaworld_env.py:312-316): ``settle_steps: 16``."""
+    kw = dict(task_set="MT1", task_name="pick-place-v3", num_envs=1, image_size=48, trials_per_task=2,
+              state_type="full", max_episode_steps=50)  # fmt: skip
+    settled, plain = MetaWorldEnv(settle_steps=16, **kw), MetaWorldEnv(**kw)
+    try:
+        first = settled.reset(np.array([1]))
+        raw = plain.reset(np.array([1]))
+        after = plain.chunk_step(torch.zeros(1, 16, 4)).obs  # the same 16 zero actions, by hand
+        assert torch.equal(first.main_images, after.main_images)
+        torch.testing.assert_close(first.states, after.states, rtol=0, atol=0)
+        assert not torch.equal(first.main_images, raw.main_images)  # the arm and objects moved meanwhile
+        settled.chunk_step(torch.zeros(1, 3, 4))
+        settled.flush_episodes()
+        (record,) = settled.pop_episodes()
+        assert record["episode_len"] == 3  # the settle steps are not part of the episode
+    finally:
+        settled.close()
+        plain.close()
+    with pytest.raises(ValueError, match="settle_steps"):
+        MetaWorldEnv(settle_steps=-1)
