@@ -175,12 +175,20 @@ class OpenSoraWorldModel(WorldModel):
         z = encode_frames(self.vae, self._to_model_frames(frames.flatten(0, 1)), self.vae_micro_batch, generator)
         return z.float().unflatten(0, (B, T)).transpose(1, 2)
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, T, h, w]`` → uint8 frames ``[B, T, S, S, 3]`` (``(x+1)/2·255``, clamped, truncated)."""
+    def decode_float(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, T, h, w]`` → the VAE's float32 frames ``[B, T, S, S, 3]``, nominally in ``[-1, 1]`` (not clamped)."""
         B, _, T = latents.shape[:3]
         x = decode_latents(self.vae, latents.transpose(1, 2).flatten(0, 1), self.vae_micro_batch).float()
-        x = ((x + 1) / 2 * 255).clamp(0, 255).to(torch.uint8)
         return x.permute(0, 2, 3, 1).unflatten(0, (B, T))
+
+    @staticmethod
+    def to_uint8(x: torch.Tensor) -> torch.Tensor:
+        """Float frames in ``[-1, 1]`` → uint8 (``(x+1)/2·255``, clamped, truncated: RLinf's ``_wrap_obs``)."""
+        return ((x + 1) / 2 * 255).clamp(0, 255).to(torch.uint8)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, T, h, w]`` → uint8 frames ``[B, T, S, S, 3]`` (``(x+1)/2·255``, clamped, truncated)."""
+        return self.to_uint8(self.decode_float(latents))
 
     def velocity(self, z: torch.Tensor, t: torch.Tensor, actions: torch.Tensor, gen_mask: torch.Tensor) -> torch.Tensor:
         """The DiT's velocity ``[B, C, T, h, w]`` for latents ``z``, timesteps ``t [B]``, normalised actions."""
@@ -202,6 +210,25 @@ class OpenSoraWorldModel(WorldModel):
 
     def predict(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None):
         """Frames ``uint8 [B, chunk, S, S, 3]`` for env-scale actions ``[B, chunk, A]``; the new latent queue."""
+        generated, queue = self._sample(state, actions, generator)
+        return self.decode(generated), queue
+
+    def predict_with_reward_frames(
+        self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
+    ):
+        """:meth:`predict`, plus the float decoded frames for the reward model, scaled to ``[0, 255]``.
+
+        RLinf's OpenSora env scores ``current_obs``, the VAE's float output, not the uint8 observation
+        (RLinf v0.3 rlinf/envs/world_model/world_model_opensora_env.py:584-614; ``ResnetRM.predict_rew`` clamps
+        it to ``[-1, 1]``, RLinf/opensora opensora/models/reward_model/resnet_rm.py:91-94). The reward model maps
+        ``[0, 255]`` back to ``[-1, 1]`` and clamps, so it sees upstream's input up to float32 rounding.
+        """
+        generated, queue = self._sample(state, actions, generator)
+        x = self.decode_float(generated)
+        return self.to_uint8(x), (x + 1) * 127.5, queue
+
+    def _sample(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None):
+        """The chunk's generated latents ``[B, C, chunk, h, w]`` and the new latent queue."""
         if actions.shape[1] != self.chunk:
             raise ValueError(
                 f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions"
@@ -219,7 +246,7 @@ class OpenSoraWorldModel(WorldModel):
         z = rflow_sample(lambda x, t: self.velocity(x, t, acts, gen_mask), z, gen_mask, steps)
         generated = z[:, :, Tc:]
         queue = torch.cat([state.float(), generated], dim=2)[:, :, -Tc:].contiguous()
-        return self.decode(generated), queue
+        return generated, queue
 
     def select(self, state: torch.Tensor, env_ids: torch.Tensor) -> torch.Tensor:
         return state[env_ids.to(state.device)]
