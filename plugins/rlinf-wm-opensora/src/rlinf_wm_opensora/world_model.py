@@ -5,6 +5,9 @@ Loads the released directory (``RLinf/RLinf-OpenSora-LIBERO-{Spatial,Object}``) 
     config.json  model-00001.safetensors  model.safetensors.index.json  vae/  dataset_statistics.json
     resnet_rm.pth  dataset/traj*.npy
 
+or as RLinf's own loader reads it: no ``config.json`` (the released STDiT3-XL/2 sizes, or ``dit_config``) and no
+index (``model-*.safetensors`` shards found by name); one log line says which (see :mod:`rlinf_wm_opensora.layout`).
+
 Semantics (RLinf ``world_model_opensora_env.py``):
 
 - Reset: the 4 condition frames (frame 0 of the init file, repeated) are resized to the model's resolution, mapped
@@ -21,16 +24,18 @@ Semantics (RLinf ``world_model_opensora_env.py``):
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError, load_weights
+from rlinf_core.models.weights import CheckpointError
 from rlinf_core.contracts.world_model import WorldModel
 from rlinf_core.world_models.init_data import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
@@ -42,6 +47,7 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
+from rlinf_wm_opensora.layout import load_dit_state, resolve_dit_config
 from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
 from rlinf_wm_opensora.vae import WEIGHT_NAMES, build_vae, decode_latents, encode_frames, load_vae
 
@@ -50,6 +56,7 @@ INDEX_NAME = "model.safetensors.index.json"
 STATS_NAME = "dataset_statistics.json"
 VAE_WEIGHTS_NAME = WEIGHT_NAMES[0]
 TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny DIR"
+log = logging.getLogger(__name__)
 
 
 class OpenSoraWorldModel(WorldModel):
@@ -62,6 +69,8 @@ class OpenSoraWorldModel(WorldModel):
         use_timestep_transform: shift the sampling / training timesteps by resolution as upstream (the identity
             at 256², not at tiny sizes).
         image_size: side of the square frames the model works at; None: ``config.json``'s ``image_size``, else 256.
+        dit_config: STDiT3 fields for a directory without ``config.json`` (RLinf's layout, sizes from its YAML),
+            over the released STDiT3-XL/2 sizes (the default), e.g. ``{depth: 2, hidden_size: 32}``.
         inference_dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bf16`` or ``fp32``: the dtype :meth:`init_state`
             and :meth:`predict` cast the DiT and VAE to (training keeps the trainer's precision).
         vae_micro_batch: frames per VAE encode / decode call (upstream: 64).
@@ -84,6 +93,7 @@ class OpenSoraWorldModel(WorldModel):
         vae_micro_batch: int = 64,
         encode_seed: int = 0,
         gradient_checkpointing: bool = False,
+        dit_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if inference_dtype not in ("auto", "bf16", "fp32"):
@@ -101,8 +111,7 @@ class OpenSoraWorldModel(WorldModel):
             self.config = STDiT3Config(**{k: v for k, v in RELEASED_CONFIG.items() if k in known})
             raw = RELEASED_CONFIG
         else:
-            self.config = STDiT3Config.from_json(root / "config.json")
-            raw = json.loads((root / "config.json").read_text())
+            self.config, raw, config_source = resolve_dit_config(root, dit_config)
         self.image_size = int(image_size or raw.get("image_size") or 256)
         self.chunk = chunk
         self.num_sampling_steps = num_sampling_steps
@@ -130,7 +139,8 @@ class OpenSoraWorldModel(WorldModel):
                 f"config.json's in_channels is {self.config.in_channels}"
             )
         if not meta:
-            load_dit_weights(self.dit, root)
+            weights_source = load_dit_weights(self.dit, root)
+            log.info("OpenSora world model %s: sizes from %s; weights from %s", root, config_source, weights_source)
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -341,9 +351,10 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     return q01, q99
 
 
-def load_dit_weights(dit: STDiT3, root: Path) -> None:
-    """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent)."""
-    state = load_weights(root, hint=TINY_HINT)
+def load_dit_weights(dit: STDiT3, root: Path) -> str:
+    """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent); returns
+    which files were read."""
+    state, source = load_dit_state(root, hint=TINY_HINT)
     expected = dit.state_dict()
     missing = sorted(k for k in expected if k not in state and not is_optional_key(k))
     unexpected = sorted(k for k in state if k not in expected)
@@ -353,11 +364,14 @@ def load_dit_weights(dit: STDiT3, root: Path) -> None:
         raise CheckpointError(
             f"{root}: key {key!r} {what} ({len(missing)} missing, {len(unexpected)} unexpected); expected the "
             f"released STDiT3 layout (spatial_blocks.N.*, temporal_blocks.N.*, action_embedder.*, t_block.1.*, ...) "
-            f"for config.json (depth {dit.config.depth}, hidden {dit.config.hidden_size})"
+            f"for the model's sizes (depth {dit.config.depth}, hidden {dit.config.hidden_size}; config.json, else the "
+            f"released STDiT3-XL/2 or dit_config)"
         )
     for k, v in state.items():
         if tuple(v.shape) != tuple(expected[k].shape):
             raise CheckpointError(
-                f"{root}: tensor {k!r} has shape {list(v.shape)}, config.json builds {list(expected[k].shape)}"
+                f"{root}: tensor {k!r} has shape {list(v.shape)}, the model's sizes (depth {dit.config.depth}, hidden "
+                f"{dit.config.hidden_size}) build {list(expected[k].shape)}; without config.json, pass dit_config"
             )
     dit.load_state_dict(state, strict=False)
+    return source
