@@ -262,3 +262,20 @@ def test_every_seeds_config_is_in_the_table():
     shipped = {str(p.relative_to(CONFIGS)) for d in SEED_DIRS for p in (CONFIGS / d).rglob("*.yaml")}
     missing = sorted(shipped - set(UPSTREAM) - NOT_SEEDS)
     assert not missing, f"add the upstream values of {missing} to tests/test_config_fidelity.py and docs/configs.md"
+
+
+def _env_blocks(cfg: dict, class_path: str) -> list[tuple[str, dict]]:
+    args = cfg["model"]["init_args"]
+    return [(k, args[k].get("init_args", {})) for k in ("env", "eval_env")
+            if isinstance(args.get(k), dict) and args[k].get("class_path") == class_path]  # fmt: skip
+
+
+@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
+def test_simulators_start_their_episodes_as_rlinfs_envs(rel):
+    """LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
+    steps before the first frame. Every real-simulator env of a seeds' config does the same."""
+    cfg = _load(rel)
+    for section, args in _env_blocks(cfg, "LiberoEnv"):
+        assert args.get("placement_seed") == "rlinf", f"{rel}: {section} needs placement_seed: rlinf"
+    for section, args in _env_blocks(cfg, "MetaWorldEnv"):
+        assert args.get("settle_steps") == 16, f"{rel}: {section} needs settle_steps: 16"
