@@ -63,7 +63,7 @@ METAWORLD = {
     **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 12800, "micro_batch_size": 32,
     "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 100,
     "env.reward_coef": 5.0, "env.camera_name": "corner4", "env.action_format": "7d", "env.image_size": 480,
-    "eval_env.camera_name": "corner4", "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 100,
+    "eval_env.camera_name": "corner4", "env.settle_steps": 16, "eval_env.settle_steps": 16, "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 100,
     "rollout.temperature_train": 1.6, "rollout.temperature_eval": 0.6, "algorithm.class_path": "GRPO",
     "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.1,
     "algorithm.rewards_upper_bound": 1.0, "policy.num_action_chunks": 1, "policy.action_dim": 7,
@@ -88,7 +88,7 @@ OPENPI_METAWORLD = {  # metaworld_50_ppo_openpi.yaml + model/pi0.yaml + env/meta
     "env.ignore_terminations": False, "env.max_episode_steps": 100, "env.reward_coef": 1.0,
     "env.camera_name": "corner4", "env.action_format": "4d", "env.image_size": 480, "env.state_type": "proprio",
     "eval_env.camera_name": "corner4", "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "rollout.rollout_epoch": 8, "rollout.max_steps_per_rollout_epoch": 100, "rollout.temperature_train": 1.0,
+    "env.settle_steps": 16, "eval_env.settle_steps": 16, "rollout.rollout_epoch": 8, "rollout.max_steps_per_rollout_epoch": 100, "rollout.temperature_train": 1.0,
     "rollout.do_sample_eval": False, "algorithm.class_path": "PPO", "algorithm.update_epoch": 4,
     "algorithm.gamma": 0.99, "algorithm.gae_lambda": 0.95, "algorithm.value_clip": 0.2, "algorithm.huber_delta": 10.0,
     "algorithm.normalize_advantages": True, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.2,
@@ -262,3 +262,20 @@ def test_every_seeds_config_is_in_the_table():
     shipped = {str(p.relative_to(CONFIGS)) for d in SEED_DIRS for p in (CONFIGS / d).rglob("*.yaml")}
     missing = sorted(shipped - set(UPSTREAM) - NOT_SEEDS)
     assert not missing, f"add the upstream values of {missing} to tests/test_config_fidelity.py and docs/configs.md"
+
+
+def _env_blocks(cfg: dict, class_path: str) -> list[tuple[str, dict]]:
+    args = cfg["model"]["init_args"]
+    return [(k, args[k].get("init_args", {})) for k in ("env", "eval_env")
+            if isinstance(args.get(k), dict) and args[k].get("class_path") == class_path]  # fmt: skip
+
+
+@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
+def test_simulators_start_their_episodes_as_rlinfs_envs(rel):
+    """LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
+    steps before the first frame. Every real-simulator env of a seeds' config does the same."""
+    cfg = _load(rel)
+    for section, args in _env_blocks(cfg, "LiberoEnv"):
+        assert args.get("placement_seed") == "rlinf", f"{rel}: {section} needs placement_seed: rlinf"
+    for section, args in _env_blocks(cfg, "MetaWorldEnv"):
+        assert args.get("settle_steps") == 16, f"{rel}: {section} needs settle_steps: 16"

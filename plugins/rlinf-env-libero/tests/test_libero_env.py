@@ -269,3 +269,47 @@ def test_settle_steps_command_the_configured_gripper(env, gripper, expected):
         np.testing.assert_array_equal(action, [0, 0, 0, 0, 0, 0, expected])
     with pytest.raises(ValueError, match="settle_gripper"):
         LiberoEnv(settle_gripper="closed")
+
+
+FIXTURES = ("wooden_cabinet_1_main", "flat_stove_1_main", "wine_rack_1_main")  # libero_goal's scene
+
+
+def _fixture_positions(sim_model) -> np.ndarray:
+    return np.stack([np.array(sim_model.body_pos[sim_model.body_name2id(name)]) for name in FIXTURES])
+
+
+def test_rlinf_placement_seed_puts_fixtures_where_rlinfs_libero_does():
+    """RLinf seeds numpy in every sub-env's process before each reset with ``(seed + rank) * n + e`` (rank 0,
+    seed 0: sub-env ``e`` gets ``e``), so a sub-env's fixtures land in the same place every episode. Reference:
+    LIBERO's own ``OffScreenRenderEnv`` built, seeded and reset as RLinf's env worker does."""
+    from libero.libero.envs import OffScreenRenderEnv
+
+    task = load_tasks("libero_goal")[0]
+    init = load_init_states("libero_goal", 0)
+    kw = dict(task_suite_name="libero_goal", num_envs=2, obs_mode="state", settle_steps=0, task_id_filter=[0])
+    rlinf, ours = LiberoEnv(placement_seed="rlinf", **kw), LiberoEnv(**kw)
+    reference = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=64, camera_widths=64)
+    try:
+        rlinf.reset(reset_state_ids=np.array([0, 1]))
+        first = [_fixture_positions(rlinf.sim(e).sim.model) for e in range(2)]
+        for e in range(2):  # RLinf's worker e: env.seed(0 * 2 + e) -> np.random.seed(e), reset, set_init_state
+            reference.seed(e)
+            reference.reset()
+            reference.set_init_state(init[e])
+            np.testing.assert_array_equal(first[e], _fixture_positions(reference.sim.model))
+        assert not np.array_equal(first[0], first[1])  # two sub-envs, two seeds
+        rlinf.reset(reset_state_ids=np.array([2, 3]))  # other trials: each sub-env keeps its fixture placement
+        for e in range(2):
+            np.testing.assert_array_equal(_fixture_positions(rlinf.sim(e).sim.model), first[e])
+        ours.reset(reset_state_ids=np.array([0, 1]))  # per_trial: the placement follows the (task, trial) id
+        per_trial = [_fixture_positions(ours.sim(e).sim.model) for e in range(2)]
+        assert not np.array_equal(per_trial[0], first[0])
+        ours.reset(reset_state_ids=np.array([1, 0]))
+        np.testing.assert_array_equal(_fixture_positions(ours.sim(0).sim.model), per_trial[1])
+    finally:
+        reference.close()
+        rlinf.close()
+        ours.close()
+        clear_sim_cache()
+    with pytest.raises(ValueError, match="placement_seed"):
+        LiberoEnv(placement_seed="zero")

@@ -29,10 +29,31 @@ def test_task_sets_match_installed_metaworld():
     assert sorted(t for group in DIFFICULTY.values() for t in group) == sorted(MT50)
 
 
-def test_every_task_has_a_distinct_instruction():
-    assert set(INSTRUCTIONS) == set(MT50)
-    texts = list(INSTRUCTIONS.values())
-    assert all(len(t.split()) >= 3 for t in texts) and len(set(texts)) == 50
+#: sha256 over "task<TAB>description<NL>" of LeRobot's TASK_DESCRIPTIONS in sorted task order, computed from
+#: huggingface/lerobot@271d92dc:src/lerobot/envs/metaworld_config.json (= RLinf v0.3's copy), not from our file
+UPSTREAM_TASK_DESCRIPTIONS_SHA256 = "5eaf68b3a6cc078d6718b0f553f65b5a09aecdcb5d242f72156d0d826bf9373b"
+
+
+def test_instructions_are_lerobots_task_descriptions_for_all_50_tasks():
+    import hashlib
+
+    from metaworld import env_dict
+
+    from rlinf_env_metaworld.tasks import INSTRUCTIONS_SOURCE
+
+    assert sorted(INSTRUCTIONS) == sorted(env_dict.MT50_V3)  # one for every task metaworld lists
+    digest = hashlib.sha256("".join(f"{k}\t{v}\n" for k, v in sorted(INSTRUCTIONS.items())).encode()).hexdigest()
+    assert digest == UPSTREAM_TASK_DESCRIPTIONS_SHA256
+    assert INSTRUCTIONS["assembly-v3"] == "Pick up a nut and place it onto a peg"
+    assert INSTRUCTIONS["push-back-v3"] == "Push the puck to a goal"  # upstream words it like push-v3
+    assert INSTRUCTIONS["push-v3"] == "Push the puck to a goal"
+    assert INSTRUCTIONS["faucet-open-v3"] == "Rotate the faucet counter-clockwise"
+    assert INSTRUCTIONS["window-close-v3"] == "Push and close a window"
+    assert INSTRUCTIONS_SOURCE["repo"] == "huggingface/lerobot"
+    assert INSTRUCTIONS_SOURCE["path"] == "src/lerobot/envs/metaworld_config.json"
+    assert len(INSTRUCTIONS_SOURCE["commit"]) == 40
+    env = MetaWorldEnv(task_set="MT50")
+    assert env.instructions == [INSTRUCTIONS[t] for t in MT50]
 
 
 def test_task_set_selection_and_errors():
@@ -222,3 +243,27 @@ def test_7d_actions_drive_xyz_and_gripper_only():
         seven.close()
     with pytest.raises(ValueError, match="action_format"):
         MetaWorldEnv(action_format="6d", **kw)
+
+
+def test_settle_steps_take_rlinfs_zero_actions_before_the_first_frame():
+    """RLinf steps every reset MetaWorld env 15 + 1 times with zero actions before its first
+    observation (RLinf v0.3 rlinf/envs/metaworld/metaworld_env.py:312-316): ``settle_steps: 16``."""
+    kw = dict(task_set="MT1", task_name="pick-place-v3", num_envs=1, image_size=48, trials_per_task=2,
+              state_type="full", max_episode_steps=50)  # fmt: skip
+    settled, plain = MetaWorldEnv(settle_steps=16, **kw), MetaWorldEnv(**kw)
+    try:
+        first = settled.reset(np.array([1]))
+        raw = plain.reset(np.array([1]))
+        after = plain.chunk_step(torch.zeros(1, 16, 4)).obs  # the same 16 zero actions, by hand
+        assert torch.equal(first.main_images, after.main_images)
+        torch.testing.assert_close(first.states, after.states, rtol=0, atol=0)
+        assert not torch.equal(first.main_images, raw.main_images)  # the arm and objects moved meanwhile
+        settled.chunk_step(torch.zeros(1, 3, 4))
+        settled.flush_episodes()
+        (record,) = settled.pop_episodes()
+        assert record["episode_len"] == 3  # the settle steps are not part of the episode
+    finally:
+        settled.close()
+        plain.close()
+    with pytest.raises(ValueError, match="settle_steps"):
+        MetaWorldEnv(settle_steps=-1)

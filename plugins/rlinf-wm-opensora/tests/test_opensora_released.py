@@ -146,3 +146,61 @@ def test_released_size_builds_on_meta(tmp_path):
     out = model.dit(torch.empty(2, 4, 12, 32, 32, **meta), torch.empty(2, **meta), torch.empty(2, 8, 7, **meta),
                     x_mask=torch.empty(2, 12, dtype=torch.bool, **meta), height=256, width=256)
     assert out.shape == (2, 8, 12, 32, 32)
+
+
+def _rlinf_layout(tmp_path):
+    """The tiny model as RLinf's loader reads a directory: model-00001.safetensors, no config.json, no index."""
+    path = _copy(tmp_path)
+    sizes = json.loads((path / "config.json").read_text())
+    (path / "config.json").unlink()
+    (path / "model.safetensors.index.json").unlink()
+    return path, sizes
+
+
+def test_rlinf_layout_without_config_or_index_loads_with_the_yaml_sizes(tmp_path, caplog):
+    """RLinf reads ``model-00001.safetensors`` with sizes from its YAML (STDiT3-XL/2 + qk_norm, action_dim,
+    pad_action_num) and needs neither config.json nor the index."""
+    import logging
+
+    path, sizes = _rlinf_layout(tmp_path)
+    tiny = {k: sizes[k] for k in ("depth", "hidden_size", "num_heads", "caption_channels", "model_max_length",
+                                  "image_size")}  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="rlinf_wm_opensora.world_model"):
+        model = OpenSoraWorldModel(str(path), dit_config=tiny)
+    reference = OpenSoraWorldModel(str(tiny_world_model()))
+    assert model.config == reference.config and model.image_size == reference.image_size
+    for key, value in reference.dit.state_dict().items():
+        assert torch.equal(model.dit.state_dict()[key], value), key
+    (line,) = [r.getMessage() for r in caplog.records]  # one line says which layout was read
+    assert "no config.json: the released STDiT3-XL/2 sizes with dit_config" in line
+    assert "model-00001.safetensors (no model.safetensors.index.json: found by name)" in line
+    # the default is the released STDiT3-XL/2: tiny weights do not fit it, and the error says so in one line
+    with pytest.raises(CheckpointError, match="released STDiT3-XL/2 or dit_config") as exc:
+        OpenSoraWorldModel(str(path))
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ValueError, match="unknown STDiT3 field"):
+        OpenSoraWorldModel(str(path), dit_config={"depht": 2})
+
+
+def test_rlinf_layout_defaults_to_the_released_sizes_and_finds_shards_by_name(tmp_path):
+    from rlinf_wm_opensora.layout import load_dit_state
+
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text(json.dumps(SDXL_VAE))
+    (tmp_path / "dataset_statistics.json").write_text(json.dumps(action_statistics()))
+    with meta_init():  # no config.json: the released STDiT3-XL/2 (as the YAML's type) at 256²
+        model = OpenSoraWorldModel(str(tmp_path))
+    assert model.config == STDiT3Config() and model.image_size == 256
+    assert parameter_count(model.dit) == 1_212_991_556
+    # two shards, no index: both are read
+    path, _ = _rlinf_layout(tmp_path / "sharded")
+    state = load_file(str(path / WEIGHTS))
+    keys = sorted(state)
+    (path / WEIGHTS).unlink()
+    save_file({k: state[k] for k in keys[::2]}, str(path / "model-00001-of-00002.safetensors"))
+    save_file({k: state[k] for k in keys[1::2]}, str(path / "model-00002-of-00002.safetensors"))
+    got, source = load_dit_state(path, hint="")
+    assert sorted(got) == keys and all(torch.equal(got[k], state[k]) for k in keys)
+    assert source.startswith("model-00001-of-00002.safetensors, model-00002-of-00002.safetensors")
+    with pytest.raises(ValueError, match="dit_config is only for directories without one"):
+        OpenSoraWorldModel(str(tiny_world_model()), dit_config={"depth": 2})

@@ -94,6 +94,35 @@ def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
     assert env.reset_state_ids[0] == env.reset_state_ids[1]  # a GRPO group shares its init file
 
 
+def test_reward_model_scores_the_float_decoded_frames_as_upstream(model):
+    """RLinf's OpenSora env feeds ``current_obs`` (the VAE's float output) to ``ResnetRM.predict_rew``, which
+    clamps it to [-1, 1] (world_model_opensora_env.py:584-614, resnet_rm.py:91-94); the observation is the
+    truncated uint8 frame. Not the uint8 frame mapped back to [-1, 1]."""
+    from rlinf_core.envs.world_model import WorldModelEnv
+    from rlinf_core.world_models.reward_models import ResnetRewardModel
+
+    root = tiny_world_model()
+    rm = ResnetRewardModel(checkpoint=str(root / "resnet_rm.pth"))
+    env = WorldModelEnv(model, rm, str(root / "dataset"), num_envs=2, group_size=1, max_episode_steps=24)
+    seen = []
+    logits = rm._logits
+    rm._logits = lambda x, instructions: (seen.append(x.clone()), logits(x, instructions))[1]
+    env.reset(np.array([0, 1]))
+    queue, gen_state = env._state.clone(), env._gen.get_state()
+    actions = torch.rand(2, 8, 7, generator=torch.Generator().manual_seed(4)) * 2 - 1
+    obs = env.chunk_step(actions).obs
+    with torch.no_grad():  # upstream's path: the same sampled latents, decoded by diffusers' VAE, clamped
+        generated, _ = model._sample(queue, actions, torch.Generator().set_state(gen_state))
+        decoded = model.vae.decode(generated.transpose(1, 2).flatten(0, 1) / 0.13025).sample  # [16, 3, S, S]
+    upstream_input = decoded.clamp(-1.0, 1.0)
+    (got,) = seen
+    torch.testing.assert_close(got, upstream_input, rtol=0, atol=2e-6)  # float32 rounding of the 0-255 scaling
+    observed = ((decoded + 1) / 2 * 255).clamp(0, 255).to(torch.uint8)  # upstream's _wrap_obs: truncated
+    assert torch.equal(obs.main_images, observed.unflatten(0, (2, 8))[:, -1].permute(0, 2, 3, 1))
+    requantised = observed.float() / 127.5 - 1  # what the reward model saw before: ~1/255 off per pixel
+    assert (requantised - upstream_input).abs().max() > 1e-3
+
+
 def test_bf16_inference_path_stays_close_to_fp32():
     """The GPU path (``inference_dtype: auto`` → bf16 on CUDA), run on CPU: weights cast once, frames uint8."""
     bf16 = OpenSoraWorldModel(str(tiny_world_model()), num_sampling_steps=2, inference_dtype="bf16").eval()

@@ -43,6 +43,17 @@ class WorldModel(nn.Module):
         """Predict ``uint8 [B, C, H, W, 3]`` frames for actions ``[B, C, D]``; return (frames, new state)."""
         raise NotImplementedError
 
+    def predict_with_reward_frames(
+        self, state: Any, actions: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """:meth:`predict`, plus the frames the reward model scores: ``(frames, reward_frames, new state)``.
+
+        The default scores the uint8 observations. A model whose upstream env scores its float frames
+        (RLinf's OpenSora env) overrides this and returns them as ``float32 [B, C, H, W, 3]`` in ``[0, 255]``
+        (unrounded, unclamped: reward models clamp)."""
+        frames, state = self.predict(state, actions, generator=generator)
+        return frames, frames, state
+
     def select(self, state: Any, env_ids: torch.Tensor) -> Any:
         """Rows ``env_ids`` of ``state``."""
         raise NotImplementedError

@@ -150,18 +150,27 @@ class WorldModelEnv(Env):
     def _chunk(self, actions: np.ndarray, live: np.ndarray):
         with torch.no_grad():
             acts = torch.from_numpy(actions).to(self.device)
-            frames, self._state = self.world_model.predict(self._state, acts, generator=self._gen)
+            frames, scored, self._state = self.world_model.predict_with_reward_frames(
+                self._state, acts, generator=self._gen
+            )
             B, C = frames.shape[:2]
+            scores_observations = scored is frames  # the default: the reward model sees the uint8 observations
             # a diverged world model (NaN / inf frames): end that episode without reward, keep its last good frame
-            bad = ~torch.isfinite(frames.reshape(B, -1).float()).all(1) if frames.is_floating_point() else None
+            floats = [x for x in (frames, scored) if x.is_floating_point()]
+            bad = None
+            if floats:
+                bad = torch.stack([~torch.isfinite(x.reshape(B, -1).float()).all(1) for x in floats]).any(0)
             if bad is not None and bad.any():
-                frames = frames.clone()
-                frames[bad] = self._last[bad].unsqueeze(1).expand(-1, C, *frames.shape[2:]).to(frames.dtype)
+                last = self._last[bad].unsqueeze(1).expand(-1, C, *frames.shape[2:])
+                frames, scored = frames.clone(), scored.clone()
+                frames[bad], scored[bad] = last.to(frames.dtype), last.to(scored.dtype)
                 self._non_finite_episodes += int(bad.sum())
             if frames.is_floating_point():  # observations are uint8 images
                 frames = frames.clamp(0, 255).round().to(torch.uint8)
+            if scores_observations:
+                scored = frames
             texts = [t for t in self._instructions for _ in range(C)]  # frame-major: env b's C frames together
-            probs = self.reward_model.success_prob(frames.reshape(B * C, *frames.shape[2:]), texts)
+            probs = self.reward_model.success_prob(scored.reshape(B * C, *scored.shape[2:]), texts)
         probs = probs.reshape(B, C).float().cpu().numpy()
         self._last = frames[:, -1].clone()
         success = np.zeros((B, C), bool)

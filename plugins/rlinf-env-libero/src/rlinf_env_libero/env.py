@@ -57,6 +57,13 @@ class LiberoEnv(Env):
         settle_gripper: gripper command during the settle steps: ``open`` (-1, OpenVLA-OFT's dummy
             action and RLinf's ``reset_gripper_open: true``) or ``neutral`` (0, RLinf's experiment
             configs, ``reset_gripper_open: false``).
+        placement_seed: numpy seed of LIBERO's fixture placement (cabinets, stoves: bodies the initial states do
+            not cover) at every reset. ``per_trial``: a hash of the task and trial, so the scene is a function of
+            the initial state id. ``rlinf``: as RLinf v0.3, which seeds every sub-env before each reset with
+            ``(seed + rank) * n + e`` (``n`` sub-envs reset together, ``e`` the sub-env's index; rank = this env's
+            shard index; rlinf/envs/libero/libero_env.py:663 through rlinf/envs/venv/venv.py:844-866): on rank 0
+            with seed 0, sub-env ``e`` always gets ``e``, so the fixtures of a sub-env land in the same place in
+            every episode, the scenes RLinf's LIBERO checkpoints were trained and evaluated in.
         reward_coef: reward for reaching the goal (RLinf: 5 for GRPO, whose reward filter bounds
             0.5 / 4.5 assume it; 1 otherwise).
         use_rel_reward: reward the change of success (``coef`` when the goal is reached, ``-coef``
@@ -91,6 +98,7 @@ class LiberoEnv(Env):
         obs_mode: Literal["rgb", "state"] = "rgb",
         settle_steps: int = 10,
         settle_gripper: Literal["open", "neutral"] = "open",
+        placement_seed: Literal["per_trial", "rlinf"] = "per_trial",
         reward_coef: float = 1.0,
         use_rel_reward: bool = True,
         fast_render: bool = False,
@@ -120,6 +128,8 @@ class LiberoEnv(Env):
             raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
         if settle_gripper not in ("open", "neutral"):
             raise ValueError(f"settle_gripper must be 'open' or 'neutral', got {settle_gripper!r}")
+        if placement_seed not in ("per_trial", "rlinf"):
+            raise ValueError(f"placement_seed must be 'per_trial' or 'rlinf', got {placement_seed!r}")
         if sim_cache_size < 0 or scene_cache_size < 0:
             raise ValueError(
                 f"sim_cache_size and scene_cache_size must be >= 0, got {sim_cache_size}, {scene_cache_size}"
@@ -131,6 +141,7 @@ class LiberoEnv(Env):
         self.obs_mode = obs_mode
         self.settle_steps = settle_steps
         self.settle_gripper = settle_gripper
+        self.placement_seed = placement_seed
         self.reward_coef = reward_coef
         self.use_rel_reward = use_rel_reward
         self.fast_render = fast_render
@@ -250,6 +261,8 @@ class LiberoEnv(Env):
         for e, t, trial in zip(env_ids, task_ids, self.trial_ids(reset_state_ids).tolist()):
             task = self.tasks[t]
             seed = zlib.crc32(f"{task.name}/{trial}".encode())
+            if self.placement_seed == "rlinf":
+                seed = (self.seed + self._states.shard_spec[0]) * len(env_ids) + e
             self._slots[e].reset_to(
                 load_init_states(task.suite, task.index)[trial], self.settle_steps, seed, self.settle_gripper
             )

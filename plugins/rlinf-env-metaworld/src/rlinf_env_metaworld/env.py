@@ -14,6 +14,7 @@ from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve
 STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}
 #: dimensions of a 7-D VLA action that MetaWorld takes (xyz deltas, gripper); 3-5 are rotations
 XYZ_GRIPPER = [0, 1, 2, 6]
+_ZERO_ACTION = np.zeros(4, np.float32)
 
 
 class MetaWorldEnv(Env):
@@ -54,6 +55,11 @@ class MetaWorldEnv(Env):
         action_format: ``4d`` (xyz deltas + gripper, metaworld's own) or ``7d`` (a VLA's 7-D action,
             e.g. RLinf's OpenVLA-OFT with 7-D ``meta_world_strict`` norm stats: dimensions 0-2 and
             6 drive the arm, the rotation dimensions 3-5 are ignored, as RLinf does).
+        settle_steps: zero-action steps after every reset, before the first observation; not
+            counted in the episode. RLinf's env takes 16 (15 on the reset sub-envs, then 1 on all;
+            RLinf v0.3 rlinf/envs/metaworld/metaworld_env.py:59,312-316), so checkpoints trained or
+            evaluated with RLinf expect 16; LeRobot's MetaWorld env (the ``lerobot/metaworld_mt50``
+            recordings) takes none.
         gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``).
         **kwargs: :class:`rlinf_core.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
             ``seed``, ``is_eval``, ...).
@@ -78,6 +84,7 @@ class MetaWorldEnv(Env):
         reward_type: Literal["sparse", "dense"] = "sparse",
         reward_coef: float = 1.0,
         action_format: Literal["4d", "7d"] = "4d",
+        settle_steps: int = 0,
         gl_backend: str | None = None,
         **kwargs,
     ) -> None:
@@ -93,6 +100,8 @@ class MetaWorldEnv(Env):
             raise ValueError(f"action_format must be '4d' or '7d', got {action_format!r}")
         if image_size < 8:
             raise ValueError(f"image_size must be >= 8 pixels, got {image_size}")
+        if settle_steps < 0:
+            raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
         self.task_set = task_set
         self.trials_per_task = trials_per_task
         self.trial_seed = trial_seed
@@ -107,6 +116,7 @@ class MetaWorldEnv(Env):
         self.reward_coef = reward_coef
         self.action_format = action_format
         self.action_dim = 7 if action_format == "7d" else 4
+        self.settle_steps = settle_steps
         self.gl_backend = gl_backend
         #: images rendered so far (one per camera per sub-env observation).
         self.num_renders = 0
@@ -174,6 +184,8 @@ class MetaWorldEnv(Env):
                     self._spare.setdefault(sim.task, []).append(sim)
                 sim = self._slots[e] = self._instance(task)
             sim.reset(self.trial_seed_of(rid))
+            for _ in range(self.settle_steps):
+                sim.step(_ZERO_ACTION)
             self._stale[e] = True
 
     def _step(self, actions: np.ndarray, live: np.ndarray):

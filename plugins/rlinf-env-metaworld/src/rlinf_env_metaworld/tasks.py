@@ -6,62 +6,34 @@ held-out test tasks; a test checks that they stay in sync with the installed met
 
 from __future__ import annotations
 
-#: One natural-language instruction per task (what the policy is told to do).
-INSTRUCTIONS: dict[str, str] = {
-    "assembly-v3": "pick up the nut and put it onto the peg",
-    "basketball-v3": "pick up the basketball and dunk it into the hoop",
-    "bin-picking-v3": "pick the puck out of the red bin and place it into the blue bin",
-    "box-close-v3": "grasp the lid and put it on the box to close it",
-    "button-press-topdown-v3": "press the button down from above",
-    "button-press-topdown-wall-v3": "reach past the wall and press the button down from above",
-    "button-press-v3": "push the button in from the front",
-    "button-press-wall-v3": "reach around the wall and push the button in",
-    "coffee-button-v3": "push the button on the coffee machine",
-    "coffee-pull-v3": "pull the mug out from under the coffee machine",
-    "coffee-push-v3": "push the mug under the coffee machine",
-    "dial-turn-v3": "turn the dial half a turn",
-    "disassemble-v3": "grasp the nut and lift it off the peg",
-    "door-close-v3": "swing the door closed",
-    "door-lock-v3": "turn the lock on the door to lock it",
-    "door-open-v3": "pull the door open by its handle",
-    "door-unlock-v3": "turn the lock on the door to unlock it",
-    "hand-insert-v3": "move the gripper down into the hole",
-    "drawer-close-v3": "push the drawer shut",
-    "drawer-open-v3": "pull the drawer open",
-    "faucet-open-v3": "rotate the faucet handle counter-clockwise to open it",
-    "faucet-close-v3": "rotate the faucet handle clockwise to close it",
-    "hammer-v3": "pick up the hammer and drive the nail into the wall",
-    "handle-press-side-v3": "press the side handle down",
-    "handle-press-v3": "press the handle down",
-    "handle-pull-side-v3": "pull the side handle up",
-    "handle-pull-v3": "pull the handle up",
-    "lever-pull-v3": "pull the lever down by a quarter turn",
-    "pick-place-wall-v3": "pick up the puck, carry it over the wall and place it at the goal",
-    "pick-out-of-hole-v3": "pick the puck up out of the hole",
-    "pick-place-v3": "pick up the puck and place it at the goal",
-    "plate-slide-v3": "slide the plate into the goal slot",
-    "plate-slide-side-v3": "slide the plate sideways into the goal slot",
-    "plate-slide-back-v3": "slide the plate back out of the goal slot",
-    "plate-slide-back-side-v3": "slide the plate sideways back out of the goal slot",
-    "peg-insert-side-v3": "pick up the peg and insert it sideways into the hole",
-    "peg-unplug-side-v3": "pull the peg sideways out of the socket",
-    "soccer-v3": "push the soccer ball into the goal",
-    "stick-push-v3": "grasp the stick and use it to push the thermos to the goal",
-    "stick-pull-v3": "grasp the stick and use it to pull the thermos to the goal",
-    "push-v3": "push the puck to the goal",
-    "push-wall-v3": "push the puck around the wall to the goal",
-    "push-back-v3": "pull the puck back to the goal",
-    "reach-v3": "move the gripper to the goal position",
-    "reach-wall-v3": "reach over the wall to the goal position",
-    "shelf-place-v3": "pick up the puck and place it on the shelf",
-    "sweep-into-v3": "sweep the puck into the hole",
-    "sweep-v3": "sweep the puck off the edge of the table",
-    "window-open-v3": "slide the window open",
-    "window-close-v3": "slide the window closed",
-}
+import json
+from importlib import resources
 
-#: All 50 tasks in metaworld's MT50 order.
-MT50: list[str] = list(INSTRUCTIONS)
+_DESCRIPTIONS_FILE = json.loads(resources.files(__package__).joinpath("task_descriptions.json").read_text("utf-8"))
+
+#: Where :data:`INSTRUCTIONS` come from (repository, path, commit), as recorded in ``task_descriptions.json``.
+INSTRUCTIONS_SOURCE: dict[str, str] = _DESCRIPTIONS_FILE["_source"]
+
+#: One instruction per task, verbatim from LeRobot's ``TASK_DESCRIPTIONS``
+#: (huggingface/lerobot:src/lerobot/envs/metaworld_config.json, kept in ``task_descriptions.json``).
+#: RLinf's MetaWorld env reads the identical copy (RLinf v0.3 rlinf/envs/metaworld/__init__.py:27-29,
+#: ``get_task_description``), the ``lerobot/metaworld_mt50`` dataset (the pi0 / pi0.5 MetaWorld SFT
+#: checkpoints) and RLinf's MetaWorld OFT were trained on them: other wordings score lower.
+INSTRUCTIONS: dict[str, str] = dict(_DESCRIPTIONS_FILE["TASK_DESCRIPTIONS"])
+
+#: All 50 tasks in metaworld's MT50 order (``metaworld.env_dict.MT50_V3``; a test keeps it in sync).
+MT50: list[str] = [
+    "assembly-v3", "basketball-v3", "bin-picking-v3", "box-close-v3", "button-press-topdown-v3",
+    "button-press-topdown-wall-v3", "button-press-v3", "button-press-wall-v3", "coffee-button-v3",
+    "coffee-pull-v3", "coffee-push-v3", "dial-turn-v3", "disassemble-v3", "door-close-v3", "door-lock-v3",
+    "door-open-v3", "door-unlock-v3", "hand-insert-v3", "drawer-close-v3", "drawer-open-v3", "faucet-open-v3",
+    "faucet-close-v3", "hammer-v3", "handle-press-side-v3", "handle-press-v3", "handle-pull-side-v3",
+    "handle-pull-v3", "lever-pull-v3", "pick-place-wall-v3", "pick-out-of-hole-v3", "pick-place-v3",
+    "plate-slide-v3", "plate-slide-side-v3", "plate-slide-back-v3", "plate-slide-back-side-v3",
+    "peg-insert-side-v3", "peg-unplug-side-v3", "soccer-v3", "stick-push-v3", "stick-pull-v3", "push-v3",
+    "push-wall-v3", "push-back-v3", "reach-v3", "reach-wall-v3", "shelf-place-v3", "sweep-into-v3",
+    "sweep-v3", "window-open-v3", "window-close-v3",
+]  # fmt: skip
 
 MT10: list[str] = [
     "reach-v3",

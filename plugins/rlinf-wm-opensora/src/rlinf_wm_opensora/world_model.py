@@ -5,6 +5,9 @@ Loads the released directory (``RLinf/RLinf-OpenSora-LIBERO-{Spatial,Object}``) 
     config.json  model-00001.safetensors  model.safetensors.index.json  vae/  dataset_statistics.json
     resnet_rm.pth  dataset/traj*.npy
 
+or as RLinf's own loader reads it: no ``config.json`` (the released STDiT3-XL/2 sizes, or ``dit_config``) and no
+index (``model-*.safetensors`` shards found by name); one log line says which (see :mod:`rlinf_wm_opensora.layout`).
+
 Semantics (RLinf ``world_model_opensora_env.py``):
 
 - Reset: the 4 condition frames (frame 0 of the init file, repeated) are resized to the model's resolution, mapped
@@ -21,16 +24,18 @@ Semantics (RLinf ``world_model_opensora_env.py``):
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError, load_weights
+from rlinf_core.models.weights import CheckpointError
 from rlinf_core.contracts.world_model import WorldModel
 from rlinf_core.world_models.init_data import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
@@ -42,6 +47,7 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
+from rlinf_wm_opensora.layout import load_dit_state, resolve_dit_config
 from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
 from rlinf_wm_opensora.vae import WEIGHT_NAMES, build_vae, decode_latents, encode_frames, load_vae
 
@@ -50,6 +56,7 @@ INDEX_NAME = "model.safetensors.index.json"
 STATS_NAME = "dataset_statistics.json"
 VAE_WEIGHTS_NAME = WEIGHT_NAMES[0]
 TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny DIR"
+log = logging.getLogger(__name__)
 
 
 class OpenSoraWorldModel(WorldModel):
@@ -62,6 +69,8 @@ class OpenSoraWorldModel(WorldModel):
         use_timestep_transform: shift the sampling / training timesteps by resolution as upstream (the identity
             at 256², not at tiny sizes).
         image_size: side of the square frames the model works at; None: ``config.json``'s ``image_size``, else 256.
+        dit_config: STDiT3 fields for a directory without ``config.json`` (RLinf's layout, sizes from its YAML),
+            over the released STDiT3-XL/2 sizes (the default), e.g. ``{depth: 2, hidden_size: 32}``.
         inference_dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bf16`` or ``fp32``: the dtype :meth:`init_state`
             and :meth:`predict` cast the DiT and VAE to (training keeps the trainer's precision).
         vae_micro_batch: frames per VAE encode / decode call (upstream: 64).
@@ -84,6 +93,7 @@ class OpenSoraWorldModel(WorldModel):
         vae_micro_batch: int = 64,
         encode_seed: int = 0,
         gradient_checkpointing: bool = False,
+        dit_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if inference_dtype not in ("auto", "bf16", "fp32"):
@@ -101,8 +111,7 @@ class OpenSoraWorldModel(WorldModel):
             self.config = STDiT3Config(**{k: v for k, v in RELEASED_CONFIG.items() if k in known})
             raw = RELEASED_CONFIG
         else:
-            self.config = STDiT3Config.from_json(root / "config.json")
-            raw = json.loads((root / "config.json").read_text())
+            self.config, raw, config_source = resolve_dit_config(root, dit_config)
         self.image_size = int(image_size or raw.get("image_size") or 256)
         self.chunk = chunk
         self.num_sampling_steps = num_sampling_steps
@@ -130,7 +139,8 @@ class OpenSoraWorldModel(WorldModel):
                 f"config.json's in_channels is {self.config.in_channels}"
             )
         if not meta:
-            load_dit_weights(self.dit, root)
+            weights_source = load_dit_weights(self.dit, root)
+            log.info("OpenSora world model %s: sizes from %s; weights from %s", root, config_source, weights_source)
 
     # -- helpers -----------------------------------------------------------------------------------
     @property
@@ -175,12 +185,20 @@ class OpenSoraWorldModel(WorldModel):
         z = encode_frames(self.vae, self._to_model_frames(frames.flatten(0, 1)), self.vae_micro_batch, generator)
         return z.float().unflatten(0, (B, T)).transpose(1, 2)
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, T, h, w]`` → uint8 frames ``[B, T, S, S, 3]`` (``(x+1)/2·255``, clamped, truncated)."""
+    def decode_float(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, T, h, w]`` → the VAE's float32 frames ``[B, T, S, S, 3]``, nominally in ``[-1, 1]`` (not clamped)."""
         B, _, T = latents.shape[:3]
         x = decode_latents(self.vae, latents.transpose(1, 2).flatten(0, 1), self.vae_micro_batch).float()
-        x = ((x + 1) / 2 * 255).clamp(0, 255).to(torch.uint8)
         return x.permute(0, 2, 3, 1).unflatten(0, (B, T))
+
+    @staticmethod
+    def to_uint8(x: torch.Tensor) -> torch.Tensor:
+        """Float frames in ``[-1, 1]`` → uint8 (``(x+1)/2·255``, clamped, truncated: RLinf's ``_wrap_obs``)."""
+        return ((x + 1) / 2 * 255).clamp(0, 255).to(torch.uint8)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, T, h, w]`` → uint8 frames ``[B, T, S, S, 3]`` (``(x+1)/2·255``, clamped, truncated)."""
+        return self.to_uint8(self.decode_float(latents))
 
     def velocity(self, z: torch.Tensor, t: torch.Tensor, actions: torch.Tensor, gen_mask: torch.Tensor) -> torch.Tensor:
         """The DiT's velocity ``[B, C, T, h, w]`` for latents ``z``, timesteps ``t [B]``, normalised actions."""
@@ -202,6 +220,25 @@ class OpenSoraWorldModel(WorldModel):
 
     def predict(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None):
         """Frames ``uint8 [B, chunk, S, S, 3]`` for env-scale actions ``[B, chunk, A]``; the new latent queue."""
+        generated, queue = self._sample(state, actions, generator)
+        return self.decode(generated), queue
+
+    def predict_with_reward_frames(
+        self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
+    ):
+        """:meth:`predict`, plus the float decoded frames for the reward model, scaled to ``[0, 255]``.
+
+        RLinf's OpenSora env scores ``current_obs``, the VAE's float output, not the uint8 observation
+        (RLinf v0.3 rlinf/envs/world_model/world_model_opensora_env.py:584-614; ``ResnetRM.predict_rew`` clamps
+        it to ``[-1, 1]``, RLinf/opensora opensora/models/reward_model/resnet_rm.py:91-94). The reward model maps
+        ``[0, 255]`` back to ``[-1, 1]`` and clamps, so it sees upstream's input up to float32 rounding.
+        """
+        generated, queue = self._sample(state, actions, generator)
+        x = self.decode_float(generated)
+        return self.to_uint8(x), (x + 1) * 127.5, queue
+
+    def _sample(self, state: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None):
+        """The chunk's generated latents ``[B, C, chunk, h, w]`` and the new latent queue."""
         if actions.shape[1] != self.chunk:
             raise ValueError(
                 f"OpenSoraWorldModel generates {self.chunk} frames per chunk, got {actions.shape[1]} actions"
@@ -219,7 +256,7 @@ class OpenSoraWorldModel(WorldModel):
         z = rflow_sample(lambda x, t: self.velocity(x, t, acts, gen_mask), z, gen_mask, steps)
         generated = z[:, :, Tc:]
         queue = torch.cat([state.float(), generated], dim=2)[:, :, -Tc:].contiguous()
-        return self.decode(generated), queue
+        return generated, queue
 
     def select(self, state: torch.Tensor, env_ids: torch.Tensor) -> torch.Tensor:
         return state[env_ids.to(state.device)]
@@ -314,9 +351,10 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     return q01, q99
 
 
-def load_dit_weights(dit: STDiT3, root: Path) -> None:
-    """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent)."""
-    state = load_weights(root, hint=TINY_HINT)
+def load_dit_weights(dit: STDiT3, root: Path) -> str:
+    """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent); returns
+    which files were read."""
+    state, source = load_dit_state(root, hint=TINY_HINT)
     expected = dit.state_dict()
     missing = sorted(k for k in expected if k not in state and not is_optional_key(k))
     unexpected = sorted(k for k in state if k not in expected)
@@ -326,11 +364,14 @@ def load_dit_weights(dit: STDiT3, root: Path) -> None:
         raise CheckpointError(
             f"{root}: key {key!r} {what} ({len(missing)} missing, {len(unexpected)} unexpected); expected the "
             f"released STDiT3 layout (spatial_blocks.N.*, temporal_blocks.N.*, action_embedder.*, t_block.1.*, ...) "
-            f"for config.json (depth {dit.config.depth}, hidden {dit.config.hidden_size})"
+            f"for the model's sizes (depth {dit.config.depth}, hidden {dit.config.hidden_size}; config.json, else the "
+            f"released STDiT3-XL/2 or dit_config)"
         )
     for k, v in state.items():
         if tuple(v.shape) != tuple(expected[k].shape):
             raise CheckpointError(
-                f"{root}: tensor {k!r} has shape {list(v.shape)}, config.json builds {list(expected[k].shape)}"
+                f"{root}: tensor {k!r} has shape {list(v.shape)}, the model's sizes (depth {dit.config.depth}, hidden "
+                f"{dit.config.hidden_size}) build {list(expected[k].shape)}; without config.json, pass dit_config"
             )
     dit.load_state_dict(state, strict=False)
+    return source

@@ -1,0 +1,71 @@
+"""What a world-model directory holds: the STDiT3 sizes and the weight files, in either layout.
+
+- The Hugging Face release (``RLinf/RLinf-OpenSora-LIBERO-*``): ``config.json`` and ``model-00001.safetensors`` +
+  ``model.safetensors.index.json``.
+- RLinf's own loader (RLinf v0.3 examples/embodiment/config/env/opensora_libero_spatial.yaml, ``world_model_cfg.model``)
+  reads only ``model-00001.safetensors`` and takes the sizes from its YAML: ``type: STDiT3-XL/2`` (depth 28,
+  hidden 1152, 16 heads, patch (1, 2, 2): RLinf/opensora opensora/models/stdit/stdit3.py:530-553) with
+  ``qk_norm``, ``action_dim`` and ``pad_action_num``. A directory without ``config.json`` or the index loads too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError, load_weights
+from rlinf_wm_opensora._modeling import STDiT3Config
+from rlinf_wm_opensora.released import RELEASED_CONFIG
+
+CONFIG_NAME = "config.json"
+#: shards found by name when there is no index: ``model-00001.safetensors``, ``model-00001-of-00002.safetensors``
+SHARD_PATTERN = re.compile(r"model-\d+(-of-\d+)?\.safetensors")
+
+
+def resolve_dit_config(root: Path, overrides: dict[str, Any] | None) -> tuple[STDiT3Config, dict[str, Any], str]:
+    """``(config, raw fields, where they came from)``: ``config.json`` if present, else the released STDiT3-XL/2
+    sizes updated by ``overrides`` (the fields RLinf's YAML passes).
+
+    Raises:
+        ValueError: ``overrides`` next to a ``config.json`` (which one counts would be ambiguous), or unknown fields.
+    """
+    path = root / CONFIG_NAME
+    if path.is_file():
+        if overrides:
+            raise ValueError(
+                f"{root} has {CONFIG_NAME}; dit_config is only for directories without one (RLinf's layout): drop it"
+            )
+        return STDiT3Config.from_json(path), json.loads(path.read_text()), CONFIG_NAME
+    known = {f.name for f in fields(STDiT3Config)}
+    unknown = sorted(set(overrides or {}) - known - {"image_size"})
+    if unknown:
+        raise ValueError(f"dit_config: unknown STDiT3 field(s) {unknown}; valid: {', '.join(sorted(known))}")
+    raw = {**RELEASED_CONFIG, **(overrides or {})}
+    source = f"no {CONFIG_NAME}: the released STDiT3-XL/2 sizes" + (" with dit_config" if overrides else "")
+    return STDiT3Config(**{k: v for k, v in raw.items() if k in known}), raw, source
+
+
+def load_dit_state(root: Path, hint: str) -> tuple[dict[str, torch.Tensor], str]:
+    """``(tensors, which files)``: the index (or ``model.safetensors``) if present, else every ``model-*.safetensors``
+    shard found by name, as RLinf reads ``model-00001.safetensors`` without an index."""
+    if (root / INDEX_NAME).is_file() or (root / SINGLE_NAME).is_file():
+        name = INDEX_NAME if (root / INDEX_NAME).is_file() else SINGLE_NAME
+        return load_weights(root, hint=hint), name
+    shards = sorted(p for p in root.iterdir() if SHARD_PATTERN.fullmatch(p.name))
+    if not shards:
+        return load_weights(root, hint=hint), ""  # raises the one-line "no weights" error
+    from rlinf_core.run.checkpoint_files import load_safetensors
+
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        part = load_safetensors(shard)
+        clash = sorted(set(part) & set(state))
+        if clash:
+            raise CheckpointError(f"{shard}: tensor {clash[0]!r} is also in an earlier shard; keep one copy")
+        state.update(part)
+    return state, ", ".join(p.name for p in shards) + f" (no {INDEX_NAME}: found by name)"
