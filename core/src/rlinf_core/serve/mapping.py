@@ -113,6 +113,7 @@ def _image_size(value: Any, what: str) -> tuple[int, int]:
         value = (value, value)
     if isinstance(value, str):
         value = value.lower().replace("x", " ").replace(",", " ").split()
+        value = value * 2 if len(value) == 1 else value  # "224": square
     try:
         h, w = (int(v) for v in value)
     except (TypeError, ValueError):
