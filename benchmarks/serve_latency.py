@@ -4,9 +4,11 @@ Each model is served in this process over openpi's websocket protocol and driven
 ``WebsocketClientPolicy`` on localhost with what openpi's LIBERO client sends (two 224x224 uint8 images, an
 8-D state, a prompt). ``decode`` / ``preprocess`` / ``model`` come from each reply's ``server_timing``,
 ``encode`` from the next reply's ``prev_encode_ms``; ``round trip`` is the client's wall time of ``infer``
-(pack, send, server, receive, unpack). The OFT model is also served over OpenVLA's REST protocol
+(pack, send, server, receive, unpack); ``hand-off`` is the server's time between the mapped observation and
+the model's result that is not the model (queueing and the two thread hand-offs). The OFT model is also served over OpenVLA's REST protocol
 (``requests`` + ``json_numpy``, times from the ``Server-Timing`` header). Last, K clients at once against
-``--max-batch 1`` and ``--max-batch K``: requests/s and p50 round trip, and the throughput ratio::
+``--max-batch 1`` and ``--max-batch K`` (3 alternating rounds, medians): requests/s, p50 round trip, and the
+throughput ratio::
 
     OMP_NUM_THREADS=1 python benchmarks/serve_latency.py [--requests 30] [--device cpu|cuda] [--clients 4]
 """
@@ -25,6 +27,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+COLUMNS = ("decode", "preprocess", "hand-off", "model", "encode", "round trip")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -59,7 +64,7 @@ def openpi_latency(policy: Path, n: int, flags: list[str]) -> dict[str, list[flo
     server = _server(policy, *flags)
     try:
         client = WebsocketClientPolicy("127.0.0.1", server.port)
-        rows: dict[str, list[float]] = {k: [] for k in ("decode", "preprocess", "model", "encode", "round trip")}
+        rows: dict[str, list[float]] = {k: [] for k in COLUMNS}
         for i in range(n + 3):
             t0 = time.perf_counter()
             timing = client.infer(_request(i))["server_timing"]
@@ -69,6 +74,7 @@ def openpi_latency(policy: Path, n: int, flags: list[str]) -> dict[str, list[flo
             rows["decode"].append(timing["decode_ms"])
             rows["preprocess"].append(timing["preprocess_ms"])
             rows["model"].append(timing["model_ms"])
+            rows["hand-off"].append(timing["infer_ms"] - timing["preprocess_ms"] - timing["model_ms"])
             if "prev_encode_ms" in timing and i > 3:
                 rows["encode"].append(timing["prev_encode_ms"])
             rows["round trip"].append(wall)
@@ -82,7 +88,7 @@ def rest_latency(policy: Path, n: int, flags: list[str]) -> dict[str, list[float
     import requests
 
     server = _server(policy, "--protocol", "openvla", *flags)
-    rows: dict[str, list[float]] = {k: [] for k in ("decode", "preprocess", "model", "encode", "round trip")}
+    rows: dict[str, list[float]] = {k: [] for k in COLUMNS}
     try:
         with requests.Session() as session:
             for i in range(n + 3):
@@ -97,6 +103,7 @@ def rest_latency(policy: Path, n: int, flags: list[str]) -> dict[str, list[float
                 parts = dict(p.split(";dur=") for p in response.headers["Server-Timing"].split(", "))
                 for k in ("decode", "preprocess", "model", "encode"):
                     rows[k].append(float(parts[k]))
+                rows["hand-off"].append(float(parts["infer"]) - float(parts["preprocess"]) - float(parts["model"]))
                 rows["round trip"].append(wall)
         return rows
     finally:
@@ -160,9 +167,8 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}, {opts.requests} requests after 3 warm-up\n")
     with tempfile.TemporaryDirectory() as tmp:
         models = tiny_models(Path(tmp))
-        print("| model | protocol | decode p50/p95 | preprocess p50/p95 | model p50/p95 | encode p50/p95 | "
-              "round trip p50/p95 (ms) |")
-        print("|---|---|---|---|---|---|---|")
+        print("| model | protocol | " + " | ".join(f"{c} p50 / p95" for c in COLUMNS) + " (ms) |")
+        print("|---|---|" + "---|" * len(COLUMNS))
         runs = [(name, "openpi", path) for name, (path, _) in models.items()]
         runs.append(("tiny OpenVLA-OFT", "openvla REST", models["tiny OpenVLA-OFT"][0]))
         for name, protocol, path in runs:
@@ -174,8 +180,12 @@ def main() -> None:
         print("|---|---|---|---|")
         for name in ("TinyVLAPolicy (toy)", "tiny OpenVLA-OFT"):
             path = models[name][0]
-            one = concurrent(path, opts.clients, max(4, opts.requests // 2), 1, flags)
-            many = concurrent(path, opts.clients, max(4, opts.requests // 2), opts.clients, flags)
+            rounds: dict[int, list[tuple[float, float]]] = {1: [], opts.clients: []}
+            for _ in range(3):  # alternating rounds, medians: load on a shared machine hits both alike
+                for batch in rounds:
+                    rounds[batch].append(concurrent(path, opts.clients, max(4, opts.requests // 2), batch, flags))
+            one, many = ((statistics.median(r[0] for r in v), statistics.median(r[1] for r in v))
+                         for v in rounds.values())
             print(f"| {name} | {one[0]:.1f}, {one[1]:.1f} | {many[0]:.1f}, {many[1]:.1f} | {many[0] / one[0]:.2f} |",
                   flush=True)
 
