@@ -160,3 +160,18 @@ def test_rlinf_serve_command_serves_until_stopped(toy_export):
     bad = subprocess.run([*RLINF, "serve", "--policy", str(toy_export),
                           "--chunk", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("rlinf serve: error: --max-batch")
+
+
+@pytest.mark.parametrize("protocol", ["openpi", "openvla"])
+def test_a_busy_port_is_a_one_line_error(toy_export, protocol, capsys):
+    import socket
+
+    from rlinf_core.serve.command import serve_command
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        code = serve_command(["--policy", str(toy_export), "--protocol", protocol, "--host", "127.0.0.1",
+                              "--port", str(busy.getsockname()[1])])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf serve: error: cannot listen on 127.0.0.1")

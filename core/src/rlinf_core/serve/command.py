@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from rlinf_core.serve.errors import ServeError
+from rlinf_core.serve.errors import ServeError, require
 
 PROTOCOLS = ("openpi", "openvla")
 DEFAULT_MAPPING = {"openpi": "libero", "openvla": "openvla"}
@@ -54,15 +54,9 @@ def make_server(opts: argparse.Namespace):
         raise ServeError("--max-batch and --chunk must be >= 1 and --temperature > 0")
     mapping = with_overrides(load_mapping(opts.mapping or DEFAULT_MAPPING[opts.protocol]), opts.image_size,
                              opts.default_prompt)
-    if opts.protocol == "openpi":
-        from rlinf_core.serve.errors import require
-
-        require("websockets", "websockets")
-        require("msgpack", "msgpack")
-    else:
-        from rlinf_core.serve.errors import require
-
-        require("json_numpy", "json-numpy")
+    for module, package in (("websockets", "websockets"), ("msgpack", "msgpack")) if opts.protocol == "openpi" \
+            else (("json_numpy", "json-numpy"),):
+        require(module, package)  # before the (slow) policy load
     load = LoadOptions(policy_class=opts.policy_class, config=opts.config, unnorm_key=opts.unnorm_key,
                        num_action_chunks=opts.chunk, precision=opts.precision, device=opts.device)
     loaded = load_policy(opts.policy, load)
@@ -78,27 +72,29 @@ def make_server(opts: argparse.Namespace):
 def serve_command(argv: list[str]) -> int:
     opts = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="rlinf serve: %(message)s")
+    server = None
     try:
         server = make_server(opts)
+        policy, loaded = server.runner.policy, server.runner.loaded
+        print(f"rlinf serve: {type(policy).__name__} ({loaded.source} {loaded.path}), {opts.protocol} protocol on "
+              f"{opts.host}:{opts.port}, mapping {opts.mapping or DEFAULT_MAPPING[opts.protocol]}, actions "
+              f"[{policy.num_action_chunks}, {policy.action_dim}], {'sampled' if opts.sample else 'greedy'}",
+              file=sys.stderr, flush=True)
         if opts.protocol == "openpi":
             import asyncio
 
-            start = asyncio.run
-            target = server.serve_forever()
+            try:
+                asyncio.run(server.serve_forever())
+            except OSError as exc:  # the websocket port is bound when serving starts
+                raise ServeError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
         else:
-            start, target = (lambda fn: fn()), server.serve_forever
-        p = server.runner.policy
-        print(f"rlinf serve: {type(p).__name__} ({server.runner.loaded.source} {server.runner.loaded.path}), "
-              f"{opts.protocol} protocol on {opts.host}:{opts.port}, mapping {opts.mapping or DEFAULT_MAPPING[opts.protocol]}, "
-              f"actions [{p.num_action_chunks}, {p.action_dim}], {'sampled' if opts.sample else 'greedy'}",
-              file=sys.stderr, flush=True)
-        start(target)
+            server.serve_forever()
     except ServeError as exc:
         print(f"rlinf serve: error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # the websocket port is bound when serving starts
-        print(f"rlinf serve: error: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("rlinf serve: stopped", file=sys.stderr)
+    finally:
+        if server is not None:
+            server.runner.close()
     return 0
