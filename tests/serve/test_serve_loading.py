@@ -108,6 +108,13 @@ def test_aloha_preset_and_a_yaml_mapping(tmp_path):
     assert obs.wrist_images.shape == (1, 2, 24, 32, 3) and obs.states.shape == (1, 14)
     assert torch.equal(obs.wrist_images[0, 1], torch.from_numpy(cams["cam_right_wrist"]).permute(1, 2, 0))
 
+    droid = {"observation/exterior_image_1_left": cams["cam_high"].transpose(1, 2, 0).copy(),
+             "observation/wrist_image_left": cams["cam_low"].transpose(1, 2, 0).copy(),
+             "observation/joint_position": np.arange(7, dtype=np.float64), "observation/gripper_position": np.ones(1),
+             "prompt": "put the marker in the cup"}  # openpi: examples/droid/main.py:119-127
+    obs = to_observation(droid, PRESETS["droid"])
+    assert obs.states[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 1] and obs.wrist_images.shape == (1, 24, 32, 3)
+
     spec = tmp_path / "kuka.yaml"
     spec.write_text("image: cams.front\nwrist_images: cams.hand\nstate: [q, gripper]\nprompt: task\n"
                     "image_size: 24x32\nstate_dim: 8\ndefault_prompt: stack the cubes\n")
