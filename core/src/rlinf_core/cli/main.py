@@ -261,6 +261,10 @@ def main(args: list[str] | None = None) -> int | None:
         return memory_command(argv[1:])
     if argv and argv[0] == "plot":
         return plot_command(argv[1:])
+    if argv and argv[0] == "serve":
+        from rlinf_core.serve.command import serve_command
+
+        return serve_command(argv[1:])
     if argv and argv[0] == "coevolve":
         from rlinf_core.cli.coevolve import coevolve_command
 

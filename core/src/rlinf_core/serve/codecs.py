@@ -1,0 +1,76 @@
+"""Wire formats: openpi's msgpack-with-numpy and OpenVLA's json-numpy.
+
+The msgpack layout is the one of openpi-client's ``msgpack_numpy`` (openpi:
+packages/openpi-client/src/openpi_client/msgpack_numpy.py:21-52): an array is a map
+``{b"__ndarray__": True, b"data": raw bytes, b"dtype": dtype.str, b"shape": shape}``, a numpy scalar
+``{b"__npgeneric__": True, b"data": item, b"dtype": dtype.str}``. It is written here (not imported from
+openpi-client, which pins numpy<2) and refuses object / void / complex dtypes, as openpi's packer does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlinf_core.serve.errors import BadRequest, require
+
+_REFUSED_KINDS = ("V", "O", "c")
+
+
+def _msgpack():
+    return require("msgpack", "msgpack")
+
+
+def _pack_default(obj: Any) -> Any:
+    if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind in _REFUSED_KINDS:
+        raise TypeError(f"cannot send numpy dtype {obj.dtype}")
+    if isinstance(obj, np.ndarray):
+        return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    return obj
+
+
+def _unpack_hook(obj: dict) -> Any:
+    if b"__ndarray__" in obj or b"__npgeneric__" in obj:
+        try:
+            dtype = np.dtype(obj[b"dtype"])
+            if dtype.kind in _REFUSED_KINDS:
+                raise BadRequest(f"arrays of dtype {dtype} are not accepted")
+            if b"__ndarray__" in obj:
+                return np.ndarray(buffer=obj[b"data"], dtype=dtype, shape=tuple(obj[b"shape"]))
+            return dtype.type(obj[b"data"])
+        except BadRequest:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadRequest(f"malformed msgpack-numpy array ({exc})") from None
+    return obj
+
+
+def msgpack_dumps(obj: Any) -> bytes:
+    return _msgpack().packb(obj, default=_pack_default)
+
+
+def msgpack_loads(data: bytes) -> Any:
+    msgpack = _msgpack()
+    try:
+        return msgpack.unpackb(data, object_hook=_unpack_hook)
+    except BadRequest:
+        raise
+    except UnicodeDecodeError:
+        raise BadRequest("the request holds a msgpack string that is not valid UTF-8 (send text as UTF-8)") from None
+    except Exception as exc:  # msgpack's own ExtraData / FormatError / ValueError family
+        raise BadRequest(f"the request is not msgpack-numpy (as openpi-client packs it): {exc}") from None
+
+
+def json_numpy_dumps(obj: Any) -> str:
+    return require("json_numpy", "json-numpy").dumps(obj)
+
+
+def json_numpy_loads(text: str) -> Any:
+    json_numpy = require("json_numpy", "json-numpy")
+    try:
+        return json_numpy.loads(text)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise BadRequest(f"the request body is not json-numpy JSON: {exc}") from None

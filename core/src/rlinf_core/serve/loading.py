@@ -1,0 +1,186 @@
+"""The policy to serve, loaded as ``rlinf validate`` gets it.
+
+- An exported directory (``save_pretrained`` / Hugging Face layout: ``<run>/policy``, an SFT export or a
+  released checkpoint): ``PolicyClass.from_pretrained(dir, **overrides)``; the class is read from what
+  ``save_pretrained`` recorded in ``config.json`` or named with ``--policy-class``.
+- A run's checkpoint (``last.ckpt``, any ``*.ckpt``, or a run directory: its newest good checkpoint): the
+  policy is built from the run's ``config.yaml`` (``model.init_args.policy``) and the checkpoint's
+  ``policy.*`` weights are loaded into it; a trainable-only (LoRA) checkpoint gets its frozen weights from
+  the policy's ``model_path``, checked as a resume checks them (:func:`rlinf_core.run.checkpointing.restore_frozen`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlinf_core.contracts.policy import Policy
+from rlinf_core.serve.errors import ServeError
+
+SAVED_SETTINGS_KEYS = ("rlinf", "rlinf_policy")  # config.json entries where policies record their class name
+
+
+@dataclass
+class LoadOptions:
+    """How to load the policy.
+
+    Args:
+        policy_class: registered name or dotted path of the policy class (default: recorded in the checkpoint).
+        config: the run's ``config.yaml`` for a ``*.ckpt`` (default: found beside it or one level up).
+        unnorm_key: dataset statistics the actions are un-normalised with (policies that have several).
+        num_action_chunks: actions per chunk the policy returns (default: the checkpoint's).
+        precision: the policy's ``precision`` setting (``fp32``, ``bf16``, ``bf16-true``, ...), as in training.
+        device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``).
+    """
+
+    policy_class: str | None = None
+    config: str | None = None
+    unnorm_key: str | None = None
+    num_action_chunks: int | None = None
+    precision: str | None = None
+    device: str = "cpu"
+
+    def overrides(self) -> dict[str, Any]:
+        given = {"unnorm_key": self.unnorm_key, "num_action_chunks": self.num_action_chunks,
+                 "precision": self.precision}
+        return {k: v for k, v in given.items() if v is not None}
+
+
+@dataclass
+class LoadedPolicy:
+    policy: Policy
+    source: str  #: ``export`` or ``checkpoint``
+    path: str
+
+
+def _registry():
+    from rlinf_core.plugins.manager import PluginError, load_plugins
+
+    try:
+        return load_plugins(warn=False)
+    except PluginError as exc:
+        raise ServeError(str(exc)) from None
+
+
+def _resolve_class(name: str) -> type:
+    from rlinf_core.plugins.manager import PluginError
+
+    try:
+        cls = _registry().resolve("policy", name)
+    except PluginError as exc:
+        raise ServeError(str(exc)) from None
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise ServeError(f"{name} is not a Policy class")
+    return cls
+
+
+def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    unsupported = sorted(set(overrides) - set(params))
+    if unsupported:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unsupported)
+        raise ServeError(f"{cls.__name__} has no setting {', '.join(unsupported)}; drop {flags}")
+
+
+def recorded_class(export_dir: Path) -> str | None:
+    """The policy class ``save_pretrained`` recorded in ``config.json`` (its name or ``model_type``)."""
+    try:
+        cfg = json.loads((export_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    for key in SAVED_SETTINGS_KEYS:
+        saved = cfg.get(key)
+        if isinstance(saved, dict) and isinstance(saved.get("policy"), str):
+            return saved["policy"]
+    model_type = cfg.get("model_type")
+    for entry in _registry().classes.values():
+        if entry.kind == "policy" and model_type and getattr(entry.cls, "model_type", None) == model_type:
+            return entry.name
+    return None
+
+
+def _load_export(path: Path, opts: LoadOptions) -> Policy:
+    name = opts.policy_class or recorded_class(path)
+    if name is None:
+        names = ", ".join(_registry().names("policy"))
+        raise ServeError(f"{path}/config.json does not say which policy class wrote it; pass --policy-class "
+                         f"(one of: {names})")
+    cls = _resolve_class(name)
+    overrides = opts.overrides()
+    _check_overrides(cls, overrides)
+    return cls.from_pretrained(path, **overrides)
+
+
+def _run_config(ckpt: Path, given: str | None) -> dict:
+    import yaml
+
+    candidates = [Path(given)] if given else [ckpt.parent / "config.yaml", ckpt.parent.parent / "config.yaml"]
+    for cfg in candidates:
+        if cfg.is_file():
+            return yaml.safe_load(cfg.read_text()) or {}
+    where = given or f"{candidates[0]} or {candidates[1]}"
+    raise ServeError(f"no run config at {where}; pass the run's config.yaml with --config")
+
+
+def _policy_spec(config: dict) -> dict:
+    model = config.get("model") or {}
+    args = model.get("init_args", model) if isinstance(model, dict) else {}
+    spec = args.get("policy") if isinstance(args, dict) else None
+    if not isinstance(spec, dict) or "class_path" not in spec:
+        raise ServeError("the run config has no model.init_args.policy with a class_path (is it an RL/SFT run?)")
+    return spec
+
+
+def _load_checkpoint(ckpt: Path, opts: LoadOptions) -> Policy:
+    from rlinf_core.run.checkpointing import restore_frozen
+
+    spec = _policy_spec(_run_config(ckpt, opts.config))
+    cls = _resolve_class(opts.policy_class or spec["class_path"])
+    overrides = opts.overrides()
+    _check_overrides(cls, overrides)
+    policy = cls(**{**(spec.get("init_args") or {}), **overrides})
+    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=False)  # a Lightning checkpoint of the user's run
+    holder = torch.nn.Module()
+    holder.policy = policy  # the RLModule / SFTModule attribute name: state-dict keys "policy.*"
+    state = {k: v for k, v in checkpoint.get("state_dict", {}).items() if k.startswith("policy.")}
+    if not state:
+        raise ServeError(f"{ckpt} holds no policy.* weights (not an rlinf run checkpoint?)")
+    try:
+        restore_frozen(holder, {**checkpoint, "state_dict": state})
+        holder.load_state_dict(state, strict=True)
+    except (ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ServeError(f"{ckpt} does not fit the policy its config builds: {first}") from None
+    return policy
+
+
+def load_policy(path: str, opts: LoadOptions) -> LoadedPolicy:
+    """Load ``path`` (export directory, ``*.ckpt`` or run directory) on ``opts.device``, in eval mode."""
+    from rlinf_core.run.checkpoint_files import CheckpointError, resolve_resume_path
+
+    p = Path(path)
+    if not p.exists():
+        raise ServeError(f"--policy {path}: no such file or directory")
+    if p.is_dir() and (p / "config.json").is_file():
+        source, policy = "export", _load_export(p, opts)
+    elif p.is_dir() and not any(p.glob("*.ckpt")) and not (p / "checkpoints").is_dir() and (p / "policy").is_dir():
+        source, policy = "export", _load_export(p / "policy", opts)
+    else:
+        try:
+            ckpt = Path(resolve_resume_path(str(p)))
+        except CheckpointError as exc:
+            raise ServeError(str(exc)) from None
+        source, p, policy = "checkpoint", ckpt, _load_checkpoint(ckpt, opts)
+    try:
+        policy = policy.to(torch.device(opts.device))
+    except (RuntimeError, AssertionError) as exc:
+        raise ServeError(f"--device {opts.device}: {str(exc).splitlines()[0]}") from None
+    policy.eval()
+    return LoadedPolicy(policy=policy, source=source, path=str(p))

@@ -1,0 +1,235 @@
+"""Protocol observation dicts -> :class:`~rlinf_core.contracts.observation.Observation` (batch of one).
+
+A mapping names the request keys of each observation field. A key is looked up literally first
+(``observation/image``), then as a dotted path into nested dicts (``images.cam_high``).
+
+Conventions (the ones the env plugins hand the policies): images arrive **upright RGB uint8**, as the
+env plugins produce them after their flips (LIBERO renders upside down; its env and openpi's LIBERO
+client both turn it by 180°, openpi: examples/libero/main.py:115-116), so the server never flips. The
+**policy resizes** (OpenVLA(-OFT): squash to its input size; π0: resize with padding), so any size is
+accepted unless the mapping or ``--image-size`` fixes one. The prompt is the raw task text: the policy
+applies its own template and lower-casing. States are float32, concatenated in the listed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.serve.errors import BadRequest, ServeError
+
+MIN_IMAGE_SIDE = 8
+
+
+@dataclass(frozen=True)
+class ObsMapping:
+    """Where each observation field is in a request.
+
+    Args:
+        image: key of the main (third-person) camera, uint8 ``[H, W, 3]`` (``[3, H, W]`` with ``channels_first``).
+        prompt: key of the instruction text (UTF-8).
+        wrist_images: keys of wrist cameras, in the order the policy's image slots take them.
+        state: keys of the proprioceptive state parts, concatenated into one float32 vector.
+        optional: fields (``wrist_images``, ``state``) that may be left out of a request.
+        channels_first: images are ``[3, H, W]`` (openpi's ALOHA client) instead of ``[H, W, 3]``.
+        image_size: ``[H, W]`` every image must have (None: any size, the policy resizes).
+        state_dim: length the concatenated state must have (None: not checked).
+        default_prompt: instruction used when a request has none (None: the prompt is required).
+    """
+
+    image: str
+    prompt: str = "prompt"
+    wrist_images: tuple[str, ...] = ()
+    state: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    channels_first: bool = False
+    image_size: tuple[int, int] | None = None
+    state_dim: int | None = None
+    default_prompt: str | None = None
+
+    def keys(self) -> list[str]:
+        return [self.image, *self.wrist_images, *self.state, self.prompt]
+
+
+# openpi's example clients (openpi: examples/libero/main.py:130-141, examples/droid/main.py:119-127,
+# examples/aloha_real/env.py:40-53 with AlohaInputs taking cam_high + both wrists) and OpenVLA's deploy
+# payloads (openvla: vla-scripts/deploy.py:99-100; openvla-oft: vla-scripts/deploy.py:85-89).
+PRESETS: dict[str, ObsMapping] = {
+    "libero": ObsMapping(
+        image="observation/image", wrist_images=("observation/wrist_image",), state=("observation/state",),
+    ),
+    "droid": ObsMapping(
+        image="observation/exterior_image_1_left", wrist_images=("observation/wrist_image_left",),
+        state=("observation/joint_position", "observation/gripper_position"),
+    ),
+    "aloha": ObsMapping(
+        image="images.cam_high", wrist_images=("images.cam_left_wrist", "images.cam_right_wrist"), state=("state",),
+        channels_first=True,
+    ),
+    "openvla": ObsMapping(image="image", prompt="instruction"),
+    "openvla-oft": ObsMapping(
+        image="full_image", prompt="instruction", wrist_images=("wrist_image",), state=("state",),
+        optional=("wrist_images", "state"),
+    ),
+}
+
+
+def load_mapping(spec: str) -> ObsMapping:
+    """A preset name or a YAML file with :class:`ObsMapping`'s fields."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.is_file():
+        raise ServeError(f"--mapping {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file")
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ServeError(f"--mapping {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict) or "image" not in raw:
+        raise ServeError(f"--mapping {path}: expected a mapping with at least an 'image' key")
+    known = {f.name for f in fields(ObsMapping)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ServeError(f"--mapping {path}: unknown keys {unknown} (known: {', '.join(sorted(known))})")
+    for key in ("wrist_images", "state", "optional"):
+        if isinstance(raw.get(key), str):
+            raw[key] = [raw[key]]
+        if key in raw:
+            raw[key] = tuple(raw[key] or ())
+    if raw.get("image_size") is not None:
+        raw["image_size"] = _image_size(raw["image_size"], f"--mapping {path}: image_size")
+    return ObsMapping(**raw)
+
+
+def _image_size(value: Any, what: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        value = (value, value)
+    if isinstance(value, str):
+        value = value.lower().replace("x", " ").replace(",", " ").split()
+        value = value * 2 if len(value) == 1 else value  # "224": square
+    try:
+        h, w = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ServeError(f"{what} must be H W (e.g. 224x224), got {value!r}") from None
+    return h, w
+
+
+def with_overrides(mapping: ObsMapping, image_size: str | None = None, default_prompt: str | None = None) -> ObsMapping:
+    changes: dict[str, Any] = {}
+    if image_size:
+        changes["image_size"] = _image_size(image_size, "--image-size")
+    if default_prompt is not None:
+        changes["default_prompt"] = default_prompt
+    return replace(mapping, **changes)
+
+
+_MISSING = object()
+
+
+def _lookup(request: dict, key: str) -> Any:
+    if key in request:
+        return request[key]
+    node: Any = request
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _image(value: Any, key: str, mapping: ObsMapping) -> np.ndarray:
+    layout = "[3, H, W]" if mapping.channels_first else "[H, W, 3]"
+    if not isinstance(value, np.ndarray):
+        raise BadRequest(f"{key} must be a uint8 {layout} numpy array, got {type(value).__name__}")
+    if value.dtype != np.uint8 or value.ndim != 3 or value.shape[0 if mapping.channels_first else 2] != 3:
+        raise BadRequest(f"{key} must be a uint8 {layout} RGB image, got {value.dtype} {list(value.shape)}")
+    img = np.moveaxis(value, 0, -1) if mapping.channels_first else value
+    h, w = img.shape[:2]
+    if mapping.image_size is not None and (h, w) != tuple(mapping.image_size):
+        want = "x".join(map(str, mapping.image_size))
+        raise BadRequest(f"{key} is {h}x{w}, this server expects {want} images (its --image-size / mapping)")
+    if min(h, w) < MIN_IMAGE_SIDE:
+        raise BadRequest(f"{key} is {h}x{w}; images must be at least {MIN_IMAGE_SIDE} pixels a side")
+    return np.array(img, order="C")  # a copy: wire buffers are read-only, torch wants writable memory
+
+
+def _state_part(value: Any, key: str) -> np.ndarray:
+    arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, list)) else None
+    if arr is None or arr.dtype.kind not in "fiub" or arr.ndim > 1:
+        got = f"{arr.dtype} {list(arr.shape)}" if arr is not None else type(value).__name__
+        raise BadRequest(f"{key} must be a 1-D numeric array, got {got}")
+    arr = arr.astype(np.float32).reshape(-1)
+    if not np.isfinite(arr).all():
+        raise BadRequest(f"{key} holds NaN or inf")
+    return arr
+
+
+def _prompt(value: Any, key: str) -> str:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest(f"{key} is not valid UTF-8 text") from None
+    if not isinstance(value, str):
+        raise BadRequest(f"{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def to_observation(request: Any, mapping: ObsMapping) -> Observation:
+    """The request as a batch-of-one :class:`Observation`; :class:`BadRequest` names the first problem."""
+    if not isinstance(request, dict):
+        raise BadRequest(f"the request must be a dict of observation keys, got {type(request).__name__}")
+
+    def get(key: str, field_name: str) -> Any:
+        value = _lookup(request, key)
+        if value is _MISSING and field_name not in mapping.optional:
+            have = ", ".join(sorted(map(str, request))) or "none"
+            raise BadRequest(f"missing key {key!r} (this server's mapping expects {mapping.keys()}; got {have})")
+        return value
+
+    main = _image(get(mapping.image, "image"), mapping.image, mapping)
+    wrists = [(k, get(k, "wrist_images")) for k in mapping.wrist_images]
+    wrists = [_image(v, k, mapping) for k, v in wrists if v is not _MISSING]
+    if wrists and len({w.shape for w in wrists}) > 1:
+        raise BadRequest(f"wrist images {list(mapping.wrist_images)} must share one size")
+    parts = [(k, get(k, "state")) for k in mapping.state]
+    parts = [_state_part(v, k) for k, v in parts if v is not _MISSING]
+    if len(parts) not in (0, len(mapping.state)):
+        raise BadRequest(f"send all of the state keys {list(mapping.state)} or none")
+    state = np.concatenate(parts) if parts else None
+    if state is not None and mapping.state_dim is not None and state.shape[0] != mapping.state_dim:
+        raise BadRequest(f"the state ({' + '.join(mapping.state)}) has {state.shape[0]} values, expected "
+                         f"{mapping.state_dim}")
+    raw_prompt = _lookup(request, mapping.prompt)
+    if raw_prompt is _MISSING:
+        if mapping.default_prompt is None:
+            raise BadRequest(f"missing key {mapping.prompt!r} (the instruction text)")
+        raw_prompt = mapping.default_prompt
+    prompt = _prompt(raw_prompt, mapping.prompt)
+    wrist_t = None
+    if wrists:
+        stacked = torch.from_numpy(np.stack(wrists))  # [N, H, W, 3]: one camera is already a batch of one
+        wrist_t = stacked.unsqueeze(0) if len(wrists) > 1 else stacked
+    return Observation(
+        main_images=torch.from_numpy(main).unsqueeze(0),
+        task_descriptions=[prompt],
+        wrist_images=wrist_t,
+        states=torch.from_numpy(state).unsqueeze(0) if state is not None else None,
+    )
+
+
+def signature(obs: Observation) -> tuple:
+    """Observations with equal signatures can be concatenated into one batch."""
+    return tuple(None if t is None else tuple(t.shape[1:]) for t in (obs.main_images, obs.wrist_images, obs.states))
+
+
+__all__ = ["ObsMapping", "PRESETS", "load_mapping", "to_observation", "signature", "with_overrides"]

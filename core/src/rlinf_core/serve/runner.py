@@ -1,0 +1,147 @@
+"""One model thread shared by every connection: requests queue up, the thread runs ``policy.act``.
+
+With ``max_batch > 1`` the requests already waiting when the model becomes free (up to ``max_batch``, with
+the same image / state shapes) run as one batch; nothing waits for a batch to fill. A batch that fails is
+retried request by request, so one bad observation never fails another client's request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.serve.loading import LoadedPolicy
+from rlinf_core.serve.mapping import ObsMapping, signature
+
+log = logging.getLogger("rlinf.serve")
+
+
+class PolicyFailure(RuntimeError):
+    """``policy.act`` raised on a request (e.g. a state of the wrong length); sent back to the client."""
+
+
+@dataclass
+class InferenceSettings:
+    """How actions are chosen.
+
+    Args:
+        do_sample: draw from the policy's distribution instead of acting greedily (argmax / mean / ODE).
+        temperature: sampling temperature (token policies divide logits by it; flow policies scale the noise).
+        max_batch: requests run together when they arrive while the model is busy (1: one at a time).
+    """
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    max_batch: int = 1
+
+
+@dataclass
+class _Job:
+    obs: Observation
+    future: Future = field(default_factory=Future)
+
+
+class PolicyRunner:
+    """Runs ``loaded.policy`` on a background thread; :meth:`submit` is safe from any thread."""
+
+    def __init__(self, loaded: LoadedPolicy, mapping: ObsMapping, settings: InferenceSettings) -> None:
+        if settings.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {settings.max_batch}")
+        if settings.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {settings.temperature}")
+        self.loaded = loaded
+        self.policy = loaded.policy
+        self.mapping = mapping
+        self.settings = settings
+        self._jobs: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="rlinf-serve-model", daemon=True)
+        self._thread.start()
+
+    def metadata(self, protocol: str) -> dict:
+        """What a client learns on connect (openpi sends it right after the handshake)."""
+        p = self.policy
+        return {
+            "server": "rlinf serve",
+            "protocol": protocol,
+            "policy": type(p).__name__,
+            "checkpoint": self.loaded.path,
+            "action_dim": int(p.action_dim),
+            "action_horizon": int(p.num_action_chunks),
+            "unnorm_key": getattr(p, "unnorm_key", None),
+            "do_sample": self.settings.do_sample,
+            "temperature": self.settings.temperature,
+            "observation_keys": self.mapping.keys(),
+            "image_size": list(self.mapping.image_size) if self.mapping.image_size else None,
+            "image_layout": "CHW" if self.mapping.channels_first else "HWC",
+        }
+
+    def submit(self, obs: Observation) -> Future:
+        """Queue one batch-of-one observation; the future gives ``(actions float32 [C, D], timing dict)``."""
+        job = _Job(obs)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the policy runner is closed")
+            self._jobs.append(job)
+            self._cond.notify()
+        return job.future
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ model thread
+    def _next_batch(self) -> list[_Job] | None:
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            first = self._jobs.popleft()
+            batch, sig, skipped = [first], signature(first.obs), []
+            while self._jobs and len(batch) < self.settings.max_batch:
+                job = self._jobs.popleft()
+                (batch if signature(job.obs) == sig else skipped).append(job)
+            self._jobs.extendleft(reversed(skipped))
+            return batch
+
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        while (batch := self._next_batch()) is not None:
+            try:
+                self._run(batch)
+            except Exception as exc:  # noqa: BLE001 - a failed batch is retried alone, then reported per request
+                if len(batch) > 1:
+                    for job in batch:
+                        self._run_alone(job)
+                else:
+                    log.exception("policy.act failed")
+                    batch[0].future.set_exception(PolicyFailure(f"{type(exc).__name__}: {exc}"))
+
+    def _run_alone(self, job: _Job) -> None:
+        try:
+            self._run([job])
+        except Exception as exc:  # noqa: BLE001
+            log.exception("policy.act failed")
+            job.future.set_exception(PolicyFailure(f"{type(exc).__name__}: {exc}"))
+
+    def _run(self, batch: list[_Job]) -> None:
+        t0 = time.perf_counter()
+        obs = Observation.cat([j.obs for j in batch]) if len(batch) > 1 else batch[0].obs
+        out = self.policy.act(obs.to(self.policy.device), do_sample=self.settings.do_sample,
+                              temperature=self.settings.temperature)
+        actions = out.actions.detach().float().cpu().numpy().astype(np.float32)
+        model_ms = (time.perf_counter() - t0) * 1000
+        for i, job in enumerate(batch):
+            job.future.set_result((actions[i], {"model_ms": model_ms, "batch_size": len(batch)}))

@@ -1,0 +1,135 @@
+"""openpi's websocket policy protocol (openpi: src/openpi/serving/websocket_policy_server.py).
+
+On connect the server sends the metadata dict (msgpack-numpy); then each binary message is an observation
+dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. ``GET /healthz`` answers
+``OK``. Unlike openpi's server, an error does not close the connection: the reply to a bad request is a
+text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next request is
+served; a client that disconnects or crashes only ends its own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import threading
+import time
+
+from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
+from rlinf_core.serve.errors import BadRequest, require
+from rlinf_core.serve.mapping import to_observation
+from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
+
+log = logging.getLogger("rlinf.serve")
+
+
+class OpenPIWebsocketServer:
+    """Serves ``runner`` over openpi's protocol.
+
+    Args:
+        runner: the policy runner (shared by every connection).
+        host: address to bind.
+        port: TCP port (0: any free port; see :attr:`port` once started).
+        max_message_mb: largest request accepted (MiB); a larger one closes that connection.
+    """
+
+    def __init__(self, runner: PolicyRunner, host: str = "0.0.0.0", port: int = 8000, max_message_mb: int = 64):
+        self.runner = runner
+        self.host = host
+        self.port = port
+        self.max_message_mb = max_message_mb
+        self._metadata = msgpack_dumps(runner.metadata("openpi"))
+        self._server = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    async def _handle(self, ws) -> None:
+        websockets = require("websockets", "websockets")
+        peer = ws.remote_address
+        log.info("connection from %s", peer)
+        await ws.send(self._metadata)
+        prev_encode_ms = None
+        try:
+            while True:
+                message = await ws.recv()
+                t0 = time.perf_counter()
+                try:
+                    if isinstance(message, str):
+                        raise BadRequest("send the observation as a binary msgpack frame (openpi-client's packer)")
+                    request = msgpack_loads(message)
+                    t1 = time.perf_counter()
+                    obs = to_observation(request, self.runner.mapping)
+                    t2 = time.perf_counter()
+                    actions, timing = await asyncio.wrap_future(self.runner.submit(obs))
+                except BadRequest as exc:
+                    await ws.send(f"rlinf serve: bad request: {exc}")
+                    continue
+                except PolicyFailure as exc:
+                    await ws.send(f"rlinf serve: the policy failed on this request: {exc}")
+                    continue
+                t3 = time.perf_counter()
+                server_timing = {
+                    "decode_ms": (t1 - t0) * 1000,
+                    "preprocess_ms": (t2 - t1) * 1000,
+                    **timing,
+                    "infer_ms": (t3 - t1) * 1000,
+                }
+                if prev_encode_ms is not None:
+                    server_timing["prev_encode_ms"] = prev_encode_ms
+                payload = msgpack_dumps({"actions": actions, "server_timing": server_timing})
+                prev_encode_ms = (time.perf_counter() - t3) * 1000
+                await ws.send(payload)
+        except websockets.ConnectionClosed:
+            log.info("connection from %s closed", peer)
+
+    @staticmethod
+    def _health(connection, request):
+        if request.path == "/healthz":
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        return None
+
+    async def _start(self) -> None:
+        serve = require("websockets.asyncio.server", "websockets").serve
+        self._server = await serve(self._handle, self.host, self.port, compression=None,
+                                   max_size=self.max_message_mb * 2**20, process_request=self._health)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def serve_forever(self) -> None:
+        await self._start()
+        await self._server.serve_forever()
+
+    # ------------------------------------------------------------------ in a background thread (tests, benchmarks)
+    def start(self) -> OpenPIWebsocketServer:
+        """Serve from a daemon thread; returns once the port is bound."""
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            try:
+                self._loop.run_until_complete(self._start())
+            except BaseException as exc:  # noqa: BLE001 - re-raised in start()
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="rlinf-serve-ws", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._server is None:
+            return
+
+        async def shutdown() -> None:
+            self._server.close()
+            await self._server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
