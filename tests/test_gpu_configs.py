@@ -89,7 +89,7 @@ def released_adapter(tmp_path_factory):
 
 def _parse(config: Path, overrides: list[str]) -> dict:
     """The config as the ``rlinf`` CLI parses it (no class is instantiated)."""
-    from rlinf_core import cli
+    from rlinf_core.cli import main as cli  # the module
 
     cli.load_plugins()
     import lightning.pytorch as pl

@@ -39,7 +39,7 @@ def test_short_name_resolves_inside_packages_unless_a_local_file_exists(tmp_path
 def test_rlinf_configs_lists_core_and_plugin_configs(capsys):
     assert main(["configs", "--json"]) == 0
     rows = {r["name"]: r["package"] for r in json.loads(capsys.readouterr().out)}
-    assert rows["toy/reach_ppo.yaml"] == "rlinf"
+    assert rows["toy/reach_ppo.yaml"] == "rlinf_core"
     assert rows["libero/spatial.yaml"] == "rlinf_env_libero"
     assert rows["maniskill/maniskill_ppo_openvla.yaml"] == "rlinf_env_maniskill"
     assert rows["metaworld/quickstart_grpo.yaml"] == "rlinf_env_metaworld"
