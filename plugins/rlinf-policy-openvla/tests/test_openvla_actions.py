@@ -115,3 +115,16 @@ def test_sft_loss_fits_expert_actions(tiny_oft, obs, cls):
     assert ((greedy - expert).abs() <= width).float().mean() > 0.8
     with pytest.raises(ValueError, match=r"expects actions \[3, 1, 7\]"):
         policy.sft_loss(obs, expert[..., :4])
+
+
+def test_kv_cache_decode_raises_no_deprecation_warning(tiny_openvla, obs):
+    """The autoregressive decode steps pass the KV cache through transformers' supported ``cache`` argument
+    (``past_key_values`` is deprecated for removal in 5.40): no Deprecation / FutureWarning."""
+    import warnings
+
+    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", FutureWarning)
+        out = policy.act(obs, do_sample=False)
+    assert out.actions.shape == (len(obs), 2, policy.action_dim)

@@ -493,7 +493,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
             mask = torch.cat([mask, ones], dim=1)
             position = position + 1
             step = vla.embed_tokens(self.action_tokenizer.bins_to_tokens(b).unsqueeze(1))
-            out = vla.run_llm(step, mask, position_ids=position, past_key_values=out.past_key_values, use_cache=True)
+            out = vla.run_llm(step, mask, position_ids=position, cache=out.cache, use_cache=True)
             hidden = out.last_hidden_state[:, -1]
         return torch.stack(bins, 1), torch.stack(logps, 1), values
 
