@@ -18,7 +18,7 @@ import torch
 
 from rlinf_core.models.weights import CheckpointError, read_json
 from rlinf_core.models.norm_stats import read_norm_stats
-from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
+from rlinf_policy_openvla.vit import ACTIVATIONS, TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
 # ImageNet statistics as Prismatic stores them for DINOv2 (bf16-rounded); SigLIP uses 0.5 / 0.5.
@@ -113,6 +113,9 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
             f"config.json: use_fused_vision_backbone={fused} needs {n} timm_model_ids, got {ids}"
         )
     sizes = cfg.get("image_sizes") or []
+    # Prismatic passes these to timm.create_model(act_layer=...) (openvla/openvla:prismatic/extern/hf/
+    # modeling_prismatic.py:83,97); null keeps the model's own activation
+    acts = list(cfg.get("timm_override_act_layers") or [None] * n)
     specs = []
     for i in range(n):
         if overrides[i] is not None:
@@ -126,6 +129,13 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
             )
         if i < len(sizes) and sizes[i] != spec.image_size:
             spec = ViTSpec.from_dict({**spec.to_dict(), "image_size": int(sizes[i])})
+        act = acts[i] if i < len(acts) else None
+        if act is not None:
+            if act not in ACTIVATIONS:
+                raise CheckpointError(
+                    f"config.json: timm_override_act_layers[{i}] = {act!r} not supported; valid: {', '.join(ACTIVATIONS)}"
+                )
+            spec = ViTSpec.from_dict({**spec.to_dict(), "act": act})
         specs.append(spec)
     if len({(s.image_size, s.patch_size) for s in specs}) != 1:
         raise CheckpointError("config.json: fused vision towers must share image size and patch size")
