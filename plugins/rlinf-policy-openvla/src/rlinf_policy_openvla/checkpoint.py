@@ -41,6 +41,8 @@ class PrismaticSpec:
     image_means: list[tuple[float, float, float]]
     image_stds: list[tuple[float, float, float]]
     raw: dict = field(default_factory=dict)
+    image_resize_strategy: str = "resize-naive"  # Prismatic's resize-naive | resize-crop | letterbox
+    letterbox_fill: tuple[int, int, int] = (127, 127, 127)
 
     @property
     def vision_dim(self) -> int:
@@ -157,6 +159,26 @@ def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
     return means, stds
 
 
+def _resize_strategy(path: Path, cfg: dict, means: list) -> tuple[str, tuple[int, int, int]]:
+    """The processor's ``image_resize_strategy`` (preprocessor_config.json, else config.json) and letterbox fill.
+
+    Prismatic fills the letterbox border with ``int(255 · mean)`` of the last tower's normalisation mean
+    (openvla/openvla:prismatic/extern/hf/processing_prismatic.py:118-119); a saved ``tvf_letterbox_fill`` wins.
+    """
+    from rlinf_policy_openvla.processing import RESIZE_STRATEGIES
+
+    pre = path / "preprocessor_config.json"
+    p = read_json(pre) if pre.is_file() else {}
+    strategy = p.get("image_resize_strategy") or cfg.get("image_resize_strategy") or "resize-naive"
+    if strategy not in RESIZE_STRATEGIES:
+        raise CheckpointError(
+            f"{path}: image_resize_strategy {strategy!r} not supported; valid: {', '.join(RESIZE_STRATEGIES)}"
+        )
+    saved = p.get("tvf_letterbox_fill")
+    fill = tuple(int(v) for v in saved) if saved else tuple(int(x * 255) for x in means[-1])
+    return strategy, fill
+
+
 def _int(cfg: dict, key: str, default: int) -> int:
     value = cfg.get(key, default)
     if value is None:
@@ -185,6 +207,7 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
     else:
         raise CheckpointError(f"config.json: arch_specifier {arch!r} not supported; use '*gelu-mlp' or '*fused-gelu-mlp'")
     means, stds = _image_norm(path, cfg, len(vision))
+    strategy, fill = _resize_strategy(path, cfg, means)
     spec = PrismaticSpec(
         vision=vision,
         projector=projector,
@@ -196,6 +219,8 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
         image_means=means,
         image_stds=stds,
         raw=cfg,
+        image_resize_strategy=strategy,
+        letterbox_fill=fill,
     )
     if projector == "fused-gelu-mlp" and len(vision) != 2:
         raise CheckpointError("config.json: the fused-gelu-mlp projector needs the fused (two-tower) vision backbone")
