@@ -128,3 +128,15 @@ def test_kv_cache_decode_raises_no_deprecation_warning(tiny_openvla, obs):
         warnings.simplefilter("error", FutureWarning)
         out = policy.act(obs, do_sample=False)
     assert out.actions.shape == (len(obs), 2, policy.action_dim)
+
+
+@pytest.mark.parametrize("cls", [OpenVLAPolicy, OpenVLAOFTPolicy])
+def test_constructor_forwards_its_arguments_by_name(cls):
+    """Every ``__init__`` argument is passed on explicitly (no ``locals()`` forwarding, issue 23 requirement 8)."""
+    import inspect
+
+    source = inspect.getsource(cls.__init__)
+    assert "locals()" not in source
+    for name in inspect.signature(cls.__init__).parameters:
+        if name != "self":
+            assert f"{name}={name}" in source or f"int({name})" in source or f"{name} or " in source, name

@@ -490,7 +490,14 @@ class OpenVLAPolicy(_PrismaticPolicy):
         if num_images_in_input != 1:
             raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for num_images_in_input > 1")
         self.top_k = int(top_k)
-        self._setup(**{k: v for k, v in locals().items() if k not in ("self", "__class__", "top_k")})
+        self._setup(
+            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
+            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
+            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
+            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
+            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
+            invert_gripper=invert_gripper,
+        )
 
     def _decode(self, obs, *, do_sample, temperature):
         vla = self.vla
@@ -623,8 +630,14 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
     ) -> None:
         super().__init__()
         self.top_k = int(top_k)
-        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode", "top_k")}
-        self._setup(**args)
+        self._setup(
+            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
+            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
+            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
+            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
+            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
+            invert_gripper=invert_gripper,
+        )
         self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
 
