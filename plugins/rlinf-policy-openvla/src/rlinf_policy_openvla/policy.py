@@ -448,7 +448,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
             own evaluation of its SFT bases crops (see docs/configs.md).
         image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
             one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
-            openvla/openvla's processor and the official OFT pipeline). Default: recorded in the checkpoint's
+            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
             config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
             checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
@@ -591,7 +591,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             own evaluation of its SFT bases crops (see docs/configs.md).
         image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
             one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
-            openvla/openvla's processor and the official OFT pipeline). Default: recorded in the checkpoint's
+            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
             config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
             checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.

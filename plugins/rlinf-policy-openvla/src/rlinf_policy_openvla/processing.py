@@ -54,7 +54,7 @@ def _resize_tensor(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
 
 def _resize_pil(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     """Each image through ``PIL.Image.resize(BICUBIC)``, as torchvision's ``resize`` of a PIL image runs it in
-    openvla/openvla's processor and the official OFT pipeline (two separable passes, 8-bit rounding between)."""
+    openvla/openvla's Hugging Face processor (two separable passes, 8-bit rounding between)."""
     import numpy as np
     from PIL import Image
 
@@ -83,7 +83,10 @@ def resize_images(
     ``mode="tensor"``: one antialiased bicubic ``F.interpolate`` of the float tensor, rounded once, which is
     torchvision's ``TVF.resize`` of a tensor as RLinf's rollout calls it
     (RLinf v0.3 rlinf/models/embodiment/prismatic/processing_prismatic.py:51). ``mode="pil"``: ``PIL.Image.resize``
-    (bit-exact), as openvla/openvla's Hugging Face processor and the official OFT pipeline resize.
+    (bit-exact), as openvla/openvla's Hugging Face processor resizes. (Official OFT's LIBERO eval first takes the
+    frames through a JPEG round trip and TF's lanczos3 resize to 224, moojink/openvla-oft
+    experiments/robot/openvla_utils.py:520-543, so its processor's PIL step is a no-op; that TF path is not
+    reproduced.)
     ``strategy``: the checkpoint's ``image_resize_strategy`` (``letterbox`` pads to square with ``fill`` first;
     ``resize-crop`` / ``letterbox`` resize the shorter side, then centre-crop).
     """

@@ -74,7 +74,7 @@ class ReleasedKind:
     official_oft_extras: bool = False  # action_head--/proprio_projector--*_checkpoint.pt side files
     dataset_statistics: bool = True
     # how the pipeline that trained / evaluates it resized images: "tensor" (RLinf's rollout, TVF.resize of
-    # tensors) or "pil" (openvla/openvla's HF processor and the official OFT scripts, PIL images)
+    # tensors) or "pil" (openvla/openvla's HF processor, PIL images; official OFT: see docs/configs.md)
     image_resize: str = "tensor"
 
 
@@ -115,7 +115,7 @@ def default_image_resize(model_path: str | Path) -> tuple[str, str]:
     """``(image_resize, why)`` for a checkpoint directory whose config.json does not record one.
 
     Official OFT side files (``*action_head*`` / ``*proprio_projector*checkpoint*.pt``) mean the official OFT
-    pipeline (PIL); a path component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
+    pipeline (its processor resizes PIL images; its LIBERO eval resizes with TF before that, not reproduced); a path component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
     gives that kind's :attr:`ReleasedKind.image_resize`; anything else is taken for an RLinf checkpoint (tensor).
     """
     path = Path(model_path)
