@@ -17,8 +17,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
+# RLinf's OpenVLA / OFT image path as its code runs it: `center_crop: True` in its YAMLs is passed to
+# OpenVLAOFTConfig.from_pretrained and read by nothing (rlinf/models/embodiment/openvla_oft/rlinf/__init__.py:44-46;
+# only the RoboTwin env crops), and its processor resizes tensors (prismatic/processing_prismatic.py:51)
+RLINF_IMAGES = {"policy.center_crop": False, "policy.image_resize": "tensor"}
 ADAM = {"optim.adam_eps": 1e-8, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999}
 OFT_LIBERO_GRPO = {
+    **RLINF_IMAGES,
     **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 16384, "micro_batch_size": 32,
     "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 512,
     "env.reward_coef": 5.0, "env.settle_steps": 15, "env.settle_gripper": "neutral", "eval_env.settle_steps": 15,
@@ -27,10 +32,11 @@ OFT_LIBERO_GRPO = {
     "algorithm.rewards_lower_bound": 0.5, "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2,
     "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_c": 3.0, "algorithm.logprob_type": "token_level",
     "algorithm.reward_type": "action_level", "policy.attention_mode": "bidirectional", "policy.top_k": -1,
-    "policy.is_lora": False, "policy.num_action_chunks": 8, "policy.center_crop": True,
+    "policy.is_lora": False, "policy.num_action_chunks": 8,
     "policy.max_prompt_length": 128,
 }
 OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
+    **RLINF_IMAGES,
     **ADAM, "optim.lr": 5e-6, "optim.value_lr": 3e-3, "optim.clip_grad": 1.0, "global_batch_size": 1024,
     "micro_batch_size": 16, "total_envs": 64, "env.auto_reset": True, "env.max_episode_steps": 512,
     "env.reward_coef": 5.0, "env.settle_steps": 10, "env.settle_gripper": "neutral",
@@ -39,10 +45,11 @@ OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
     "algorithm.gae_lambda": 0.95, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
     "algorithm.reward_type": "chunk_level", "policy.value_type": "chunk_level",
     "policy.attention_mode": "bidirectional",
-    "policy.top_k": 50, "policy.is_lora": True, "policy.lora_rank": 32, "policy.center_crop": False,
+    "policy.top_k": 50, "policy.is_lora": True, "policy.lora_rank": 32,
     "policy.max_prompt_length": 50,
 }
 MANISKILL = {
+    **RLINF_IMAGES,
     **ADAM, "global_batch_size": 640, "env.max_episode_steps": 80, "env.reward_mode": "grasp",
     "env.relative_reward": True, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
     "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
@@ -60,6 +67,7 @@ MANISKILL_PPO = {
     "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.add_value_head": True, "policy.top_k": 0,
 }
 METAWORLD = {
+    **RLINF_IMAGES,
     **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 12800, "micro_batch_size": 32,
     "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 100,
     "env.reward_coef": 5.0, "env.camera_name": "corner4", "env.action_format": "7d", "env.image_size": 480,
@@ -67,10 +75,11 @@ METAWORLD = {
     "rollout.temperature_train": 1.6, "rollout.temperature_eval": 0.6, "algorithm.class_path": "GRPO",
     "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.1,
     "algorithm.rewards_upper_bound": 1.0, "policy.num_action_chunks": 1, "policy.action_dim": 7,
-    "policy.unnorm_key": "meta_world_strict", "policy.center_crop": True, "policy.attention_mode": "bidirectional",
+    "policy.unnorm_key": "meta_world_strict", "policy.attention_mode": "bidirectional",
     "policy.top_k": -1,
 }
 OPENSORA = {  # opensora_libero_spatial_grpo_openvlaoft.yaml with env/opensora_libero_spatial + env/libero_spatial
+    **RLINF_IMAGES,
     **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32,
     "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
     "env.reward_coef": 5.0, "env.use_rel_reward": True, "rollout.rollout_epoch": 16,
@@ -100,17 +109,20 @@ OPENPI_METAWORLD = {  # metaworld_50_ppo_openpi.yaml + model/pi0.yaml + env/meta
     "policy.is_lora": False, "policy.asset_id": "lerobot/metaworld_mt50",
 }
 OOD = {
+    **RLINF_IMAGES,
     "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
     "eval_env.image_size": [480, 640],
 }
 LIBERO_130_EVAL = {
+    **RLINF_IMAGES,
     "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
     "policy.unnorm_key": "libero_130_no_noops_trajall",
-    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
+    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128,
 }
 WAN_GRPO = {  # wan_libero_*_grpo_openvlaoft.yaml + env/wan_libero_*.yaml (YAML Adam eps: passed since RLinf #332)
+    **RLINF_IMAGES,
     "optim.adam_eps": 1e-5, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999,
     "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32, "total_envs": 64,
     "env.class_path": "WorldModelEnv", "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
@@ -182,9 +194,10 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
 }
 # the SFT rows of the seeds' world-model tables, evaluated in real LIBERO as upstream's env.eval of the WM configs
 WM_SFT_EVAL = {
+    **RLINF_IMAGES,
     "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
     "eval_env.settle_steps": 15, "rollout.eval_rollout_epoch": 1, "rollout.temperature_eval": 1.6,
-    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128, "policy.center_crop": True,
+    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128,
     "policy.top_k": -1, "policy.num_action_chunks": 8, "policy.use_proprio": False, "policy.num_images_in_input": 1,
 }
 UPSTREAM.update({

@@ -115,3 +115,28 @@ def test_sft_loss_fits_expert_actions(tiny_oft, obs, cls):
     assert ((greedy - expert).abs() <= width).float().mean() > 0.8
     with pytest.raises(ValueError, match=r"expects actions \[3, 1, 7\]"):
         policy.sft_loss(obs, expert[..., :4])
+
+
+def test_kv_cache_decode_raises_no_deprecation_warning(tiny_openvla, obs):
+    """The autoregressive decode steps pass the KV cache through transformers' supported ``cache`` argument
+    (``past_key_values`` is deprecated for removal in 5.40): no Deprecation / FutureWarning."""
+    import warnings
+
+    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", FutureWarning)
+        out = policy.act(obs, do_sample=False)
+    assert out.actions.shape == (len(obs), 2, policy.action_dim)
+
+
+@pytest.mark.parametrize("cls", [OpenVLAPolicy, OpenVLAOFTPolicy])
+def test_constructor_forwards_its_arguments_by_name(cls):
+    """Every ``__init__`` argument is passed on explicitly (no ``locals()`` forwarding, issue 23 requirement 8)."""
+    import inspect
+
+    source = inspect.getsource(cls.__init__)
+    assert "locals()" not in source
+    for name in inspect.signature(cls.__init__).parameters:
+        if name != "self":
+            assert f"{name}={name}" in source or f"int({name})" in source or f"{name} or " in source, name

@@ -168,6 +168,8 @@ def test_official_proprio_projector_file(tmp_path, obs):
     torch.save(proprio, model / "proprio_projector--50000_checkpoint.pt")
     a = OpenVLAOFTPolicy(model_path=str(src), num_action_chunks=2, use_proprio=True)
     b = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, use_proprio=True)
+    assert b.image_resize == "pil"  # official OFT side files: the official pipeline's PIL resize
+    b.image_resize = a.image_resize  # compare the weights alone
     with torch.no_grad():
         torch.testing.assert_close(a.act(obs, do_sample=False).logprobs, b.act(obs, do_sample=False).logprobs)
     (model / "proprio_projector--50000_checkpoint.pt").unlink()

@@ -152,10 +152,14 @@ class PrismaticVLA(nn.Module):
         *,
         attn_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        past_key_values=None,
+        cache=None,
         use_cache: bool = False,
     ):
-        """Llama trunk (no LM head). ``attn_mask`` (4-D bool, True = attend) overrides the causal 2-D ``mask``."""
+        """Llama trunk (no LM head). ``attn_mask`` (4-D bool, True = attend) overrides the causal 2-D ``mask``.
+
+        ``cache``: the KV cache of the previous call (its output's ``cache``; transformers renamed
+        ``past_key_values`` to ``cache`` and removes the old name in 5.40).
+        """
         if position_ids is None:
             position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
         # transformers drops the KV cache of checkpointed layers in train mode; without grad there is nothing to save
@@ -169,7 +173,7 @@ class PrismaticVLA(nn.Module):
                 inputs_embeds=embeds,
                 attention_mask=attn_mask if attn_mask is not None else mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
+                cache=cache,
                 use_cache=use_cache,
             )
         finally:

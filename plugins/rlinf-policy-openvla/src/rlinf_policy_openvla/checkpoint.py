@@ -18,7 +18,7 @@ import torch
 
 from rlinf_core.models.weights import CheckpointError, read_json
 from rlinf_core.models.norm_stats import read_norm_stats
-from rlinf_policy_openvla.vit import TIMM_PRESETS, ViTSpec
+from rlinf_policy_openvla.vit import ACTIVATIONS, TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
 # ImageNet statistics as Prismatic stores them for DINOv2 (bf16-rounded); SigLIP uses 0.5 / 0.5.
@@ -41,6 +41,8 @@ class PrismaticSpec:
     image_means: list[tuple[float, float, float]]
     image_stds: list[tuple[float, float, float]]
     raw: dict = field(default_factory=dict)
+    image_resize_strategy: str = "resize-naive"  # Prismatic's resize-naive | resize-crop | letterbox
+    letterbox_fill: tuple[int, int, int] = (127, 127, 127)
 
     @property
     def vision_dim(self) -> int:
@@ -113,6 +115,9 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
             f"config.json: use_fused_vision_backbone={fused} needs {n} timm_model_ids, got {ids}"
         )
     sizes = cfg.get("image_sizes") or []
+    # Prismatic passes these to timm.create_model(act_layer=...) (openvla/openvla:prismatic/extern/hf/
+    # modeling_prismatic.py:83,97); null keeps the model's own activation
+    acts = list(cfg.get("timm_override_act_layers") or [None] * n)
     specs = []
     for i in range(n):
         if overrides[i] is not None:
@@ -126,6 +131,13 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
             )
         if i < len(sizes) and sizes[i] != spec.image_size:
             spec = ViTSpec.from_dict({**spec.to_dict(), "image_size": int(sizes[i])})
+        act = acts[i] if i < len(acts) else None
+        if act is not None:
+            if act not in ACTIVATIONS:
+                raise CheckpointError(
+                    f"config.json: timm_override_act_layers[{i}] = {act!r} not supported; valid: {', '.join(ACTIVATIONS)}"
+                )
+            spec = ViTSpec.from_dict({**spec.to_dict(), "act": act})
         specs.append(spec)
     if len({(s.image_size, s.patch_size) for s in specs}) != 1:
         raise CheckpointError("config.json: fused vision towers must share image size and patch size")
@@ -145,6 +157,26 @@ def _image_norm(path: Path, cfg: dict, n: int) -> tuple[list, list]:
         elif p.get("means") and p.get("stds"):
             means, stds = [tuple(m) for m in p["means"]][:n], [tuple(s) for s in p["stds"]][:n]
     return means, stds
+
+
+def _resize_strategy(path: Path, cfg: dict, means: list) -> tuple[str, tuple[int, int, int]]:
+    """The processor's ``image_resize_strategy`` (preprocessor_config.json, else config.json) and letterbox fill.
+
+    Prismatic fills the letterbox border with ``int(255 · mean)`` of the last tower's normalisation mean
+    (openvla/openvla:prismatic/extern/hf/processing_prismatic.py:118-119); a saved ``tvf_letterbox_fill`` wins.
+    """
+    from rlinf_policy_openvla.processing import RESIZE_STRATEGIES
+
+    pre = path / "preprocessor_config.json"
+    p = read_json(pre) if pre.is_file() else {}
+    strategy = p.get("image_resize_strategy") or cfg.get("image_resize_strategy") or "resize-naive"
+    if strategy not in RESIZE_STRATEGIES:
+        raise CheckpointError(
+            f"{path}: image_resize_strategy {strategy!r} not supported; valid: {', '.join(RESIZE_STRATEGIES)}"
+        )
+    saved = p.get("tvf_letterbox_fill")
+    fill = tuple(int(v) for v in saved) if saved else tuple(int(x * 255) for x in means[-1])
+    return strategy, fill
 
 
 def _int(cfg: dict, key: str, default: int) -> int:
@@ -175,6 +207,7 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
     else:
         raise CheckpointError(f"config.json: arch_specifier {arch!r} not supported; use '*gelu-mlp' or '*fused-gelu-mlp'")
     means, stds = _image_norm(path, cfg, len(vision))
+    strategy, fill = _resize_strategy(path, cfg, means)
     spec = PrismaticSpec(
         vision=vision,
         projector=projector,
@@ -186,6 +219,8 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
         image_means=means,
         image_stds=stds,
         raw=cfg,
+        image_resize_strategy=strategy,
+        letterbox_fill=fill,
     )
     if projector == "fused-gelu-mlp" and len(vision) != 2:
         raise CheckpointError("config.json: the fused-gelu-mlp projector needs the fused (two-tower) vision backbone")

@@ -22,6 +22,7 @@ import torch
 
 from rlinf_core.models.weights import save_weights
 from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec
+from rlinf_policy_openvla.vit import TIMM_PRESETS
 from rlinf_policy_openvla.processing import PROMPT
 
 _CORPUS = [
@@ -232,8 +233,9 @@ def make_tiny(
         "image_size": image_size, "patch_size": patch_size, "width": vision_width, "depth": vision_depth,
         "heads": vision_heads, "mlp_dim": 4 * vision_width,
     }
-    dino = {**tower, "num_reg_tokens": 4, "class_token": True, "layer_scale": True, "act": "gelu"}
-    siglip = {**tower, "class_token": False, "act": "gelu_tanh", "attn_pool": True}
+    dino = {**tower, "num_reg_tokens": 4, "class_token": True, "layer_scale": True,
+            "act": TIMM_PRESETS["vit_large_patch14_reg4_dinov2.lvd142m"].act}
+    siglip = {**tower, "class_token": False, "act": TIMM_PRESETS["vit_so400m_patch14_siglip_224"].act, "attn_pool": True}
     chunks = num_action_chunks or (8 if kind == "oft" else 1)
     config = {
         "architectures": ["OpenVLAForActionPrediction"],

@@ -25,7 +25,8 @@ from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signe
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
-from rlinf_policy_openvla.processing import PromptEncoder, pixel_values
+from rlinf_policy_openvla.processing import IMAGE_RESIZES, ImageResize, PromptEncoder, pixel_values
+from rlinf_policy_openvla.released import default_image_resize
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 ValueType = Literal["chunk_level", "action_level"]
@@ -56,6 +57,7 @@ class _PrismaticPolicy(Policy):
         precision: str,
         gradient_checkpointing: bool,
         center_crop: bool,
+        image_resize: ImageResize | None,
         normalization_type: NormalizationType,
         invert_gripper: bool,
     ) -> None:
@@ -94,6 +96,9 @@ class _PrismaticPolicy(Policy):
             raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
         self.num_images_in_input = int(num_images_in_input or saved.get("num_images_in_input") or 1)
         self.center_crop = center_crop
+        self.image_resize = image_resize or saved.get("image_resize") or default_image_resize(path)[0]
+        if self.image_resize not in IMAGE_RESIZES:
+            raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {self.image_resize!r}")
         self.invert_gripper = invert_gripper
         self.normalization_type = normalization_type
 
@@ -229,7 +234,10 @@ class _PrismaticPolicy(Policy):
         ids, mask = self.prompts(obs.task_descriptions, device)
         size = self.spec.vision[0].image_size
         views = [v.to(device) for v in self._views(obs)]
-        pixels = pixel_values(views, size, self.spec.image_means, self.spec.image_stds, crop=self.center_crop)
+        pixels = pixel_values(
+            views, size, self.spec.image_means, self.spec.image_stds, crop=self.center_crop,
+            resize=self.image_resize, strategy=self.spec.image_resize_strategy, fill=self.spec.letterbox_fill,
+        )
         return self.vla.build_prefix(ids, mask, pixels, self._proprio(obs))
 
     # ------------------------------------------------------------------ distributions
@@ -370,6 +378,7 @@ class _PrismaticPolicy(Policy):
             "use_proprio": self.use_proprio,
             "proprio_dim": self.proprio_dim,
             "max_prompt_length": self.prompts.max_prompt_length,
+            "image_resize": self.image_resize,
         }
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
@@ -434,7 +443,14 @@ class OpenVLAPolicy(_PrismaticPolicy):
         gradient_checkpointing: recompute activations in the backward instead of keeping them (train
             mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
             vision towers. Saves most activation memory for about one extra forward pass per update.
-        center_crop: OFT-style 90 % centre crop of the camera images.
+        center_crop: OFT-style 90 % centre crop of the camera images. RLinf never applies it (its YAMLs'
+            ``center_crop: True`` is read by nothing), so RLinf's checkpoints expect ``false``; SimpleVLA-RL's
+            own evaluation of its SFT bases crops (see docs/configs.md).
+        image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
+            one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
+            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
+            config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
+            checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
             gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
@@ -463,6 +479,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
         center_crop: bool = False,
+        image_resize: ImageResize | None = None,
         normalization_type: NormalizationType = "bounds_q99",
         invert_gripper: bool = False,
         top_k: int = 0,
@@ -473,7 +490,14 @@ class OpenVLAPolicy(_PrismaticPolicy):
         if num_images_in_input != 1:
             raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for num_images_in_input > 1")
         self.top_k = int(top_k)
-        self._setup(**{k: v for k, v in locals().items() if k not in ("self", "__class__", "top_k")})
+        self._setup(
+            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
+            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
+            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
+            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
+            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
+            invert_gripper=invert_gripper,
+        )
 
     def _decode(self, obs, *, do_sample, temperature):
         vla = self.vla
@@ -493,7 +517,7 @@ class OpenVLAPolicy(_PrismaticPolicy):
             mask = torch.cat([mask, ones], dim=1)
             position = position + 1
             step = vla.embed_tokens(self.action_tokenizer.bins_to_tokens(b).unsqueeze(1))
-            out = vla.run_llm(step, mask, position_ids=position, past_key_values=out.past_key_values, use_cache=True)
+            out = vla.run_llm(step, mask, position_ids=position, cache=out.cache, use_cache=True)
             hidden = out.last_hidden_state[:, -1]
         return torch.stack(bins, 1), torch.stack(logps, 1), values
 
@@ -562,7 +586,14 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             vision towers. Saves most activation memory for about one extra forward pass per update.
         attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
             it) or ``action_block`` (causal prompt, bidirectional action block).
-        center_crop: OFT-style 90 % centre crop of the camera images.
+        center_crop: OFT-style 90 % centre crop of the camera images. RLinf never applies it (its YAMLs'
+            ``center_crop: True`` is read by nothing), so RLinf's checkpoints expect ``false``; SimpleVLA-RL's
+            own evaluation of its SFT bases crops (see docs/configs.md).
+        image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
+            one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
+            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
+            config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
+            checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
             gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
@@ -592,14 +623,21 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         gradient_checkpointing: bool = False,
         attention_mode: AttentionMode | None = None,
         center_crop: bool = False,
+        image_resize: ImageResize | None = None,
         normalization_type: NormalizationType = "bounds_q99",
         invert_gripper: bool = False,
         top_k: int = 0,
     ) -> None:
         super().__init__()
         self.top_k = int(top_k)
-        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "attention_mode", "top_k")}
-        self._setup(**args)
+        self._setup(
+            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
+            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
+            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
+            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
+            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
+            invert_gripper=invert_gripper,
+        )
         self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
 

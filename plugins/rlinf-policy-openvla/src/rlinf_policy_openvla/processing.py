@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -10,13 +11,94 @@ import torch.nn.functional as F
 PROMPT = "In: What action should the robot take to {task}?\nOut:"
 
 
-def resize_images(images: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 ``[B, H, W, 3]`` → float ``[B, 3, size, size]`` in [0, 255] (bicubic, antialiased, rounded like PIL)."""
+ImageResize = Literal["tensor", "pil"]
+IMAGE_RESIZES = ("tensor", "pil")
+# Prismatic's ``image_resize_strategy`` values (openvla/openvla:prismatic/extern/hf/processing_prismatic.py:112-123)
+RESIZE_STRATEGIES = ("resize-naive", "resize-crop", "letterbox")
+
+
+def letterbox_pad(images: torch.Tensor, fill: tuple[int, int, int]) -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` padded to square with a symmetric border of colour ``fill``.
+
+    As Prismatic's ``letterbox_pad_transform`` (processing_prismatic.py:23-29): each side gets
+    ``int((max(H, W) - side) / 2)``, so an odd difference leaves the image one pixel short of square.
+    """
+    h, w = images.shape[1:3]
+    side = max(h, w)
+    pad_w, pad_h = (side - w) // 2, (side - h) // 2
+    if not (pad_w or pad_h):
+        return images
+    out = images.new_empty((images.shape[0], h + 2 * pad_h, w + 2 * pad_w, 3))
+    out[...] = torch.tensor(fill, dtype=images.dtype, device=images.device)
+    out[:, pad_h : pad_h + h, pad_w : pad_w + w] = images
+    return out
+
+
+def _target_hw(h: int, w: int, size: int, strategy: str) -> tuple[int, int]:
+    """Output size of the resize: ``size × size`` (resize-naive) or the shorter side to ``size`` with the aspect
+    kept (resize-crop, letterbox), computed as torchvision's ``resize`` does for an int size."""
+    if strategy == "resize-naive":
+        return size, size
+    short, long = (w, h) if w <= h else (h, w)
+    new_long = int(size * long / short)
+    return (new_long, size) if w <= h else (size, new_long)
+
+
+def _resize_tensor(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     x = images.permute(0, 3, 1, 2).float()
-    if x.shape[-2:] != (size, size):
-        x = F.interpolate(x, size=(size, size), mode="bicubic", antialias=True, align_corners=False)
+    if tuple(x.shape[-2:]) != hw:
+        x = F.interpolate(x, size=hw, mode="bicubic", antialias=True, align_corners=False)
         x = x.clamp(0, 255).round()
     return x
+
+
+def _resize_pil(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+    """Each image through ``PIL.Image.resize(BICUBIC)``, as torchvision's ``resize`` of a PIL image runs it in
+    openvla/openvla's Hugging Face processor (two separable passes, 8-bit rounding between)."""
+    import numpy as np
+    from PIL import Image
+
+    frames = images.to("cpu", torch.uint8).numpy()
+    out = [np.asarray(Image.fromarray(f).resize((hw[1], hw[0]), Image.Resampling.BICUBIC)) for f in frames]
+    return torch.from_numpy(np.stack(out)).to(images.device).permute(0, 3, 1, 2).float()
+
+
+def _center_crop_to(x: torch.Tensor, size: int) -> torch.Tensor:
+    """torchvision's ``center_crop`` to ``size × size`` (offsets ``int(round((H - size) / 2))``)."""
+    h, w = x.shape[-2:]
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return x[..., top : top + size, left : left + size]
+
+
+def resize_images(
+    images: torch.Tensor,
+    size: int,
+    *,
+    mode: ImageResize = "tensor",
+    strategy: str = "resize-naive",
+    fill: tuple[int, int, int] = (127, 127, 127),
+) -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` → float ``[B, 3, size, size]`` holding integers in [0, 255].
+
+    ``mode="tensor"``: one antialiased bicubic ``F.interpolate`` of the float tensor, rounded once, which is
+    torchvision's ``TVF.resize`` of a tensor as RLinf's rollout calls it
+    (RLinf v0.3 rlinf/models/embodiment/prismatic/processing_prismatic.py:51). ``mode="pil"``: ``PIL.Image.resize``
+    (bit-exact), as openvla/openvla's Hugging Face processor resizes. (Official OFT's LIBERO eval first takes the
+    frames through a JPEG round trip and TF's lanczos3 resize to 224, moojink/openvla-oft
+    experiments/robot/openvla_utils.py:520-543, so its processor's PIL step is a no-op; that TF path is not
+    reproduced.)
+    ``strategy``: the checkpoint's ``image_resize_strategy`` (``letterbox`` pads to square with ``fill`` first;
+    ``resize-crop`` / ``letterbox`` resize the shorter side, then centre-crop).
+    """
+    if mode not in IMAGE_RESIZES:
+        raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {mode!r}")
+    if strategy not in RESIZE_STRATEGIES:
+        raise ValueError(f"image_resize_strategy must be one of {RESIZE_STRATEGIES}, got {strategy!r}")
+    if strategy == "letterbox":
+        images = letterbox_pad(images, fill)
+    hw = _target_hw(images.shape[1], images.shape[2], size, strategy)
+    x = _resize_pil(images, hw) if mode == "pil" and tuple(images.shape[1:3]) != hw else _resize_tensor(images, hw)
+    return _center_crop_to(x, size) if strategy != "resize-naive" else x
 
 
 def center_crop(x: torch.Tensor, area: float = 0.9) -> torch.Tensor:
@@ -35,15 +117,18 @@ def pixel_values(
     stds: list[tuple[float, float, float]],
     *,
     crop: bool = False,
+    resize: ImageResize = "tensor",
+    strategy: str = "resize-naive",
+    fill: tuple[int, int, int] = (127, 127, 127),
 ) -> torch.Tensor:
     """Camera views (each uint8 ``[B, H, W, 3]``) → ``[B, 3·towers·views, size, size]``.
 
     Per view the channels hold one normalised copy per vision tower (DINOv2, then SigLIP), as
-    Prismatic's processor stacks them.
+    Prismatic's processor stacks them. ``resize`` / ``strategy`` / ``fill``: see :func:`resize_images`.
     """
     out = []
     for view in views:
-        x = resize_images(view, size)
+        x = resize_images(view, size, mode=resize, strategy=strategy, fill=fill)
         if crop:
             x = center_crop(x)
         x = x / 255.0

@@ -73,10 +73,15 @@ class ReleasedKind:
     num_shards: int = 4
     official_oft_extras: bool = False  # action_head--/proprio_projector--*_checkpoint.pt side files
     dataset_statistics: bool = True
+    # how the pipeline that trained / evaluates it resized images: "tensor" (RLinf's rollout, TVF.resize of
+    # tensors) or "pil" (openvla/openvla's HF processor, PIL images; official OFT: see docs/configs.md)
+    image_resize: str = "tensor"
 
 
 RELEASED: dict[str, ReleasedKind] = {
-    "openvla-7b": ReleasedKind(("openvla/openvla-7b",), OXE_KEYS, num_shards=3, dataset_statistics=False),
+    "openvla-7b": ReleasedKind(
+        ("openvla/openvla-7b",), OXE_KEYS, num_shards=3, dataset_statistics=False, image_resize="pil"
+    ),
     "openvla-7b-rlvla-warmup": ReleasedKind(
         ("gen-robot/openvla-7b-rlvla-warmup", "RLinf/RLinf-OpenVLA-PPO-ManiSkill3-25ood"), OXE_KEYS, num_shards=3
     ),
@@ -101,8 +106,27 @@ RELEASED: dict[str, ReleasedKind] = {
         OXE_KEYS + ("libero_spatial_no_noops",),
         proprio_dim=8,
         official_oft_extras=True,
+        image_resize="pil",
     ),
 }
+
+
+def default_image_resize(model_path: str | Path) -> tuple[str, str]:
+    """``(image_resize, why)`` for a checkpoint directory whose config.json does not record one.
+
+    Official OFT side files (``*action_head*`` / ``*proprio_projector*checkpoint*.pt``) mean the official OFT
+    pipeline (its processor resizes PIL images; its LIBERO eval resizes with TF before that, not reproduced); a path component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
+    gives that kind's :attr:`ReleasedKind.image_resize`; anything else is taken for an RLinf checkpoint (tensor).
+    """
+    path = Path(model_path)
+    if any(path.glob("*action_head*checkpoint*.pt")) or any(path.glob("*proprio_projector*checkpoint*.pt")):
+        return "pil", "official OFT side files"
+    parts = set(path.resolve().parts) | set(path.parts)
+    for name, spec in RELEASED.items():
+        for repo in spec.repos:
+            if repo.split("/")[-1] in parts or "models--" + repo.replace("/", "--") in parts:
+                return spec.image_resize, f"released {repo}"
+    return "tensor", "RLinf's rollout resize"
 
 
 def released_config(kind: str) -> dict:

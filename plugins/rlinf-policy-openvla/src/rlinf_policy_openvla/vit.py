@@ -54,7 +54,10 @@ class ViTSpec:
         return cls(**data)
 
 
-# Sizes of the timm models named in Prismatic configs (``timm_model_ids``), at 224 px.
+# Sizes of the timm models named in Prismatic configs (``timm_model_ids``), at 224 px, as timm 0.9.10 builds them:
+# the version openvla/openvla and openvla-oft pin (openvla/openvla:pyproject.toml:45 ``timm==0.9.10``), which
+# trained and runs the released towers. Its SigLIP entries set no ``act_layer``, so they use VisionTransformer's
+# default exact ``nn.GELU``; the tanh approximation only came with later timm releases.
 TIMM_PRESETS: dict[str, ViTSpec] = {
     "vit_large_patch14_reg4_dinov2.lvd142m": ViTSpec(
         image_size=224, patch_size=14, width=1024, depth=24, heads=16, mlp_dim=4096,
@@ -62,13 +65,14 @@ TIMM_PRESETS: dict[str, ViTSpec] = {
     ),
     "vit_so400m_patch14_siglip_224": ViTSpec(
         image_size=224, patch_size=14, width=1152, depth=27, heads=16, mlp_dim=4304,
-        class_token=False, act="gelu_tanh", attn_pool=True,
+        class_token=False, act="gelu", attn_pool=True,
     ),
     "vit_so400m_patch14_siglip_384": ViTSpec(
         image_size=384, patch_size=14, width=1152, depth=27, heads=16, mlp_dim=4304,
-        class_token=False, act="gelu_tanh", attn_pool=True,
+        class_token=False, act="gelu", attn_pool=True,
     ),
 }
+ACTIVATIONS = ("gelu", "gelu_tanh")  # timm's names, as Prismatic's ``timm_override_act_layers`` gives them
 
 
 def _act(name: str) -> nn.Module:
