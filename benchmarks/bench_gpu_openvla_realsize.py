@@ -23,21 +23,20 @@ import torch
 
 
 def build(kind: str, chunks: int, grad_ckpt: bool, device: str, model_path: str | None):
-    from rlinf_core.models import meta
+    import rlinf_policy_openvla._modeling as modeling
     from rlinf_policy_openvla import OpenVLAOFTPolicy
     from rlinf_policy_openvla.released import RELEASED, write_released_dir
 
-    kw = dict(num_action_chunks=chunks, precision="bf16", gradient_checkpointing=grad_ckpt)
-    if model_path:  # a real (e.g. tiny) checkpoint: a CPU smoke run of this script
-        return OpenVLAOFTPolicy(model_path=model_path, **kw).to(device)
-    path = write_released_dir(tempfile.mkdtemp(), kind)
-    # skip reading weights (the directory has none) but build on the device with the modules' own random init
-    token = meta._META.set(True)
-    try:
-        with torch.device(device):
-            policy = OpenVLAOFTPolicy(model_path=str(path), unnorm_key=RELEASED[kind].norm_keys[-1], **kw)
-    finally:
-        meta._META.reset(token)
+    # the released-form directory has no weight files: build the network with its own random init on the
+    # device instead of on meta, and skip the weight load (the benchmark's only departure from a real load)
+    real_build = modeling.build_vla
+    modeling.build_vla = lambda spec, **kw: real_build(spec, **{**kw, "meta": False})
+    OpenVLAOFTPolicy._load_weights = lambda self, vla, path, dtype: vla.to(dtype)
+    path = model_path or write_released_dir(tempfile.mkdtemp(), kind)
+    unnorm = None if model_path else RELEASED[kind].norm_keys[-1]
+    with torch.device(device):
+        policy = OpenVLAOFTPolicy(model_path=str(path), num_action_chunks=chunks, precision="bf16", unnorm_key=unnorm,
+                                  gradient_checkpointing=grad_ckpt)
     return policy.to(device)
 
 
