@@ -25,6 +25,7 @@ the same command continues at the first unfinished stage (whose partial director
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -82,7 +83,7 @@ class LoopSpec:
         out_dir: where every stage's directory, ``coevolve.json`` and ``results.md`` go.
         rounds: rounds of ``stages`` (after the ``prelude``).
         launcher: ``subprocess`` (each rlinf run in its own process: memory and CUDA state never carry over) or
-            ``in_process`` (fast, for tests and small runs).
+            ``in_process`` (fast, for tests and small runs; run through the ``rlinf`` command, else as subprocesses).
         vars: starting values of the variables (``policy: path/to/sft_policy``).
         prelude: stages run once before round 1 (``${round}`` = 0), e.g. the starting policy's eval.
         stages: the stages of every round, in order.
@@ -192,11 +193,9 @@ def _launch_subprocess(argv: list[str], log: Path) -> int:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ}).returncode
 
 
-def _launch_in_process(argv: list[str], log: Path) -> int:
+def _launch_in_process(argv: list[str], log: Path, main: Callable[[list[str]], Any]) -> int:
     if argv[0] != "rlinf":
         return _launch_subprocess(argv, log)
-    from rlinf_core.cli.main import main
-
     with open(log, "a") as f, redirect_stdout(f), redirect_stderr(f):
         print("$ " + " ".join(argv), flush=True)
         try:
@@ -223,11 +222,20 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def run_loop(spec: LoopSpec, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run (or continue) the loop; returns one record per stage (``round``, ``stage``, ``outputs``, ``eval``, ...)."""
+def run_loop(
+    spec: LoopSpec, log: Callable[[str], None] = print, rlinf_main: Callable[[list[str]], Any] | None = None
+) -> list[dict[str, Any]]:
+    """Run (or continue) the loop; returns one record per stage (``round``, ``stage``, ``outputs``, ``eval``, ...).
+
+    ``rlinf_main`` runs ``rlinf ARGS`` in this process (``launcher: in_process``); the ``rlinf`` command passes
+    itself, so that this module does not import the command that imports it.
+    """
     out = Path(spec.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    launch = _launch_subprocess if spec.launcher == "subprocess" else _launch_in_process
+    if spec.launcher == "subprocess" or rlinf_main is None:
+        launch = _launch_subprocess
+    else:
+        launch = functools.partial(_launch_in_process, main=rlinf_main)
     values: dict[str, Any] = dict(spec.vars)
     plan = [(0, s) for s in spec.prelude] + [(r, s) for r in range(1, spec.rounds + 1) for s in spec.stages
                                              if r < spec.rounds or not s.feeds_next_round]
@@ -298,7 +306,7 @@ def results_table(records: list[dict[str, Any]], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def coevolve_command(argv: list[str]) -> int:
+def coevolve_command(argv: list[str], rlinf_main: Callable[[list[str]], Any] | None = None) -> int:
     """``rlinf coevolve``: parse, run the loop, print where the results are; bad input is one line, exit 2."""
     p = argparse.ArgumentParser(
         prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
@@ -317,7 +325,7 @@ def coevolve_command(argv: list[str]) -> int:
                 raise LoopError(f"--set {item!r}: expected NAME=VALUE")
             name, value = item.split("=", 1)
             spec.vars[name] = value
-        records = run_loop(spec)
+        records = run_loop(spec, rlinf_main=rlinf_main)
     except LoopError as exc:
         print(f"rlinf coevolve: error: {exc}", file=sys.stderr)
         return 2

@@ -264,7 +264,7 @@ def main(args: list[str] | None = None) -> int | None:
     if argv and argv[0] == "coevolve":
         from rlinf_core.cli.coevolve import coevolve_command
 
-        return coevolve_command(argv[1:])
+        return coevolve_command(argv[1:], rlinf_main=main)
     argv, verbose = _pop_verbose(argv)
     if not verbose:
         from rlinf_core.cli.quiet import install_quiet_filters

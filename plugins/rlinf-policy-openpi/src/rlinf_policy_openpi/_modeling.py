@@ -35,8 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rlinf_core.plugins.imports import require
-from rlinf_policy_openpi.checkpoint import EMBED_KEY
-from rlinf_policy_openpi.config import OpenPIConfig
+from rlinf_policy_openpi.config import EMBED_KEY, OpenPIConfig
 
 require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openpi")
 from transformers import GemmaConfig, SiglipVisionConfig, SiglipVisionModel  # noqa: E402

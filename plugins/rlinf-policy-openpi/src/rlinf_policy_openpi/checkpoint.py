@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 
 from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError
-from rlinf_policy_openpi.config import TINY_HINT, OpenPIConfig, read_config, variant_from_keys
+from rlinf_policy_openpi.config import EMBED_KEY, TINY_HINT, OpenPIConfig, read_config, variant_from_keys
 
-EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
 LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
 UNUSED_KEYS = ("paligemma_with_expert.gemma_expert.lm_head.weight",)  # present in released files, never used
 HEAD_PREFIXES = ("value_head.", "noise_head.")

@@ -19,9 +19,12 @@ sharded to every ``W``-th initial state of the env's own shard, so that
   would bias the success rate. A worker that fails again right after a restart
   ``MAX_FAILURES_IN_A_ROW`` times is treated as a deterministic bug and raises.
 
-Nothing here is plugin-specific: :class:`rlinf_core.Env` delegates its public API to an
-:class:`EnvWorkerPool` whenever ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted
-experts that read the simulator) only work in-process (``num_workers: 0``).
+Nothing here is plugin-specific: :class:`rlinf_core.envs.vector.WorkerEnv` (an :class:`EnvWorkerPool` with the
+Env API) wraps any env whose ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted experts that
+read the simulator) only work in-process (``num_workers: 0``).
+
+Hand-written, not ``gymnasium.vector.AsyncVectorEnv``: it restarts a dead worker mid-rollout (counted drops),
+keeps GRPO groups and the eval pool split whole per worker, and moves observations through shared memory.
 
 Workers start with the ``forkserver`` method by default (fast restarts, no fork of a process
 with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_ENV_WORKER_TIMEOUT``
@@ -119,7 +122,7 @@ def _shutdown(workers: list[_Worker]) -> None:
 
 
 class EnvWorkerPool:
-    """The worker processes behind one env with ``num_workers > 0`` (created by the env itself).
+    """The worker processes behind one env with ``num_workers > 0`` (see :class:`WorkerEnv`).
 
     Args:
         env: the parent env; its constructor arguments (with ``num_envs = B // W`` and
@@ -132,7 +135,7 @@ class EnvWorkerPool:
         check_worker_split(env.num_envs, env.group_size, W)
         b = env.num_envs // W
         self.workers = [_Worker(index=w, lo=w * b, hi=(w + 1) * b) for w in range(W)]
-        args, kwargs = env.__dict__.get("_init_args", ((), {}))
+        args, kwargs = env._init_args
         self._spec = (type(env), args, {**kwargs, "num_envs": b, "num_workers": 0})
         self._episodes: list[dict[str, Any]] = []
         self._frames: list[dict[str, Any]] = []
