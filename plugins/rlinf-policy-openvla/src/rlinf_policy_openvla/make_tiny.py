@@ -277,7 +277,7 @@ def make_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openvla.make_tiny", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlinf openvla-make-tiny", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--kind", choices=["oft", "openvla"], default="oft")
     parser.add_argument("--norm-key", action="append", dest="norm_keys", help="norm_stats dataset key (repeatable)")
