@@ -110,7 +110,13 @@ def _dispatch(argv: list[str]) -> int | None:
     test / predict, which go to LightningCLI."""
     import importlib
 
-    from rlinf_core.cli.commands import LIGHTNING_COMMANDS, builtin_commands, help_text, run_plugin_command
+    from rlinf_core.cli.commands import (
+        LIGHTNING_COMMANDS,
+        builtin_commands,
+        help_text,
+        run_plugin_command,
+        unknown_command_message,
+    )
 
     words = [a for a in argv if a != "--verbose"]
     if not words or words[0] in ("-h", "--help", "help"):
@@ -129,7 +135,8 @@ def _dispatch(argv: list[str]) -> int | None:
     registry = load_plugins(warn=False)
     if name in registry.commands:
         return run_plugin_command(name, argv[argv.index(name) + 1 :], registry)
-    return None
+    print(unknown_command_message(name, registry.commands), file=sys.stderr)
+    return 2
 
 
 def _pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
@@ -320,7 +327,9 @@ def main(args: list[str] | None = None) -> int | None:
     cli_class.quiet = not verbose
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
     parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
-    run_cli(lambda: cli_class(
+    from rlinf_core.cli.suggest import with_key_suggestions
+
+    run_cli(with_key_suggestions(lambda: cli_class(
         pl.LightningModule,
         None,
         subclass_mode_model=True,
@@ -329,7 +338,7 @@ def main(args: list[str] | None = None) -> int | None:
         seed_everything_default=0,
         trainer_defaults=trainer_defaults(quiet=not verbose),
         parser_kwargs=parser_kwargs,
-    ))
+    ), argv))
     return 0
 
 
