@@ -152,3 +152,36 @@ def test_no_import_cycles():
     assert not cycles, "import circles (each line: modules that import each other in a circle):\n" + "\n".join(
         " <-> ".join(c) for c in cycles
     )
+
+
+def documented_layers() -> dict[str, set[str]]:
+    """docs/architecture.md's "What may import what" table: layer -> layers it may import."""
+    table: dict[str, set[str]] = {}
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## What may import what", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            table[cells[0].strip("`")] = {c.strip().strip("`") for c in cells[1].split(",") if c.strip()}
+    return table
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "rlinf_core":
+        return None
+    return parts[1] if len(parts) > 1 else "(root)"
+
+
+def test_layers_import_only_what_docs_architecture_allows():
+    allowed = documented_layers()
+    core = {_layer(m) for m in import_graph() if _layer(m)}
+    assert core <= set(allowed), f"layers missing from docs/architecture.md's table: {sorted(core - set(allowed))}"
+    bad = []
+    for module, targets in sorted(import_graph().items()):
+        here = _layer(module)
+        for target in sorted(targets):
+            there = _layer(target)
+            if here and there and here != there and there not in allowed[here]:
+                bad.append(f"{module} -> {target}")
+    assert not bad, "imports between layers that docs/architecture.md does not allow:\n" + "\n".join(bad)
