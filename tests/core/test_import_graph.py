@@ -185,3 +185,26 @@ def test_layers_import_only_what_docs_architecture_allows():
             if here and there and here != there and there not in allowed[here]:
                 bad.append(f"{module} -> {target}")
     assert not bad, "imports between layers that docs/architecture.md does not allow:\n" + "\n".join(bad)
+
+
+#: where plugin source code may import the core from (docs/plugins.md, "Where plugins import from")
+PLUGIN_IMPORT_PLACES = ("rlinf_core", "rlinf_core.contracts", "rlinf_core.envs", "rlinf_core.world_models",
+                        "rlinf_core.supervised", "rlinf_core.models.*", "rlinf_core.testing.*")
+
+
+def _allowed_for_plugins(module: str) -> bool:
+    return any(module == p or (p.endswith(".*") and module.startswith(p[:-1])) for p in PLUGIN_IMPORT_PLACES)
+
+
+def test_plugin_sources_import_the_core_only_from_the_documented_places():
+    bad = []
+    for src in SOURCE_ROOTS[1:]:
+        for path in src.rglob("*.py"):
+            module = ".".join(path.relative_to(src).with_suffix("").parts)
+            for base, names in _imports(ast.parse(path.read_text()), module, path.name == "__init__.py"):
+                if base.split(".")[0] == "rlinf_core" and not _allowed_for_plugins(base):
+                    bad.append(f"{path.relative_to(ROOT)}: from {base} import {', '.join(names)}")
+    assert not bad, "plugins must import the core from " + ", ".join(PLUGIN_IMPORT_PLACES) + ":\n" + "\n".join(bad)
+    documented = (ROOT / "docs" / "plugins.md").read_text().split("## Where plugins import from", 1)[1]
+    for place in PLUGIN_IMPORT_PLACES:
+        assert f"`{place.removesuffix('.*')}" in documented, f"{place} is not documented in docs/plugins.md"

@@ -21,6 +21,8 @@ _LAZY = {
     "RLModule": "rlinf_core.rl.module",
     "PPO": "rlinf_core.rl.algorithms",
     "GRPO": "rlinf_core.rl.algorithms",
+    "MissingDependencyError": "rlinf_core.plugins.imports",
+    "require": "rlinf_core.plugins.imports",
 }
 
 __all__ = sorted([*_LAZY, "hookimpl"])

@@ -7,6 +7,7 @@ so sharding, the index format and the one-line errors are the same everywhere.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,41 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint directory is missing files or does not match the model built from its config."""
+    """A checkpoint (a weights directory or file, or a Lightning ``.ckpt``) is missing, corrupt or does not match
+    the model built from its config: the one error class of weights and checkpoint IO."""
+
+
+def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """The state dict in a ``.pth`` / ``.pt`` file (raw, or under ``model_state_dict``), loaded with ``weights_only``;
+    one-line errors naming the file (``what`` it is: ``"reward model checkpoint"``, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise ValueError(f"{path}: not a loadable .pth state dict ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if isinstance(obj, dict) and "model_state_dict" in obj:
+        obj = obj["model_state_dict"]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"{path}: expected a state dict (or {{'model_state_dict': state dict}}) of tensors")
+    return obj
+
+
+def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """``safetensors.torch.load_file`` with one-line errors naming the file (truncated, corrupt, missing)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file {path} does not exist")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
+        ) from None
 
 
 def read_json(path: str | Path, kind: type = dict):
@@ -40,8 +75,7 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
         model_path: the checkpoint directory.
         hint: appended to the error when no weights are found (e.g. how to make a tiny checkpoint).
     """
-    from rlinf_core.run.checkpoint_files import load_safetensors as load_file  # a truncated / corrupt file: one line naming it
-
+    load_file = load_safetensors  # a truncated / corrupt file: one line naming it
     path = Path(model_path)
     index = path / INDEX_NAME
     if index.is_file():

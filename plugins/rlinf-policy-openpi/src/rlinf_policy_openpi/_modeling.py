@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlinf_core.plugins.imports import require
+from rlinf_core import require
 from rlinf_policy_openpi.config import EMBED_KEY, OpenPIConfig
 
 require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openpi")

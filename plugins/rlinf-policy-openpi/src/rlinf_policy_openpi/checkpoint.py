@@ -134,7 +134,7 @@ def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint's weight files."""
-    from rlinf_core.run.checkpoint_files import load_safetensors
+    from rlinf_core.models.weights import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(path):
@@ -312,7 +312,7 @@ def _read_openpi_stats(f: Path) -> dict[str, NormStats]:
 
 
 def _read_lerobot_stats(f: Path) -> dict[str, NormStats]:
-    from rlinf_core.run.checkpoint_files import load_safetensors
+    from rlinf_core.models.weights import load_safetensors
 
     nested: dict[str, dict] = {}
     for key, value in load_safetensors(str(f)).items():
