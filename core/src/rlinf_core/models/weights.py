@@ -41,14 +41,15 @@ def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> di
 
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """``safetensors.torch.load_file`` with one-line errors naming the file (truncated, corrupt, missing)."""
-    from safetensors.torch import load_file
+    """``huggingface_hub.load_state_dict_from_file`` of a ``.safetensors`` file, with one-line errors naming the
+    file (truncated, corrupt, missing)."""
+    from huggingface_hub import load_state_dict_from_file
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"weights file {path} does not exist")
     try:
-        return load_file(str(path))
+        return load_state_dict_from_file(path, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
@@ -112,42 +113,29 @@ def save_weights(
 ) -> list[str]:
     """Write ``model.safetensors`` or ``model-0000k-of-0000n.safetensors`` + index; returns the file names.
 
-    Shards are filled up to ``max_shard_bytes``; ``num_shards`` instead splits into that many shards
-    of about equal size. Stale weight files of an earlier save in ``path`` are removed.
+    Sharding and the index are ``huggingface_hub.save_torch_state_dict``'s (the layout transformers reads);
+    shards are filled up to ``max_shard_bytes``, or ``num_shards`` asks for that many shards of about equal size
+    (the smallest shard size that gives at most that many). Stale weight files of an earlier save are removed.
     """
-    from safetensors.torch import save_file
+    from huggingface_hub import save_torch_state_dict, split_torch_state_dict_into_shards
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = done = 0
-    for key, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if num_shards:
-            full = len(shards) < num_shards and done >= total * len(shards) / num_shards
-        else:
-            full = size + nbytes > max_shard_bytes
-        if shards[-1] and full:
-            shards.append({})
-            size = 0
-        shards[-1][key] = tensor
-        size += nbytes
-        done += nbytes
+    if num_shards:
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        low, high = 1, max(total, 1)
+        while low < high:  # the shard count only falls as the size limit grows
+            mid = (low + high) // 2
+            count = len(split_torch_state_dict_into_shards(tensors, max_shard_size=mid).filename_to_tensors)
+            low, high = (mid + 1, high) if count > num_shards else (low, mid)
+        max_shard_bytes = low
     for stale in list(path.glob("model-*-of-*.safetensors")) + [path / INDEX_NAME, path / SINGLE_NAME]:
         stale.unlink(missing_ok=True)
-    if len(shards) == 1:
-        save_file(shards[0], str(path / SINGLE_NAME), metadata={"format": "pt"})
-        return [SINGLE_NAME]
-    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    weight_map = {}
-    for name, shard in zip(names, shards):
-        save_file(shard, str(path / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in shard})
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-    return names + [INDEX_NAME]
+    save_torch_state_dict(tensors, path, max_shard_size=max_shard_bytes, metadata={"format": "pt"})
+    if (path / INDEX_NAME).is_file():
+        return sorted(set(read_json(path / INDEX_NAME)["weight_map"].values())) + [INDEX_NAME]
+    return [SINGLE_NAME]
 
 
 def copy_side_files(src: str | Path, dst: str | Path) -> None:

@@ -126,7 +126,10 @@ def read_key_names(path: Path) -> list[str]:
 
 
 def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
-    raw = torch.load(str(f), map_location="cpu", weights_only=True, mmap=mmap)
+    from huggingface_hub import load_state_dict_from_file
+
+    # safe=False only admits a pickle file at all; weights_only=True still refuses any code in it
+    raw = load_state_dict_from_file(f, map_location="cpu", weights_only=True, mmap=mmap, safe=False)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{f} holds a {type(raw).__name__}, expected a state dict")
     return raw

@@ -209,7 +209,7 @@ def make_tiny(
         pad_to_multiple_of: embedding rows are padded to this multiple (Prismatic: 64).
         proprio_dim: > 0 adds proprio statistics and an OFT proprio projector.
         norm_stats: explicit ``norm_stats`` (overrides ``norm_keys`` / ``action_dim``).
-        num_shards: number of safetensors shards (1 writes a single ``model.safetensors``).
+        num_shards: about this many safetensors shards (at most; 1 writes a single ``model.safetensors``).
         seed: seed of the random weights and statistics.
     """
     if kind not in ("oft", "openvla"):
