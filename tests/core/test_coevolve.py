@@ -102,6 +102,10 @@ def test_exec_stages_outputs_and_variables(tmp_path):
     ({"stage": []}, "unknown key 'stage'; loop keys: out_dir, rounds"),
     ({"rounds": -1}, "rounds must be an integer >= 0"),
     ({"stages": [{"name": "a", "config": "x.yaml"}, {"name": "a", "config": "y.yaml"}]}, "two stages are named 'a'"),
+    ({"launcher": "thread"}, "launcher must be one of subprocess, in_process, got 'thread'"),
+    ({"rounds": "two"}, "rounds: Not of type NonNegativeInt"),
+    ({"stages": [{"name": "a", "config": "x.yaml", "feeds_next_round": "maybe"}]},
+     "stages[0] (a): feeds_next_round: Expected a <class 'bool'>"),
     ({"stages": [{"name": "a", "config": "x.yaml", "args": {"k": "${nope}"}}]}, "unknown variable ${nope}; known:"),
 ])
 def test_bad_loop_files_fail_in_one_line(tmp_path, capsys, loop, message):

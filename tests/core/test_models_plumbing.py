@@ -20,11 +20,14 @@ from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signe
 def test_sharded_weights_round_trip_with_index(tmp_path):
     state = {f"layer{i}.weight": torch.randn(64, 64) for i in range(4)}
     names = save_weights(state, tmp_path, num_shards=3)
-    assert names[-1] == INDEX_NAME and len(names) == 4
+    # huggingface_hub's greedy split: 4 equal tensors under the smallest limit giving <= 3 shards are 2 + 2
+    assert names == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", INDEX_NAME]
     index = json.loads((tmp_path / INDEX_NAME).read_text())
     assert set(index["weight_map"]) == set(state) and index["metadata"]["total_size"] == 4 * 64 * 64 * 4
     loaded = load_weights(tmp_path)
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    index_from_transformers_layout = json.loads((tmp_path / INDEX_NAME).read_text())["weight_map"]
+    assert index_from_transformers_layout["layer0.weight"] == "model-00001-of-00002.safetensors"
     save_weights(state, tmp_path)  # a single file replaces the stale shards
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
     (tmp_path / "model.safetensors").unlink()

@@ -27,7 +27,7 @@ def tutorial_files() -> dict[str, str]:
 def test_the_tutorial_has_an_env_a_policy_a_world_model_tests_and_a_config():
     files = tutorial_files()
     assert {"pyproject.toml", "src/rlinf_slide/plugin.py", "src/rlinf_slide/env.py", "src/rlinf_slide/policy.py",
-            "src/rlinf_slide/world_model.py", "tests/test_slide.py",
+            "src/rlinf_slide/world_model.py", "src/rlinf_slide/tools.py", "tests/test_slide.py",
             "src/rlinf_slide/configs/slide/grpo.yaml"} <= set(files)  # fmt: skip
     assert all(len(line) <= 120 for text in files.values() for line in text.splitlines())
 
@@ -51,6 +51,8 @@ def test_the_tutorial_package_installs_passes_its_tests_and_trains(tmp_path):
     cli = [sys.executable, "-m", "rlinf_core.cli.main"]
     listed = subprocess.run([*cli, "configs"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert re.search(r"^slide/grpo\.yaml +rlinf_slide$", listed.stdout, re.M), listed.stdout
+    hello = subprocess.run([*cli, "slide-hello", "now"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert hello.returncode == 0 and hello.stdout == "slide the block onto the line now\n", hello.stderr[-2000:]
     fit = subprocess.run([*cli, "fit", "--config", "slide/grpo.yaml", "--trainer.default_root_dir", str(tmp_path),
                           "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")],
                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip

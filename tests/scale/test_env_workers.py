@@ -13,6 +13,7 @@ import torch
 
 from rlinf_core.rl.algorithms import GRPO
 from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.envs.vector import WorkerEnv, vectorize
 from rlinf_core.envs.vector.workers import EnvWorkerError, EnvWorkerPool, render_threads
 from rlinf_core.rl.module import RLModule
 from rlinf_core.rl.collector import RolloutCollector, _mask_dropped_episodes
@@ -58,7 +59,7 @@ def _actions(env, seed: int, chunk: int = 2) -> torch.Tensor:
 def test_workers_match_in_process_envs():
     """Worker w behaves exactly like an in-process env sharded to every W-th initial state."""
     kw = dict(group_size=2, max_episode_steps=5, auto_reset=False, image_size=16)
-    env = ReachEnv(num_envs=8, num_workers=2, **kw)
+    env = vectorize(ReachEnv(num_envs=8, num_workers=2, **kw))
     refs = [ReachEnv(num_envs=4, **kw) for _ in range(2)]
     for w, ref in enumerate(refs):
         ref.shard(w, 2)
@@ -102,7 +103,7 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
     def collect(num_workers: int):
         envs = []
         for s in range(2):
-            env = ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers)
+            env = vectorize(ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers))
             env.shard(s, 2)
             envs.append(env)
         collector = RolloutCollector(envs, policy, need_values=True)
@@ -125,7 +126,7 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
 def test_eval_visits_every_state_once_across_workers_and_ranks():
     visited = []
     for rank in range(2):
-        env = ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3)
+        env = vectorize(ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3))
         env.shard(rank, 2)
         try:
             env.reset()
@@ -148,7 +149,7 @@ def test_worker_split_must_keep_groups_whole():
 
 
 def test_observations_travel_through_shared_memory(monkeypatch):
-    env = ReachEnv(num_envs=4, num_workers=2, image_size=64, auto_reset=True)
+    env = vectorize(ReachEnv(num_envs=4, num_workers=2, image_size=64, auto_reset=True))
     sizes = []
     original = EnvWorkerPool._recv
 
@@ -163,7 +164,7 @@ def test_observations_travel_through_shared_memory(monkeypatch):
         env.reset()
         for k in range(3):
             out = env.chunk_step(_actions(env, k))
-        pool = env._workers
+        pool = env
         assert all(buf.is_shared() for w in pool.workers for buf in w.buffers[0].values())
         image_bytes = 2 * 64 * 64 * 3  # one worker's rows of one observation
         assert max(sizes[2:]) < image_bytes / 4, f"replies carry {sizes} bytes: images are being pickled"
@@ -176,16 +177,16 @@ def test_observations_travel_through_shared_memory(monkeypatch):
 
 
 def test_killed_worker_is_restarted_in_training_and_counted():
-    env = ReachEnv(num_envs=4, num_workers=2, auto_reset=True, max_episode_steps=50)
+    env = vectorize(ReachEnv(num_envs=4, num_workers=2, auto_reset=True, max_episode_steps=50))
     try:
         env.reset()
         env.chunk_step(_actions(env, 0))
-        pid = env._workers.pids[1]
+        pid = env.pids[1]
         os.kill(pid, signal.SIGKILL)
         with pytest.warns(RuntimeWarning, match=r"SIGKILL.*\n.*restarting it; its 2 running episode"):
             out = env.chunk_step(_actions(env, 1))
         assert out.valid[:2].all() and not out.valid[2:].any(), "the dead worker's chunk is invalid"
-        assert env._workers.pids[1] != pid
+        assert env.pids[1] != pid
         metrics = env.pop_metrics()
         assert metrics == {"env/worker_restarts": 1.0, "env/dropped_episodes": 2.0}
         assert env.pop_metrics()["env/worker_restarts"] == 0.0, "counters are per call"
@@ -198,10 +199,10 @@ def test_killed_worker_is_restarted_in_training_and_counted():
 
 
 def test_dead_worker_in_eval_raises_with_its_error():
-    env = ReachEnv(num_envs=2, num_workers=2, is_eval=True, auto_reset=True)
+    env = vectorize(ReachEnv(num_envs=2, num_workers=2, is_eval=True, auto_reset=True))
     try:
         env.reset()
-        os.kill(env._workers.pids[0], signal.SIGKILL)
+        os.kill(env.pids[0], signal.SIGKILL)
         with pytest.raises(EnvWorkerError, match=r"worker 0/2 of ReachEnv .*SIGKILL.*eval envs are not restarted"):
             env.chunk_step(torch.zeros(2, 2, 2))
     finally:
@@ -209,7 +210,7 @@ def test_dead_worker_in_eval_raises_with_its_error():
 
 
 def test_simulator_exception_is_reported_and_repeated_failures_give_up():
-    env = FailingReachEnv(fail_after=0, num_envs=2, num_workers=1, auto_reset=True)
+    env = vectorize(FailingReachEnv(fail_after=0, num_envs=2, num_workers=1, auto_reset=True))
     try:
         env.reset()
         with pytest.warns(RuntimeWarning, match="FloatingPointError: simulated physics blow-up"):
@@ -225,7 +226,7 @@ def test_simulator_exception_is_reported_and_repeated_failures_give_up():
 
 def test_hung_worker_is_killed_after_the_timeout(monkeypatch):
     monkeypatch.setenv("RLINF_ENV_WORKER_TIMEOUT", "2")
-    env = FailingReachEnv(fail_after=-1, num_envs=2, num_workers=1, auto_reset=True)
+    env = vectorize(FailingReachEnv(fail_after=-1, num_envs=2, num_workers=1, auto_reset=True))
     try:
         env.reset()
         t0 = time.perf_counter()
@@ -238,11 +239,11 @@ def test_hung_worker_is_killed_after_the_timeout(monkeypatch):
 
 
 def test_no_auto_reset_worker_stays_idle_until_next_reset():
-    env = ReachEnv(num_envs=4, group_size=2, num_workers=2, max_episode_steps=50)
+    env = vectorize(ReachEnv(num_envs=4, group_size=2, num_workers=2, max_episode_steps=50))
     try:
         env.reset()
         env.chunk_step(_actions(env, 0))
-        os.kill(env._workers.pids[0], signal.SIGKILL)
+        os.kill(env.pids[0], signal.SIGKILL)
         with pytest.warns(RuntimeWarning):
             env.chunk_step(_actions(env, 1))
         out = env.chunk_step(_actions(env, 2))
@@ -257,7 +258,7 @@ def test_no_auto_reset_worker_stays_idle_until_next_reset():
 
 
 def test_frames_sampler_state_and_close():
-    env = ReachEnv(num_envs=4, num_workers=2, image_size=16, auto_reset=True)
+    env = vectorize(ReachEnv(num_envs=4, num_workers=2, image_size=16, auto_reset=True))
     env.video_cfg.max_envs = 3
     try:
         env.capture_frames = True
@@ -270,7 +271,7 @@ def test_frames_sampler_state_and_close():
         env.load_sampler_state(state)
         b = env.reset()
         torch.testing.assert_close(a.main_images, b.main_images)
-        pids = env._workers.pids
+        pids = env.pids
     finally:
         env.close()
     for pid in pids:
@@ -299,9 +300,9 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
 
 
 def test_plugin_close_override_also_stops_workers():
-    env = ClosingReachEnv(num_envs=2, num_workers=1)
+    env = vectorize(ClosingReachEnv(num_envs=2, num_workers=1))
     env.reset()
-    pids = env._workers.pids
+    pids = env.pids
     env.close()
     for pid in pids:
         with pytest.raises(ProcessLookupError):
@@ -309,13 +310,13 @@ def test_plugin_close_override_also_stops_workers():
 
 
 def test_worker_env_can_be_pickled_and_gets_its_own_workers():
-    env = ReachEnv(num_envs=2, num_workers=1, image_size=16)
+    env = vectorize(ReachEnv(num_envs=2, num_workers=1, image_size=16))
     try:
         first = env.reset()
         copy = pickle.loads(pickle.dumps(env))
         try:
             again = copy.reset()
-            assert copy._workers.pids != env._workers.pids
+            assert copy.pids != env.pids
             torch.testing.assert_close(again.states, first.states)  # same seed, same first draw
         finally:
             copy.close()
@@ -359,6 +360,46 @@ def test_pipeline_stages_split_the_cores_between_their_workers():
     try:
         expected = str(render_threads(os.cpu_count() or 1, 2))
         for stage in module._stage_envs:
+            assert isinstance(stage, WorkerEnv), "the RL loop runs num_workers > 0 envs in workers"
             assert stage.reset().task_descriptions == [expected] * 4
     finally:
         module.teardown("fit")
+
+
+def test_the_env_contract_runs_in_process_and_vectorize_wraps_it():
+    """``Env`` is the plugin contract only: ``num_workers`` is read by ``vectorize``, never by the env itself."""
+    env = ReachEnv(num_envs=2, num_workers=2, image_size=16)
+    assert not hasattr(env, "pids") and env.reset().main_images.shape[0] == 2  # no processes behind the contract
+    plain = ReachEnv(num_envs=2, image_size=16)
+    assert vectorize(plain) is plain and vectorize(None) is None
+    wrapped = vectorize(env.clone())
+    try:
+        assert isinstance(wrapped, WorkerEnv) and vectorize(wrapped) is wrapped
+        assert wrapped.num_envs == 2 and wrapped.task_names == env.task_names  # read through to the env
+        wrapped.capture_frames = True
+        assert wrapped.env.capture_frames, "settings reach the wrapped env, where the workers read them"
+        eval_env = wrapped.clone(is_eval=True, auto_reset=True)
+        assert isinstance(eval_env, WorkerEnv) and eval_env.is_eval and eval_env.num_workers == 2
+        assert wrapped.reset().main_images.shape[0] == 2 and len(wrapped.pids) == 2
+        assert len(wrapped.pop_frames()) == 1
+    finally:
+        wrapped.close()
+    with pytest.raises(ValueError, match="num_workers >= 1"):
+        WorkerEnv(plain)
+
+
+def test_config_parsers_read_the_env_constructor_and_clone_keeps_its_arguments():
+    """Env records its constructor arguments without rewriting __init__: jsonargparse still sees the subclass's
+    and Env's parameters (nested through **kwargs), and clone() rebuilds from them."""
+    from jsonargparse import ArgumentParser
+
+    from rlinf_core.contracts.env import Env
+
+    assert "__init__" not in {k for k, v in vars(ReachEnv).items() if getattr(v, "__wrapped__", None)}
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--env", type=Env)
+    cfg = parser.parse_args(["--env.class_path=ReachEnv", "--env.init_args.num_envs=4", "--env.init_args.image_size=8"])
+    env = parser.instantiate(cfg).env
+    assert (env.num_envs, env.image_size) == (4, 8)
+    copy = env.clone(seed=3)
+    assert (type(copy), copy.num_envs, copy.image_size, copy.seed) == (ReachEnv, 4, 8, 3)

@@ -1,33 +1,43 @@
-"""rlinf: reinforcement-learning fine-tuning of Vision-Language-Action policies on Lightning."""
+"""rlinf: reinforcement-learning fine-tuning of Vision-Language-Action policies on Lightning.
 
-from rlinf_core.contracts.env import ChunkStepResult, Env, VideoConfig
-from rlinf_core.contracts.observation import Observation
+The names below are what plugins import (see docs/plugins.md, "Where plugins import from"). Only
+``hookimpl`` is imported eagerly: every other name loads its module (torch, Lightning) on first use, so
+that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point module stay fast.
+"""
+
 from rlinf_core.plugins.hookspecs import hookimpl
-from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
-from rlinf_core.contracts.world_model import RewardModel, WorldModel
 
-__all__ = [
-    "ActOutput",
-    "ChunkStepResult",
-    "Env",
-    "EvaluateOutput",
-    "Observation",
-    "Policy",
-    "RewardModel",
-    "VideoConfig",
-    "WorldModel",
-    "hookimpl",
-]
+# public name -> module that defines it
+_LAZY = {
+    "ActOutput": "rlinf_core.contracts.policy",
+    "ChunkStepResult": "rlinf_core.contracts.observation",
+    "Env": "rlinf_core.contracts.env",
+    "EvaluateOutput": "rlinf_core.contracts.policy",
+    "Observation": "rlinf_core.contracts.observation",
+    "Policy": "rlinf_core.contracts.policy",
+    "RewardModel": "rlinf_core.contracts.world_model",
+    "VideoConfig": "rlinf_core.contracts.env",
+    "WorldModel": "rlinf_core.contracts.world_model",
+    "RLModule": "rlinf_core.rl.module",
+    "PPO": "rlinf_core.rl.algorithms",
+    "GRPO": "rlinf_core.rl.algorithms",
+    "MissingDependencyError": "rlinf_core.plugins.imports",
+    "require": "rlinf_core.plugins.imports",
+}
+
+__all__ = sorted([*_LAZY, "hookimpl"])
 
 
 def __getattr__(name: str):
-    # heavy (Lightning) parts are imported on first use, so `rlinf plugins` stays fast
-    if name == "RLModule":
-        from rlinf_core.rl.module import RLModule
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlinf_core' has no attribute {name!r}")
+    import importlib
 
-        return RLModule
-    if name in ("PPO", "GRPO"):
-        import rlinf_core.rl.algorithms as algorithms
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return getattr(algorithms, name)
-    raise AttributeError(f"module 'rlinf' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -78,7 +78,12 @@ def log_video(logger: Any, tag: str, video: np.ndarray, step: int, fps: int) -> 
 
 
 def _tensorboard_gif(writer: Any, tag: str, video: np.ndarray, step: int, fps: int) -> bool:
-    """The record ``SummaryWriter.add_video`` produces (an animated GIF image summary), without moviepy."""
+    """The record ``SummaryWriter.add_video`` produces (an animated GIF image summary), without moviepy.
+
+    The one use of a private API: ``add_video`` needs moviepy (dropped) and SummaryWriter has no public way to add
+    a ready Summary proto, so the summary goes through ``_get_file_writer()``;
+    ``tests/core/test_video_tensorboard.py`` reads it back with TensorBoard and fails if torch changes that.
+    """
     import io
 
     from tensorboard.compat.proto.summary_pb2 import Summary

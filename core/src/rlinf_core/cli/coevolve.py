@@ -25,6 +25,7 @@ the same command continues at the first unfinished stage (whose partial director
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -35,9 +36,11 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+import re
+from typing import Any, Callable, Literal
 
 import yaml
+from jsonargparse.typing import NonNegativeInt
 
 __all__ = ["LoopSpec", "StageSpec", "coevolve_command", "load_loop", "run_loop"]
 
@@ -66,8 +69,8 @@ class StageSpec:
     """
 
     name: str
-    run: str = "fit"
-    config: list[str] = field(default_factory=list)
+    run: Literal["fit", "validate", "exec"] = "fit"
+    config: list[str] | str = field(default_factory=list)
     args: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
@@ -82,36 +85,63 @@ class LoopSpec:
         out_dir: where every stage's directory, ``coevolve.json`` and ``results.md`` go.
         rounds: rounds of ``stages`` (after the ``prelude``).
         launcher: ``subprocess`` (each rlinf run in its own process: memory and CUDA state never carry over) or
-            ``in_process`` (fast, for tests and small runs).
+            ``in_process`` (fast, for tests and small runs; run through the ``rlinf`` command, else as subprocesses).
         vars: starting values of the variables (``policy: path/to/sft_policy``).
         prelude: stages run once before round 1 (``${round}`` = 0), e.g. the starting policy's eval.
         stages: the stages of every round, in order.
     """
 
     out_dir: str = "runs/coevolve"
-    rounds: int = 1
-    launcher: str = "subprocess"
+    rounds: NonNegativeInt = 1
+    launcher: Literal["subprocess", "in_process"] = "subprocess"
     vars: dict[str, Any] = field(default_factory=dict)
-    prelude: list[StageSpec] = field(default_factory=list)
-    stages: list[StageSpec] = field(default_factory=list)
+    prelude: list[dict[str, Any]] = field(default_factory=list)  # StageSpec mappings, each checked on its own
+    stages: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _fields(cls) -> list[str]:
     return list(cls.__dataclass_fields__)
 
 
+def _one_line(exc: Exception, keys_of: type) -> str:
+    """jsonargparse's nested message as one line: ``key: what is wrong`` (its three wordings for unknown keys,
+    out-of-range numbers and choices are rephrased; anything else is its innermost line)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    keys = [ln.split('"')[1] for ln in lines if ln.startswith('Parser key "')]
+    text = next((ln for ln in reversed(lines) if not ln.startswith(("Parser key", "Problem with"))), lines[-1])
+    unknown = re.match(r"Option '(.+)' is not accepted", text)
+    if unknown:
+        return f"unknown key {unknown.group(1)!r}; {keys_of.__name__.removesuffix('Spec').lower()} keys: " + ", ".join(
+            _fields(keys_of))
+    choice = re.match(r"Expected a typing.Literal\[(.*)\]. Got value: (.*)", text)
+    if choice:
+        text = f"must be one of {choice.group(1).replace(chr(39), '')}, got {choice.group(2)!r}"
+    bound = re.match(r"Not of type NonNegativeInt: (.*) does not conform", text)
+    if bound:
+        text = f"must be an integer >= 0, got {bound.group(1)}"
+    if not keys:
+        return text
+    return f"{keys[-1]} {text}" if text.startswith("must be") else f"{keys[-1]}: {text}"
+
+
+def _parse(cls: type, raw: dict[str, Any], where: str) -> Any:
+    """``cls(**raw)`` after jsonargparse checked the keys and types against ``cls``'s fields."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls)
+    try:
+        parsed = parser.parse_object(raw)
+    except Exception as exc:  # noqa: BLE001 - jsonargparse's ArgumentError / ValueError: bad input, one line
+        raise LoopError(f"{where}: {_one_line(exc, cls)}") from None
+    return cls(**{k: v for k, v in parsed.as_dict().items() if k in _fields(cls)})
+
+
 def _stage(raw: Any, where: str) -> StageSpec:
     if not isinstance(raw, dict) or "name" not in raw:
         raise LoopError(f"{where}: a stage is a mapping with a 'name' (keys: {', '.join(_fields(StageSpec))})")
-    unknown = sorted(set(raw) - set(_fields(StageSpec)))
-    if unknown:
-        keys = ", ".join(_fields(StageSpec))
-        raise LoopError(f"{where} ({raw['name']}): unknown key {unknown[0]!r}; stage keys: {keys}")
-    st = StageSpec(**raw)
+    st = _parse(StageSpec, raw, f"{where} ({raw['name']})")
     st.config = [st.config] if isinstance(st.config, str) else list(st.config or [])
-    st.args, st.outputs, st.command = dict(st.args or {}), dict(st.outputs or {}), list(st.command or [])
-    if st.run not in RUNS:
-        raise LoopError(f"{where} ({st.name}): run must be one of {', '.join(RUNS)}, got {st.run!r}")
     if st.run == "exec" and not st.command:
         raise LoopError(f"{where} ({st.name}): an exec stage needs a command (a list of arguments)")
     if st.run != "exec" and not st.config:
@@ -122,7 +152,10 @@ def _stage(raw: Any, where: str) -> StageSpec:
 
 
 def load_loop(path: str | Path, overrides: dict[str, Any] | None = None) -> LoopSpec:
-    """The loop file at ``path`` with top-level ``overrides`` (``rounds``, ``out_dir``, ``launcher``) applied."""
+    """The loop file at ``path`` with top-level ``overrides`` (``rounds``, ``out_dir``, ``launcher``) applied.
+
+    Keys and types are checked by jsonargparse against :class:`LoopSpec` / :class:`StageSpec` (the schema);
+    what types cannot say (a config per fit stage, unique stage names) is checked here."""
     path = Path(path)
     if not path.is_file():
         raise LoopError(f"loop file {path} does not exist")
@@ -133,17 +166,9 @@ def load_loop(path: str | Path, overrides: dict[str, Any] | None = None) -> Loop
     if not isinstance(raw, dict):
         raise LoopError(f"{path}: a loop file is a mapping (keys: {', '.join(_fields(LoopSpec))})")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    unknown = sorted(set(raw) - set(_fields(LoopSpec)))
-    if unknown:
-        raise LoopError(f"{path}: unknown key {unknown[0]!r}; loop keys: {', '.join(_fields(LoopSpec))}")
-    spec = LoopSpec(**raw)
-    spec.vars = dict(spec.vars or {})
+    spec = _parse(LoopSpec, raw, str(path))
     spec.prelude = [_stage(s, f"{path} prelude[{i}]") for i, s in enumerate(spec.prelude or [])]
     spec.stages = [_stage(s, f"{path} stages[{i}]") for i, s in enumerate(spec.stages or [])]
-    if not isinstance(spec.rounds, int) or spec.rounds < 0:
-        raise LoopError(f"{path}: rounds must be an integer >= 0, got {spec.rounds!r}")
-    if spec.launcher not in LAUNCHERS:
-        raise LoopError(f"{path}: launcher must be one of {', '.join(LAUNCHERS)}, got {spec.launcher!r}")
     for names in ([s.name for s in spec.prelude], [s.name for s in spec.stages]):
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
@@ -192,11 +217,9 @@ def _launch_subprocess(argv: list[str], log: Path) -> int:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ}).returncode
 
 
-def _launch_in_process(argv: list[str], log: Path) -> int:
+def _launch_in_process(argv: list[str], log: Path, main: Callable[[list[str]], Any]) -> int:
     if argv[0] != "rlinf":
         return _launch_subprocess(argv, log)
-    from rlinf_core.cli.main import main
-
     with open(log, "a") as f, redirect_stdout(f), redirect_stderr(f):
         print("$ " + " ".join(argv), flush=True)
         try:
@@ -223,11 +246,20 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def run_loop(spec: LoopSpec, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run (or continue) the loop; returns one record per stage (``round``, ``stage``, ``outputs``, ``eval``, ...)."""
+def run_loop(
+    spec: LoopSpec, log: Callable[[str], None] = print, rlinf_main: Callable[[list[str]], Any] | None = None
+) -> list[dict[str, Any]]:
+    """Run (or continue) the loop; returns one record per stage (``round``, ``stage``, ``outputs``, ``eval``, ...).
+
+    ``rlinf_main`` runs ``rlinf ARGS`` in this process (``launcher: in_process``); the ``rlinf`` command passes
+    itself, so that this module does not import the command that imports it.
+    """
     out = Path(spec.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    launch = _launch_subprocess if spec.launcher == "subprocess" else _launch_in_process
+    if spec.launcher == "subprocess" or rlinf_main is None:
+        launch = _launch_subprocess
+    else:
+        launch = functools.partial(_launch_in_process, main=rlinf_main)
     values: dict[str, Any] = dict(spec.vars)
     plan = [(0, s) for s in spec.prelude] + [(r, s) for r in range(1, spec.rounds + 1) for s in spec.stages
                                              if r < spec.rounds or not s.feeds_next_round]
@@ -298,7 +330,7 @@ def results_table(records: list[dict[str, Any]], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def coevolve_command(argv: list[str]) -> int:
+def coevolve_command(argv: list[str], rlinf_main: Callable[[list[str]], Any] | None = None) -> int:
     """``rlinf coevolve``: parse, run the loop, print where the results are; bad input is one line, exit 2."""
     p = argparse.ArgumentParser(
         prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
@@ -317,7 +349,7 @@ def coevolve_command(argv: list[str]) -> int:
                 raise LoopError(f"--set {item!r}: expected NAME=VALUE")
             name, value = item.split("=", 1)
             spec.vars[name] = value
-        records = run_loop(spec)
+        records = run_loop(spec, rlinf_main=rlinf_main)
     except LoopError as exc:
         print(f"rlinf coevolve: error: {exc}", file=sys.stderr)
         return 2

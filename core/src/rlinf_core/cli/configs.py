@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
-CORE_PACKAGE = "rlinf"
+CORE_PACKAGE = "rlinf_core"
 CONFIG_FLAGS = ("--config", "-c")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from rlinf_core.cli.errors import run_cli
-from rlinf_core.plugins.manager import KINDS, PluginError, Registry, load_plugins
+from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, Registry, load_plugins
 
 # keys of RLModule / SFTModule / WorldModelTrainer / RewardModelTrainer init args that name a plugin class, and the kind
 PLUGIN_KEYS = {
@@ -32,27 +32,39 @@ PLUGIN_KEYS = {
 
 
 def plugins_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf plugins", description="List installed rlinf plugins.")
+    parser = argparse.ArgumentParser(prog="rlinf plugins", description="List installed rlinf plugins and what they "
+                                     "register (classes are not imported; --check imports them).")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--check", action="store_true", help="exit with status 1 if a plugin failed to load")
+    parser.add_argument("--check", action="store_true", help="also import every registered class; exit with status "
+                        "1 if a plugin or class failed to load")  # fmt: skip
     opts = parser.parse_args(argv)
     try:
         registry = load_plugins(warn=False)
     except PluginError as exc:
         print(f"rlinf: error: {exc}", file=sys.stderr)
         return 2
+    if opts.check:
+        registry.import_classes(warn=False)
     infos = list(registry.plugins.values())
     if opts.json:
-        print(json.dumps([p.as_dict() for p in infos], indent=2))
+        out = []
+        for p in infos:
+            commands = sorted(n for n, c in registry.commands.items() if c.plugin == p.name)
+            out.append({**p.as_dict(), "builtin": p.name in BUILTIN_PLUGINS, "commands": commands})
+        print(json.dumps(out, indent=2))
     else:
         for p in infos:
-            print(f"{p.name}  ({p.distribution} {p.version}, module {p.module})")
+            where = "built in" if p.name in BUILTIN_PLUGINS else f"module {p.module}"
+            print(f"{p.name}  ({p.distribution} {p.version}, {where})")
             if p.error:
                 print(f"  ERROR: {p.error}")
             for kind in KINDS:
                 names = [r.name for r in p.registered if r.kind == kind]
                 if names:
                     print(f"  {kind}: {', '.join(names)}")
+            commands = sorted(n for n, c in registry.commands.items() if c.plugin == p.name)
+            if commands:
+                print(f"  commands: {', '.join(f'rlinf {n}' for n in commands)}")
     return 1 if opts.check and registry.errors() else 0
 
 
@@ -91,6 +103,40 @@ def plot_command(argv: list[str]) -> int:
         return 2
     print(path)
     return 0
+
+
+def _dispatch(argv: list[str]) -> int | None:
+    """Run ``rlinf --help`` and every non-Lightning command (built-in or a plugin's); ``None`` for fit / validate /
+    test / predict, which go to LightningCLI."""
+    import importlib
+
+    from rlinf_core.cli.commands import (
+        LIGHTNING_COMMANDS,
+        builtin_commands,
+        help_text,
+        run_plugin_command,
+        unknown_command_message,
+    )
+
+    words = [a for a in argv if a != "--verbose"]
+    if not words or words[0] in ("-h", "--help", "help"):
+        registry = load_plugins(warn=False)
+        print(help_text(registry.commands, [p.name for p in registry.plugins.values() if p.error]))
+        return 0 if words else 2
+    name = words[0]
+    if name in LIGHTNING_COMMANDS or name.startswith("-"):
+        return None
+    builtin = {c.name: c for c in builtin_commands()}
+    if name in builtin:
+        module, _, function = builtin[name].target.partition(":")
+        run = getattr(importlib.import_module(module), function)
+        rest = argv[argv.index(name) + 1 :]
+        return run(rest, rlinf_main=main) if name == "coevolve" else run(rest)
+    registry = load_plugins(warn=False)
+    if name in registry.commands:
+        return run_plugin_command(name, argv[argv.index(name) + 1 :], registry)
+    print(unknown_command_message(name, registry.commands), file=sys.stderr)
+    return 2
 
 
 def _pop_verbose(argv: list[str]) -> tuple[list[str], bool]:
@@ -251,24 +297,9 @@ def main(args: list[str] | None = None) -> int | None:
     from rlinf_core.cli.configs import resolve_config_args
 
     argv = resolve_config_args(list(sys.argv[1:] if args is None else args))
-    if argv and argv[0] == "plugins":
-        return plugins_command(argv[1:])
-    if argv and argv[0] == "configs":
-        return configs_command(argv[1:])
-    if argv and argv[0] == "memory":
-        from rlinf_core.cli.memory import memory_command
-
-        return memory_command(argv[1:])
-    if argv and argv[0] == "plot":
-        return plot_command(argv[1:])
-    if argv and argv[0] == "serve":
-        from rlinf_core.serve.command import serve_command
-
-        return serve_command(argv[1:])
-    if argv and argv[0] == "coevolve":
-        from rlinf_core.cli.coevolve import coevolve_command
-
-        return coevolve_command(argv[1:])
+    code = _dispatch(argv)
+    if code is not None:
+        return code
     argv, verbose = _pop_verbose(argv)
     if not verbose:
         from rlinf_core.cli.quiet import install_quiet_filters
@@ -277,6 +308,7 @@ def main(args: list[str] | None = None) -> int | None:
     try:
         registry = load_plugins()
         check_config_class_paths(argv, registry)
+        registry.import_classes()  # LightningCLI resolves YAML short names among the imported classes
     except PluginError as exc:
         print(f"rlinf: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -295,7 +327,9 @@ def main(args: list[str] | None = None) -> int | None:
     cli_class.quiet = not verbose
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
     parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
-    run_cli(lambda: cli_class(
+    from rlinf_core.cli.suggest import with_key_suggestions
+
+    run_cli(with_key_suggestions(lambda: cli_class(
         pl.LightningModule,
         None,
         subclass_mode_model=True,
@@ -304,7 +338,7 @@ def main(args: list[str] | None = None) -> int | None:
         seed_everything_default=0,
         trainer_defaults=trainer_defaults(quiet=not verbose),
         parser_kwargs=parser_kwargs,
-    ))
+    ), argv))
     return 0
 
 

@@ -1,1 +1,33 @@
-"""The contracts plugins implement: observations, envs, policies, world models and reward models."""
+"""The plugin contracts: what an env, a policy, a world model and a reward model implement."""
+
+import importlib
+
+# public name -> module that defines it (imported on first use: importing this package stays cheap)
+_LAZY = {
+    "ActOutput": "rlinf_core.contracts.policy",
+    "ChunkStepResult": "rlinf_core.contracts.observation",
+    "ConditionSpec": "rlinf_core.world_models.init_data",
+    "Env": "rlinf_core.contracts.env",
+    "EvaluateOutput": "rlinf_core.contracts.policy",
+    "MemoryProfile": "rlinf_core.memory.estimate",
+    "Observation": "rlinf_core.contracts.observation",
+    "Policy": "rlinf_core.contracts.policy",
+    "RewardModel": "rlinf_core.contracts.world_model",
+    "Stack": "rlinf_core.memory.estimate",
+    "VideoConfig": "rlinf_core.contracts.env",
+    "WorldModel": "rlinf_core.contracts.world_model",
+    "WorldModelMemory": "rlinf_core.memory.world_model",
+    "module_bytes": "rlinf_core.memory.world_model",
+    "peak_bytes": "rlinf_core.memory.world_model",
+}
+
+__all__ = ['ActOutput', 'ChunkStepResult', 'ConditionSpec', 'Env', 'EvaluateOutput', 'MemoryProfile', 'Observation', 'Policy', 'RewardModel', 'Stack', 'VideoConfig', 'WorldModel', 'WorldModelMemory', 'module_bytes', 'peak_bytes']
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

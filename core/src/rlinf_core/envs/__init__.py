@@ -1,1 +1,24 @@
-"""Env contract and helpers."""
+"""Env helpers for plugins: the world-model env, worker processes, headless GL for MuJoCo."""
+
+import importlib
+
+# public name -> module that defines it (imported on first use: importing this package stays cheap)
+_LAZY = {
+    "EnvWorkerError": "rlinf_core.envs.vector",
+    "WorkerEnv": "rlinf_core.envs.vector",
+    "WorldModelEnv": "rlinf_core.envs.world_model",
+    "gl_import_error": "rlinf_core.envs.mujoco_gl",
+    "setup_gl": "rlinf_core.envs.mujoco_gl",
+    "vectorize": "rlinf_core.envs.vector",
+}
+
+__all__ = ['EnvWorkerError', 'WorkerEnv', 'WorldModelEnv', 'gl_import_error', 'setup_gl', 'vectorize']
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -153,7 +153,7 @@ def apply_lora(
 
 def _adapter_weights(path: Path) -> dict[str, torch.Tensor]:
     if (path / "adapter_model.safetensors").is_file():
-        from rlinf_core.run.checkpoint_files import load_safetensors as load_file
+        from rlinf_core.models.weights import load_safetensors as load_file
 
         return load_file(str(path / "adapter_model.safetensors"))
     if (path / "adapter_model.bin").is_file():

@@ -7,6 +7,7 @@ so sharding, the index format and the one-line errors are the same everywhere.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,42 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint directory is missing files or does not match the model built from its config."""
+    """A checkpoint (a weights directory or file, or a Lightning ``.ckpt``) is missing, corrupt or does not match
+    the model built from its config: the one error class of weights and checkpoint IO."""
+
+
+def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """The state dict in a ``.pth`` / ``.pt`` file (raw, or under ``model_state_dict``), loaded with ``weights_only``;
+    one-line errors naming the file (``what`` it is: ``"reward model checkpoint"``, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise ValueError(f"{path}: not a loadable .pth state dict ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if isinstance(obj, dict) and "model_state_dict" in obj:
+        obj = obj["model_state_dict"]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"{path}: expected a state dict (or {{'model_state_dict': state dict}}) of tensors")
+    return obj
+
+
+def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """``huggingface_hub.load_state_dict_from_file`` of a ``.safetensors`` file, with one-line errors naming the
+    file (truncated, corrupt, missing)."""
+    from huggingface_hub import load_state_dict_from_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file {path} does not exist")
+    try:
+        return load_state_dict_from_file(path, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
+        ) from None
 
 
 def read_json(path: str | Path, kind: type = dict):
@@ -40,8 +76,7 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
         model_path: the checkpoint directory.
         hint: appended to the error when no weights are found (e.g. how to make a tiny checkpoint).
     """
-    from rlinf_core.run.checkpoint_files import load_safetensors as load_file  # a truncated / corrupt file: one line naming it
-
+    load_file = load_safetensors  # a truncated / corrupt file: one line naming it
     path = Path(model_path)
     index = path / INDEX_NAME
     if index.is_file():
@@ -78,42 +113,29 @@ def save_weights(
 ) -> list[str]:
     """Write ``model.safetensors`` or ``model-0000k-of-0000n.safetensors`` + index; returns the file names.
 
-    Shards are filled up to ``max_shard_bytes``; ``num_shards`` instead splits into that many shards
-    of about equal size. Stale weight files of an earlier save in ``path`` are removed.
+    Sharding and the index are ``huggingface_hub.save_torch_state_dict``'s (the layout transformers reads);
+    shards are filled up to ``max_shard_bytes``, or ``num_shards`` asks for that many shards of about equal size
+    (the smallest shard size that gives at most that many). Stale weight files of an earlier save are removed.
     """
-    from safetensors.torch import save_file
+    from huggingface_hub import save_torch_state_dict, split_torch_state_dict_into_shards
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = done = 0
-    for key, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if num_shards:
-            full = len(shards) < num_shards and done >= total * len(shards) / num_shards
-        else:
-            full = size + nbytes > max_shard_bytes
-        if shards[-1] and full:
-            shards.append({})
-            size = 0
-        shards[-1][key] = tensor
-        size += nbytes
-        done += nbytes
+    if num_shards:
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        low, high = 1, max(total, 1)
+        while low < high:  # the shard count only falls as the size limit grows
+            mid = (low + high) // 2
+            count = len(split_torch_state_dict_into_shards(tensors, max_shard_size=mid).filename_to_tensors)
+            low, high = (mid + 1, high) if count > num_shards else (low, mid)
+        max_shard_bytes = low
     for stale in list(path.glob("model-*-of-*.safetensors")) + [path / INDEX_NAME, path / SINGLE_NAME]:
         stale.unlink(missing_ok=True)
-    if len(shards) == 1:
-        save_file(shards[0], str(path / SINGLE_NAME), metadata={"format": "pt"})
-        return [SINGLE_NAME]
-    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    weight_map = {}
-    for name, shard in zip(names, shards):
-        save_file(shard, str(path / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in shard})
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
-    return names + [INDEX_NAME]
+    save_torch_state_dict(tensors, path, max_shard_size=max_shard_bytes, metadata={"format": "pt"})
+    if (path / INDEX_NAME).is_file():
+        return sorted(set(read_json(path / INDEX_NAME)["weight_map"].values())) + [INDEX_NAME]
+    return [SINGLE_NAME]
 
 
 def copy_side_files(src: str | Path, dst: str | Path) -> None:

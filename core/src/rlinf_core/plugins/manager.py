@@ -21,34 +21,10 @@ from typing import Any
 import pluggy
 
 from rlinf_core.plugins import hookspecs
+from rlinf_core.plugins.entries import KINDS, RESERVED_COMMANDS, Command, PluginError, Registered, _check_base
 
 BUILTIN_PLUGINS = {"core": "rlinf_core.builtin.plugin"}
 CORE_DISTRIBUTION = "rlinf-core"
-
-# kind -> (hook name, dotted path of the base class)
-KINDS = {
-    "env": ("register_envs", "rlinf_core.contracts.env:Env"),
-    "policy": ("register_policies", "rlinf_core.contracts.policy:Policy"),
-    "world_model": ("register_world_models", "rlinf_core.contracts.world_model:WorldModel,RewardModel"),
-}
-
-
-class PluginError(RuntimeError):
-    """A plugin could not be loaded or registered something invalid."""
-
-
-@dataclass
-class Registered:
-    kind: str
-    name: str
-    cls: type
-    plugin: str
-    distribution: str
-
-    @property
-    def class_path(self) -> str:
-        return f"{self.cls.__module__}.{self.cls.__qualname__}"
-
 
 @dataclass
 class PluginInfo:
@@ -70,12 +46,6 @@ class PluginInfo:
             },
             "error": self.error,
         }
-
-
-def _load_base(kind: str) -> tuple[type, ...]:
-    module, qualnames = KINDS[kind][1].split(":")
-    mod = importlib.import_module(module)
-    return tuple(getattr(mod, q) for q in qualnames.split(","))
 
 
 def _split_env(var: str) -> set[str] | None:
@@ -100,6 +70,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.classes: dict[str, Registered] = {}
+        self.commands: dict[str, Command] = {}
 
     # -- loading ---------------------------------------------------------------------------
     def load(self, entry_points_: list[EntryPoint] | None = None) -> Registry:
@@ -150,14 +121,16 @@ class Registry:
             info.error = f"plugin '{name}' from {dist} {version}: {exc}"
             return
         others = [p for p in self.pm.get_plugins() if p is not module]
-        for kind, (hook_name, _) in KINDS.items():
+        hooks = [(kind, hook_name) for kind, (hook_name, _) in KINDS.items()] + [("command", "register_commands")]
+        for kind, hook_name in hooks:
             # through pluggy's caller (not the raw function): it passes each implementation only the
             # arguments it names, so a plugin written before a hook gained an argument keeps working
             caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
             if not caller.get_hookimpls():
                 continue
             try:
-                caller(register=self._register_fn(kind, info))
+                register = self._command_fn(info) if kind == "command" else self._register_fn(kind, info)
+                caller(register=register)
             except PluginError as exc:
                 info.error = str(exc)
                 self._forget(info)
@@ -176,35 +149,87 @@ class Registry:
         for r in info.registered:
             self.classes.pop(r.name, None)
         info.registered.clear()
+        for name in [n for n, c in self.commands.items() if c.plugin == info.name]:
+            del self.commands[name]
+
+    def _command_fn(self, info: PluginInfo):
+        def register(name: str, target: str, help: str) -> None:
+            """Add ``rlinf NAME``: ``target`` is ``"package.module:function"``, ``help`` one line."""
+            where = f"plugin '{info.name}' from {info.distribution}"
+            if not isinstance(name, str) or not name or name.startswith("-") or " " in name:
+                raise PluginError(f"{where} registered the command name {name!r}: expected one word")
+            if name in RESERVED_COMMANDS:
+                raise PluginError(f"{where} registered the command '{name}', which is one of rlinf's own commands")
+            module, sep, function = str(target).partition(":")
+            if not sep or not module or not function.isidentifier():
+                raise PluginError(f"{where} registered command '{name}' as {target!r}: expected 'package.module:function'")
+            previous = self.commands.get(name)
+            if previous is not None:
+                raise PluginError(
+                    f"command '{name}' is provided by both {previous.distribution} (plugin '{previous.plugin}') "
+                    f"and {info.distribution} (plugin '{info.name}'). Hint: block one with RLINF_BLOCK_PLUGINS"
+                )
+            self.commands[name] = Command(name, target, " ".join(str(help).split()), info.name, info.distribution)
+
+        return register
 
     def _register_fn(self, kind: str, info: PluginInfo):
-        base = _load_base(kind)
+        def register(cls: type | str, **unsupported: Any) -> None:
+            """Register a class under its class name (the ``class_path`` short name in YAML).
 
-        def register(cls: type, **unsupported: Any) -> None:
-            """Register ``cls`` under its class name (the ``class_path`` short name in YAML)."""
+            Args:
+                cls: the class's dotted path ``"package.module:ClassName"`` (imported only when a config
+                    or command uses it, so that ``rlinf plugins`` stays fast), or the class itself.
+            """
             if unsupported:
                 raise PluginError(
                     f"plugin '{info.name}' from {info.distribution} passed {sorted(unsupported)} to register(): "
                     f"only register(cls) is supported (aliases were removed: YAML class_path uses the class name)"
                 )
-            if not (isinstance(cls, type) and issubclass(cls, base)):
-                raise PluginError(
-                    f"plugin '{info.name}' from {info.distribution} registered {cls!r} as {kind}, "
-                    f"but it is not a subclass of {' or '.join(b.__module__ + '.' + b.__qualname__ for b in base)}"
-                )
-            for short in (cls.__name__,):
-                previous = self.classes.get(short)
-                if previous is not None and previous.cls is not cls:
+            if isinstance(cls, str):
+                module, sep, qualname = cls.partition(":")
+                if not sep or not module or not qualname or not all(
+                    p.isidentifier() for p in [*module.split("."), *qualname.split(".")]
+                ):
                     raise PluginError(
-                        f"{kind} class name '{short}' is provided by both {previous.distribution} "
-                        f"(plugin '{previous.plugin}') and {info.distribution} (plugin '{info.name}'); "
-                        f"short class_path names must be unique. Hint: block one with RLINF_BLOCK_PLUGINS"
+                        f"plugin '{info.name}' from {info.distribution} registered {cls!r} as {kind}: expected "
+                        f"a class or a dotted path 'package.module:ClassName'"
                     )
-                entry = Registered(kind, short, cls, info.name, info.distribution)
-                self.classes[short] = entry
-                info.registered.append(entry)
+                short = qualname.rsplit(".", 1)[-1]
+            else:
+                _check_base(cls, kind, info.name, info.distribution)
+                short = cls.__name__
+            previous = self.classes.get(short)
+            if previous is not None and previous.class_path != Registered(kind, short, cls, "", "").class_path:
+                raise PluginError(
+                    f"{kind} class name '{short}' is provided by both {previous.distribution} "
+                    f"(plugin '{previous.plugin}') and {info.distribution} (plugin '{info.name}'); "
+                    f"short class_path names must be unique. Hint: block one with RLINF_BLOCK_PLUGINS"
+                )
+            entry = Registered(kind, short, cls, info.name, info.distribution)
+            self.classes[short] = entry
+            info.registered.append(entry)
 
         return register
+
+    def import_classes(self, warn: bool = True) -> list[str]:
+        """Import every registered class (LightningCLI resolves YAML short names among imported subclasses).
+
+        A class that fails to import marks its plugin broken (as ``rlinf plugins`` shows) and is forgotten;
+        returns those errors."""
+        failed = []
+        for entry in list(self.classes.values()):
+            try:
+                entry.cls
+            except PluginError as exc:
+                info = self.plugins[entry.plugin]
+                info.error = info.error or str(exc)
+                self.classes.pop(entry.name, None)
+                info.registered = [r for r in info.registered if r is not entry]
+                failed.append(str(exc))
+                if warn:
+                    print(f"rlinf: warning: {exc}", file=sys.stderr)
+        return failed
 
     # -- queries ---------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:

@@ -28,6 +28,7 @@ from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
 from rlinf_core.contracts.env import Env
+from rlinf_core.envs.vector import vectorize
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.models.precision import compute_context
 from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, layout_mismatch, rng_state, set_rng_state
@@ -104,8 +105,8 @@ class RLModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.env = env
-        self.eval_env = eval_env
+        self.env = vectorize(env)  # worker processes when env.num_workers > 0
+        self.eval_env = vectorize(eval_env)
         self.policy = policy
         self.algorithm = algorithm
         self.rollout_cfg = rollout

@@ -19,9 +19,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be written or read (the message is one line naming the file)."""
+from rlinf_core.models.weights import CheckpointError, load_pth_state_dict, load_safetensors  # noqa: F401 - one error class; loaders re-exported
 
 
 def fsync_dir(path: Path) -> None:
@@ -38,6 +36,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# Hand-written: Lightning's TorchCheckpointIO and fsspec write in place, so a kill mid-save leaves a truncated
+# last.ckpt; temp file + fsync + os.replace (+ directory fsync) is what makes `kill -9` resumable.
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to a temporary name, fsync, rename; on failure the target is untouched and no temp remains."""
     path = Path(path)
@@ -85,39 +85,6 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict)")
     return ckpt
-
-
-def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, torch.Tensor]:
-    """The state dict in a ``.pth`` / ``.pt`` file (raw, or under ``model_state_dict``), loaded with ``weights_only``;
-    one-line errors naming the file (``what`` it is: ``"reward model checkpoint"``, ...)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} {path} does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise ValueError(f"{path}: not a loadable .pth state dict ({type(exc).__name__}: {str(exc)[:120]})") from None
-    if isinstance(obj, dict) and "model_state_dict" in obj:
-        obj = obj["model_state_dict"]
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(f"{path}: expected a state dict (or {{'model_state_dict': state dict}}) of tensors")
-    return obj
-
-
-def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """``safetensors.torch.load_file`` with one-line errors naming the file (truncated, corrupt, missing)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"weights file {path} does not exist")
-    try:
-        return load_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
-        ) from None
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

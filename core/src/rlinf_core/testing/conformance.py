@@ -27,6 +27,7 @@ import torch
 
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
+from rlinf_core.envs.vector import vectorize
 from rlinf_core.plugins.manager import Registry
 from rlinf_core.contracts.policy import ActOutput, Policy
 
@@ -59,7 +60,8 @@ class EnvPluginTests(_KitTests):
     eval_grid_states: int = 4
 
     def make_env(self, **overrides: Any) -> Env:
-        return self.env_class(**{**self.env_kwargs, **overrides})
+        # as the RL loop builds it: in worker processes when env_kwargs set num_workers > 0
+        return vectorize(self.env_class(**{**self.env_kwargs, **overrides}))
 
     def random_actions(self, env: Env, chunk: int | None = None) -> torch.Tensor:
         gen = torch.Generator().manual_seed(0)

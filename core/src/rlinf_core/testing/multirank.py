@@ -68,7 +68,7 @@ class ScaleProbe(pl.Callback):
             "reset_state_ids": [env.reset_state_ids.tolist() for env in envs],
             "group_size": pl_module.env.group_size,
             "num_samples": len(pl_module.samples),
-            "worker_pids": [env._workers.pids if env.num_workers else [] for env in envs],
+            "worker_pids": [getattr(env, "pids", []) for env in envs],
         })
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:

@@ -1,9 +1,7 @@
 """rlinf-env-libero: the LIBERO suites (spatial / object / goal / 10 / 90 / 130) on robosuite for rlinf."""
 
+import importlib
 import sys
-
-from rlinf_env_libero.env import LiberoEnv
-from rlinf_env_libero.suites import LIBERO_130_PARTS, MAX_EPISODE_STEPS, SUITES, TaskInfo, load_tasks
 
 
 def clear_sim_cache() -> None:
@@ -14,12 +12,23 @@ def clear_sim_cache() -> None:
         sim_module.SCENES.clear()
 
 
-__all__ = [
-    "LIBERO_130_PARTS",
-    "MAX_EPISODE_STEPS",
-    "SUITES",
-    "LiberoEnv",
-    "TaskInfo",
-    "clear_sim_cache",
-    "load_tasks",
-]
+# public name -> module: imported on first use, so that the rlinf entry point (plugin.py) stays light
+_LAZY = {
+    "LIBERO_130_PARTS": "rlinf_env_libero.suites",
+    "LiberoEnv": "rlinf_env_libero.env",
+    "MAX_EPISODE_STEPS": "rlinf_env_libero.suites",
+    "SUITES": "rlinf_env_libero.suites",
+    "TaskInfo": "rlinf_env_libero.suites",
+    "load_tasks": "rlinf_env_libero.suites",
+}
+
+__all__ = ['LIBERO_130_PARTS', 'LiberoEnv', 'MAX_EPISODE_STEPS', 'SUITES', 'TaskInfo', 'clear_sim_cache', 'load_tasks']
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -23,8 +23,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from rlinf_core.envs.mujoco_gl import gl_import_error
-from rlinf_core.envs.mujoco_gl import setup_gl as _setup_gl
+from rlinf_core.envs import gl_import_error
+from rlinf_core.envs import setup_gl as _setup_gl
 
 GL_BACKENDS = ("egl", "osmesa")
 CAMERAS = {"main": "agentview", "wrist": "robot0_eye_in_hand"}

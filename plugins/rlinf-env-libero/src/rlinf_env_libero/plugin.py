@@ -1,10 +1,8 @@
-"""Entry point of the ``libero`` rlinf plugin."""
+"""Entry point of the ``libero`` rlinf plugin (registers by dotted path: nothing heavy is imported here)."""
 
 from rlinf_core import hookimpl
 
 
 @hookimpl
 def register_envs(register):
-    from rlinf_env_libero.env import LiberoEnv
-
-    register(LiberoEnv)
+    register("rlinf_env_libero.env:LiberoEnv")

@@ -1,10 +1,14 @@
 """Entry-point module of rlinf-env-maniskill (``[project.entry-points.rlinf] maniskill``)."""
 
-from rlinf_core.plugins.hookspecs import hookimpl
+from rlinf_core import hookimpl
 
 
 @hookimpl
 def register_envs(register):
-    from rlinf_env_maniskill.env import ManiSkillEnv
+    register("rlinf_env_maniskill.env:ManiSkillEnv")
 
-    register(ManiSkillEnv)
+
+@hookimpl
+def register_commands(register):
+    register("maniskill-lavapipe", "rlinf_env_maniskill.lavapipe:main",
+             "Install or inspect the CPU Vulkan driver (Mesa lavapipe) ManiSkill3 renders with.")

@@ -13,8 +13,8 @@ import weakref
 
 import numpy as np
 
-from rlinf_core.envs.mujoco_gl import gl_import_error
-from rlinf_core.envs.mujoco_gl import setup_gl as _setup_gl
+from rlinf_core.envs import gl_import_error
+from rlinf_core.envs import setup_gl as _setup_gl
 
 
 def setup_gl(backend: str | None) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlinf_core.supervised.demos import DemoWriter
+from rlinf_core.supervised import DemoWriter
 from rlinf_env_metaworld.env import MetaWorldEnv
 from rlinf_env_metaworld.tasks import TASK_SETS
 

@@ -34,9 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlinf_core.plugins.imports import require
-from rlinf_policy_openpi.checkpoint import EMBED_KEY
-from rlinf_policy_openpi.config import OpenPIConfig
+from rlinf_core import require
+from rlinf_policy_openpi.config import EMBED_KEY, OpenPIConfig
 
 require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openpi")
 from transformers import GemmaConfig, SiglipVisionConfig, SiglipVisionModel  # noqa: E402

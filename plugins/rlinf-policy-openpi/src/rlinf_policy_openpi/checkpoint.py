@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 
 from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError
-from rlinf_policy_openpi.config import TINY_HINT, OpenPIConfig, read_config, variant_from_keys
+from rlinf_policy_openpi.config import EMBED_KEY, TINY_HINT, OpenPIConfig, read_config, variant_from_keys
 
-EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
 LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
 UNUSED_KEYS = ("paligemma_with_expert.gemma_expert.lm_head.weight",)  # present in released files, never used
 HEAD_PREFIXES = ("value_head.", "noise_head.")
@@ -127,7 +126,10 @@ def read_key_names(path: Path) -> list[str]:
 
 
 def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
-    raw = torch.load(str(f), map_location="cpu", weights_only=True, mmap=mmap)
+    from huggingface_hub import load_state_dict_from_file
+
+    # safe=False only admits a pickle file at all; weights_only=True still refuses any code in it
+    raw = load_state_dict_from_file(f, map_location="cpu", weights_only=True, mmap=mmap, safe=False)
     if not isinstance(raw, dict):
         raise CheckpointError(f"{f} holds a {type(raw).__name__}, expected a state dict")
     return raw
@@ -135,7 +137,7 @@ def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint's weight files."""
-    from rlinf_core.run.checkpoint_files import load_safetensors
+    from rlinf_core.models.weights import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(path):
@@ -313,7 +315,7 @@ def _read_openpi_stats(f: Path) -> dict[str, NormStats]:
 
 
 def _read_lerobot_stats(f: Path) -> dict[str, NormStats]:
-    from rlinf_core.run.checkpoint_files import load_safetensors
+    from rlinf_core.models.weights import load_safetensors
 
     nested: dict[str, dict] = {}
     for key, value in load_safetensors(str(f)).items():

@@ -22,6 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: the token embedding's key in openpi checkpoints (tied to the LM head; not saved twice)
+EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+
 PALIGEMMA_VOCAB = 257152
 LANGUAGE_PAD_LEN = {False: 48, True: 200}  # openpi Pi0Config.max_token_len default, keyed by pi05
 IMAGE_KEYS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's three camera slots, in order

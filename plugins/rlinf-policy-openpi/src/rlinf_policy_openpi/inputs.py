@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts import Observation
 from rlinf_policy_openpi.checkpoint import NormStats
 from rlinf_policy_openpi.config import OpenPIConfig
 from rlinf_policy_openpi.transforms import PromptTokenizer, camera_slots, normalize, pad_to_dim, unnormalize

@@ -201,7 +201,7 @@ def make_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openpi.make_tiny",
+    parser = argparse.ArgumentParser(prog="rlinf openpi-make-tiny",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--pi05", action="store_true", help="π0.5 instead of π0")

@@ -16,11 +16,11 @@ from typing import Literal
 import torch
 from torch import nn
 
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts import Observation
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.weights import CheckpointError
 from rlinf_core.models.lora import LoRAConfig
-from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import (
@@ -370,7 +370,7 @@ class OpenPIPolicy(Policy):
         when PaliGemma trains (frozen: no activations kept), the expert over the suffix once per pass (step k, the
         critic pass unless detached; N with ``joint_logprob``), the prefix keys / values each pass's attention keeps,
         and the rollout's prefix KV cache."""
-        from rlinf_core.memory.estimate import MemoryProfile, Stack
+        from rlinf_core.contracts import MemoryProfile, Stack
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlinf_core.plugins.imports import require
+from rlinf_core import require
 from rlinf_core.models.value_head import ValueHead
 from rlinf_policy_openvla.checkpoint import CheckpointError, PrismaticSpec
 

@@ -210,7 +210,7 @@ def make_tiny(
         pad_to_multiple_of: embedding rows are padded to this multiple (Prismatic: 64).
         proprio_dim: > 0 adds proprio statistics and an OFT proprio projector.
         norm_stats: explicit ``norm_stats`` (overrides ``norm_keys`` / ``action_dim``).
-        num_shards: number of safetensors shards (1 writes a single ``model.safetensors``).
+        num_shards: about this many safetensors shards (at most; 1 writes a single ``model.safetensors``).
         seed: seed of the random weights and statistics.
     """
     if kind not in ("oft", "openvla"):
@@ -279,7 +279,7 @@ def make_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_policy_openvla.make_tiny", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlinf openvla-make-tiny", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--kind", choices=["oft", "openvla"], default="oft")
     parser.add_argument("--norm-key", action="append", dest="norm_keys", help="norm_stats dataset key (repeatable)")

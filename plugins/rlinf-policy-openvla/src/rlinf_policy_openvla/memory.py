@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlinf_core.memory.estimate import MemoryProfile, Stack
+from rlinf_core.contracts import MemoryProfile, Stack
 
 DEFAULT_PROMPT_TOKENS = 48  # "In: What action should the robot take to <task>?\nOut:" with a long LIBERO task
 

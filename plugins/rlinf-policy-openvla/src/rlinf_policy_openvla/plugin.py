@@ -1,11 +1,15 @@
-"""rlinf entry point of rlinf-policy-openvla: registers OpenVLAPolicy and OpenVLAOFTPolicy."""
+"""rlinf entry point of rlinf-policy-openvla: registers OpenVLAPolicy and OpenVLAOFTPolicy by dotted path."""
 
 from rlinf_core import hookimpl
 
 
 @hookimpl
 def register_policies(register):
-    from rlinf_policy_openvla.policy import OpenVLAOFTPolicy, OpenVLAPolicy
+    register("rlinf_policy_openvla.policy:OpenVLAPolicy")
+    register("rlinf_policy_openvla.policy:OpenVLAOFTPolicy")
 
-    register(OpenVLAPolicy)
-    register(OpenVLAOFTPolicy)
+
+@hookimpl
+def register_commands(register):
+    register("openvla-make-tiny", "rlinf_policy_openvla.make_tiny:main",
+             "Write a tiny random OpenVLA(-OFT) checkpoint in the released layout.")

@@ -15,12 +15,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts import Observation
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_core.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
-from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer

@@ -68,7 +68,7 @@ def write_tiny(
     """
     from diffusers import AutoencoderKL
 
-    from rlinf_core.world_models.init_data import save_init_trajectory
+    from rlinf_core.world_models import save_init_trajectory
 
     if image_size % 16:
         raise ValueError(f"image_size must be a multiple of 16 (8x VAE, 2x2 patches), got {image_size}")
@@ -105,8 +105,8 @@ def calibrated_reward_model(path: Path, seed: int):
     """A random ResNet-18 reward classifier calibrated on frames the tiny world model generates from random
     actions: its bias puts their 95th-percentile logit at 0, so a few frames count as success and GRPO groups
     of 32-step episodes get mixed outcomes."""
-    from rlinf_core.world_models.init_data import condition_inputs, load_init_trajectory
-    from rlinf_core.world_models.reward_models import ResnetRewardModel
+    from rlinf_core.world_models import condition_inputs, load_init_trajectory
+    from rlinf_core.world_models import ResnetRewardModel
     from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
     torch.manual_seed(seed)

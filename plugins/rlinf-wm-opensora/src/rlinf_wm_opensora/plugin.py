@@ -1,10 +1,14 @@
-"""rlinf entry point of rlinf-wm-opensora: registers OpenSoraWorldModel."""
+"""rlinf entry point of rlinf-wm-opensora: registers OpenSoraWorldModel by dotted path."""
 
 from rlinf_core import hookimpl
 
 
 @hookimpl
 def register_world_models(register):
-    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+    register("rlinf_wm_opensora.world_model:OpenSoraWorldModel")
 
-    register(OpenSoraWorldModel)
+
+@hookimpl
+def register_commands(register):
+    register("opensora-make-tiny", "rlinf_wm_opensora.make_tiny:main",
+             "Write a tiny random OpenSora world model in the released layout.")

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError
-from rlinf_core.contracts.world_model import WorldModel
-from rlinf_core.world_models.init_data import ConditionSpec
+from rlinf_core.models.weights import CheckpointError, load_weights
+from rlinf_core.contracts import WorldModel
+from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
 from rlinf_wm_opensora.rflow import (
     add_noise,

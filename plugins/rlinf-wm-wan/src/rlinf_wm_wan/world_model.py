@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 
-from rlinf_core.run.checkpoint_files import load_pth_state_dict, load_safetensors
+from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
 from rlinf_core.models.meta import is_meta_init
-from rlinf_core.contracts.world_model import WorldModel
-from rlinf_core.world_models.init_data import ConditionSpec
+from rlinf_core.contracts import WorldModel
+from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_wan._modeling import WanActionTransformer, convert_diffsynth_state_dict, diffusers_to_diffsynth_key
 from rlinf_wm_wan.sampling import inference_scheduler, training_grid
 from rlinf_wm_wan.vae import build_vae, decode, encode, load_vae_state_dict, to_original_state_dict

@@ -19,9 +19,12 @@ sharded to every ``W``-th initial state of the env's own shard, so that
   would bias the success rate. A worker that fails again right after a restart
   ``MAX_FAILURES_IN_A_ROW`` times is treated as a deterministic bug and raises.
 
-Nothing here is plugin-specific: :class:`rlinf_core.Env` delegates its public API to an
-:class:`EnvWorkerPool` whenever ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted
-experts that read the simulator) only work in-process (``num_workers: 0``).
+Nothing here is plugin-specific: :class:`rlinf_core.envs.vector.WorkerEnv` (an :class:`EnvWorkerPool` with the
+Env API) wraps any env whose ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted experts that
+read the simulator) only work in-process (``num_workers: 0``).
+
+Hand-written, not ``gymnasium.vector.AsyncVectorEnv``: it restarts a dead worker mid-rollout (counted drops),
+keeps GRPO groups and the eval pool split whole per worker, and moves observations through shared memory.
 
 Workers start with the ``forkserver`` method by default (fast restarts, no fork of a process
 with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_ENV_WORKER_TIMEOUT``
@@ -30,8 +33,8 @@ handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render th
 share of the cores, ``cores // (num_workers * env.concurrent_envs)``, or to 0 (render in the
 worker's own thread) when that share is one core or less; a value you set wins.
 
-Size: over 400 lines because :class:`EnvWorkerPool` mirrors the whole Env API and owns process
-management, failure recovery and the merge of shared-memory observations, which belong together.
+The Env API on top of the pool (``reset``, ``chunk_step``, sampler state, ...) is
+:class:`rlinf_core.envs.vector.worker_env.WorkerEnv`.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as tmp  # registers the shared-tensor reductions on ForkingPickler
 
-from rlinf_core.contracts.observation import ChunkStepResult, Observation
+from rlinf_core.contracts.observation import Observation
 from rlinf_core.envs.vector.worker_main import _FINAL_SLOT, _OBS_SLOT, check_worker_split, worker_main
 
 if TYPE_CHECKING:
@@ -119,7 +122,7 @@ def _shutdown(workers: list[_Worker]) -> None:
 
 
 class EnvWorkerPool:
-    """The worker processes behind one env with ``num_workers > 0`` (created by the env itself).
+    """The worker processes behind one env with ``num_workers > 0`` (see :class:`WorkerEnv`).
 
     Args:
         env: the parent env; its constructor arguments (with ``num_envs = B // W`` and
@@ -132,7 +135,7 @@ class EnvWorkerPool:
         check_worker_split(env.num_envs, env.group_size, W)
         b = env.num_envs // W
         self.workers = [_Worker(index=w, lo=w * b, hi=(w + 1) * b) for w in range(W)]
-        args, kwargs = env.__dict__.get("_init_args", ((), {}))
+        args, kwargs = env._init_args
         self._spec = (type(env), args, {**kwargs, "num_envs": b, "num_workers": 0})
         self._episodes: list[dict[str, Any]] = []
         self._frames: list[dict[str, Any]] = []
@@ -332,173 +335,8 @@ class EnvWorkerPool:
                 k: np.concatenate([it[k] for it in items])[:V] for k in ("images", "rewards", "success")
             })
 
-    # ------------------------------------------------------------------ the Env API
-    def ensure_built(self) -> None:
-        self._simple("build")
-
-    def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
-        ids = None if reset_state_ids is None else np.asarray(reset_state_ids, dtype=np.int64)
-        if ids is not None and ids.shape != (self.env.num_envs,):
-            raise ValueError(f"reset_state_ids must have shape [{self.env.num_envs}], got {ids.shape}")
-        args = [(None if ids is None else ids[w.lo : w.hi], self._capture_for(w)) for w in self.workers]
-        replies = self._call_all("reset", args)
-        parts, frames = [None] * len(self.workers), [[] for _ in self.workers]
-        for i, (w, (kind, payload)) in enumerate(zip(self.workers, replies)):
-            while kind != "ok":
-                self._handle_failure(w, "reset", payload)
-                self._send(w, "reset", args[i])
-                kind, payload = self._recv(w, "reset")
-            self._absorb(w, payload)
-            parts[i] = self._read(w, _OBS_SLOT, payload["obs"])
-            frames[i] = payload["frames"]
-        self._merge_frames(frames)
-        return self._merge(parts)
-
-    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
-        env = self.env
-        acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
-        if acts.ndim != 3 or acts.shape[0] != env.num_envs or acts.shape[2] != env.action_dim:
-            raise ValueError(
-                f"{type(env).__name__}.chunk_step expects actions [B={env.num_envs}, C, D={env.action_dim}], "
-                f"got {list(acts.shape)}"
-            )
-        C = acts.shape[1]
-        replies = self._call_all("chunk_step", [(acts[w.lo : w.hi], self._capture_for(w)) for w in self.workers])
-        arrays, parts, finals, final_ids, frames = [], [], [], [], []
-        for w, (kind, payload) in zip(self.workers, replies):
-            if kind != "ok":
-                prev_ids = w.status["reset_state_ids"] if w.status is not None else np.full(w.num_envs, -1)
-                obs_part = self._recover(w, payload)
-                arrays.append(_dropped_arrays(w.num_envs, C, prev_ids))
-                parts.append(obs_part)
-                frames.append([])
-                continue
-            self._absorb(w, payload)
-            arrays.append(payload["arrays"])
-            parts.append(self._read(w, _OBS_SLOT, payload["obs"]))
-            frames.append(payload["frames"])
-            if "final" in payload:
-                finals.append(self._read(w, _FINAL_SLOT, payload["final"]))
-                final_ids.append(payload["final_ids"] + w.lo)
-        self._merge_frames(frames)
-        cat = {k: torch.from_numpy(np.concatenate([a[k] for a in arrays])) for k in arrays[0]}
-        return ChunkStepResult(
-            obs=self._merge(parts),
-            rewards=cat["rewards"],
-            terminations=cat["terminations"],
-            truncations=cat["truncations"],
-            success=cat["success"],
-            valid=cat["valid"],
-            final_obs=self._merge(finals) if finals else None,
-            final_obs_env_ids=torch.from_numpy(np.concatenate(final_ids)).long() if final_ids else None,
-            reset_state_ids=cat["reset_state_ids"],
-        )
-
-    def _recover(self, worker: _Worker, payload: str) -> dict[str, Any]:
-        """Restart a worker that failed mid-chunk and return observation rows for its slots."""
-        cmd = "chunk_step"
-        while True:
-            self._handle_failure(worker, cmd, payload)
-            # auto-reset envs continue with fresh episodes; others stay idle until the next reset()
-            cmd = "reset" if self.env.auto_reset else "idle"
-            self._send(worker, cmd, (None, False) if cmd == "reset" else (None,))
-            kind, payload = self._recv(worker, cmd)
-            if kind == "ok":
-                self._absorb(worker, payload, succeeded=False)
-                return self._read(worker, _OBS_SLOT, payload["obs"])
-
-    def _simple(self, cmd: str, per_worker_args: list[tuple] | None = None) -> list[dict[str, Any]]:
-        args = per_worker_args or [()] * len(self.workers)
-        replies = self._call_all(cmd, args)
-        out = []
-        for i, (w, (kind, payload)) in enumerate(zip(self.workers, replies)):
-            while kind != "ok":
-                self._handle_failure(w, cmd, payload)
-                self._send(w, cmd, args[i])
-                kind, payload = self._recv(w, cmd)
-            self._absorb(w, payload)
-            out.append(payload)
-        return out
-
-    def flush_episodes(self) -> None:
-        self._simple("flush_episodes")
-
-    def pop_episodes(self) -> list[dict[str, Any]]:
-        out, self._episodes = self._episodes, []
-        return out
-
-    def pop_frames(self) -> list[dict[str, Any]]:
-        out, self._frames = self._frames, []
-        return out
-
-    def restart_pool(self) -> None:
-        self._simple("restart_pool")
-
-    def shard(self, index: int, count: int) -> None:
-        self.env._states.shard(index, count)
-        if self._started:
-            self._simple("shard", [self._worker_shard(w.index) for w in self.workers])
-
-    def sampler_state(self) -> dict[str, Any]:
-        return {"workers": [p["value"] for p in self._simple("sampler_state")]}
-
-    def load_sampler_state(self, state: dict[str, Any]) -> None:
-        states = state.get("workers")
-        if states is None or len(states) != len(self.workers):
-            warnings.warn(
-                f"not restoring the initial-state sampler of {type(self.env).__name__}: the checkpoint has "
-                f"{'no' if states is None else len(states)} worker states, this env has {len(self.workers)} workers",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return
-        self._simple("load_sampler_state", [(s,) for s in states])
-
-    def pop_metrics(self) -> dict[str, float]:
-        """``env/worker_restarts`` and ``env/dropped_episodes`` since the last call."""
-        out = {"env/worker_restarts": float(self._restarts), "env/dropped_episodes": float(self._dropped)}
-        self._restarts = self._dropped = 0
-        return out
-
-    def _statuses(self) -> list[dict[str, Any]]:
-        if any(w.status is None for w in self.workers):
-            self._simple("ping")
-        return [w.status for w in self.workers]
-
-    @property
-    def eval_finished(self) -> bool:
-        return all(s["eval_finished"] for s in self._statuses())
-
-    @property
-    def live_envs(self) -> np.ndarray:
-        return np.concatenate([s["live"] for s in self._statuses()])
-
-    @property
-    def any_live(self) -> bool:
-        return any(bool(s["live"].any()) for s in self._statuses())
-
-    @property
-    def reset_state_ids(self) -> np.ndarray:
-        return np.concatenate([s["reset_state_ids"] for s in self._statuses()])
-
-    @property
-    def pids(self) -> list[int]:
-        """Process ids of the running workers."""
-        return [w.process.pid for w in self.workers if w.process is not None]
-
     def close(self) -> None:
         if self._started:
             self._finalizer()
             self._started = False
             self._finalizer = weakref.finalize(self, _shutdown, self.workers)
-
-
-def _dropped_arrays(n: int, C: int, reset_state_ids: np.ndarray) -> dict[str, np.ndarray]:
-    return {
-        "rewards": np.zeros((n, C), np.float32),
-        "terminations": np.zeros((n, C), bool),
-        "truncations": np.zeros((n, C), bool),
-        "success": np.zeros((n, C), bool),
-        "valid": np.zeros((n, C), bool),
-        "reset_state_ids": np.asarray(reset_state_ids, np.int64),
-    }

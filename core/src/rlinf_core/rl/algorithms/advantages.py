@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 
 
+# Hand-written (ten lines) rather than torchrl's generalized_advantage_estimate: it bootstraps truncations from the
+# final observation's value separately from terminations, as RLinf does, and torchrl is not a dependency.
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,

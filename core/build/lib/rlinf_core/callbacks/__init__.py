@@ -1,0 +1,1 @@
+"""Lightning callbacks for rollout lifecycle work (videos)."""

@@ -1,0 +1,101 @@
+"""Configs shipped inside installed packages, reachable by a short name.
+
+Every rlinf package (core and each plugin named by an ``rlinf`` entry point) may ship YAML configs as
+package data under ``<package>/configs/``; ``libero/spatial.yaml`` is then the file
+``rlinf_env_libero/configs/libero/spatial.yaml``. ``rlinf fit --config libero/spatial.yaml`` uses it
+when no such file exists relative to the working directory, and ``rlinf configs`` lists them all.
+Packages are located without importing them (no simulator or model library is loaded).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+
+CORE_PACKAGE = "rlinf_core"
+CONFIG_FLAGS = ("--config", "-c")
+
+
+@dataclass(frozen=True)
+class ShippedConfig:
+    """One shipped config.
+
+    Args:
+        name: short name, the path below the package's ``configs/`` (``libero/spatial.yaml``).
+        package: the top-level package that ships it.
+        path: the file.
+    """
+
+    name: str
+    package: str
+    path: Path
+
+
+def _package_dir(package: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def config_packages() -> list[str]:
+    """Core first, then the top-level packages of the installed plugins' entry points, sorted."""
+    plugins = {ep.value.split(".")[0].split(":")[0] for ep in entry_points(group="rlinf")}
+    return [CORE_PACKAGE, *sorted(plugins - {CORE_PACKAGE})]
+
+
+def shipped_configs() -> list[ShippedConfig]:
+    """Every shipped config of every installed rlinf package, by package, then name."""
+    out = []
+    for package in config_packages():
+        root = _package_dir(package)
+        if root is None or not (root / "configs").is_dir():
+            continue
+        base = root / "configs"
+        for path in sorted(base.rglob("*.yaml")):
+            if not path.name.startswith("_"):
+                out.append(ShippedConfig(path.relative_to(base).as_posix(), package, path))
+    return out
+
+
+def find_shipped_config(name: str) -> Path:
+    """The file of the shipped config ``name`` (``libero/spatial.yaml``), or a one-line ``FileNotFoundError``."""
+    wanted = name.removeprefix("configs/")
+    matches = [c for c in shipped_configs() if c.name == wanted]
+    if len(matches) > 1:
+        raise FileNotFoundError(
+            f"config '{name}' is shipped by several packages ({', '.join(c.package for c in matches)}); "
+            f"pass the file path instead: {matches[0].path}"
+        )
+    if not matches:
+        raise FileNotFoundError(
+            f"config '{name}' is neither a file nor a shipped config; `rlinf configs` lists the shipped ones"
+        )
+    return matches[0].path
+
+
+def resolve_config_args(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--config NAME`` that is not an existing file replaced by its shipped file.
+
+    Names that are neither stay as they are (jsonargparse then reports them)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg in CONFIG_FLAGS and i + 1 < len(out):
+            out[i + 1] = _resolve(out[i + 1])
+        elif arg.startswith("--config="):
+            out[i] = "--config=" + _resolve(arg.split("=", 1)[1])
+    return out
+
+
+def _resolve(value: str) -> str:
+    if Path(value).exists() or not value.endswith((".yaml", ".yml")):
+        return value
+    try:
+        return str(find_shipped_config(value))
+    except FileNotFoundError:
+        return value

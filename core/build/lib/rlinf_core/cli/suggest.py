@@ -1,0 +1,131 @@
+""""Did you mean" for misspelled config keys: ``--model.init_args.optim.learning_rate`` -> ``lr``.
+
+LightningCLI (jsonargparse) reports an unknown key as ``model: unrecognized arguments: --optim.learning_rate=0.1``
+without alternatives. On that error this module lists the keys the class accepts (the innermost class_path of the
+error, or the trainer; its ``__init__`` signature with dataclass groups flattened, as jsonargparse reads it) and
+appends the closest one to the message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from argparse import ArgumentError
+from typing import Any, Callable
+
+_UNRECOGNIZED = re.compile(r"(?:^|: )(?:(?P<group>[\w.]+): )?unrecognized arguments: (?P<args>.+)$")
+
+
+def initials(key: str) -> str:
+    return "".join(word[0] for word in key.split("_") if word)
+
+
+def closest_key(key: str, accepted: list[str]) -> str | None:
+    """The accepted key closest to ``key`` (a typo, or an abbreviation such as ``learning_rate`` / ``lr``)."""
+    parent, _, leaf = key.rpartition(".")
+    siblings = [k for k in accepted if k.rpartition(".")[0] == parent]
+    for cand in siblings:
+        cand_leaf = cand.rpartition(".")[2]
+        if ("_" in leaf and initials(leaf) == cand_leaf) or ("_" in cand_leaf and initials(cand_leaf) == leaf):
+            return cand
+    close = difflib.get_close_matches(leaf, [k.rpartition(".")[2] for k in siblings], n=1, cutoff=0.6)
+    if close:
+        return f"{parent}.{close[0]}" if parent else close[0]
+    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _resolve_class(name: str, base: type) -> type | None:
+    if "." in name:
+        import importlib
+
+        module, _, qualname = name.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module), qualname)
+        except (ImportError, AttributeError):
+            return None
+    todo, seen = [base], set()
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return cls
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return None
+
+
+def accepted_keys(cls: type) -> list[str]:
+    """The dotted keys ``cls``'s constructor accepts (dataclass groups flattened), as jsonargparse reads them."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "x", fail_untyped=False)
+    return [k.removeprefix("x.") for k in parser.get_defaults().keys()]
+
+
+def _chain(exc: BaseException) -> list[str]:
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(str(exc))
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return out
+
+
+def suggestion(exc: BaseException, argv: list[str]) -> str | None:
+    """`` Did you mean --model.init_args.optim.lr?`` for an unrecognized-arguments error, else ``None``."""
+    texts = _chain(exc)
+    unknown = class_path = group = None
+    for text in texts:  # outermost first: the last match is the innermost class
+        match = _UNRECOGNIZED.search(text) or re.search(r"unrecognized arguments: (?P<args>.+)", text)
+        if match and unknown is None:
+            unknown = [a.split("=", 1)[0].removeprefix("--") for a in match.group("args").split() if a.startswith("--")]
+        option = re.search(r"Option '([\w.]+)' is not accepted", text)
+        if option and unknown is None:
+            unknown = [option.group(1)]
+        found = re.findall(r"Problem with given class_path '([^']+)'", text)
+        class_path = found[-1] if found else class_path
+        keys = re.findall(r'Parser key "([^"]+)"', text)
+        group = keys[-1] if keys else group
+    if not unknown:
+        return None
+    import lightning.pytorch as pl
+
+    key = unknown[0]
+    if class_path is not None:
+        cls = _resolve_class(class_path, pl.LightningModule)
+        typed = next((a.split("=", 1)[0] for a in argv if a.startswith("--") and a.split("=", 1)[0].endswith(key)), "")
+        prefix = typed[: len(typed) - len(key)] if typed else (f"--{group}.init_args." if group else "--")
+    else:  # top level: the trainer and rlinf's checkpoint section
+        from rlinf_core.run.checkpointing import RLCheckpoint
+
+        sections = {"trainer": pl.Trainer, "checkpoint": RLCheckpoint}
+        head, _, key = key.partition(".")
+        cls, prefix = sections.get(head), f"--{head}."
+    if cls is None or not key:
+        return None
+    try:
+        best = closest_key(key, accepted_keys(cls))
+    except Exception:  # noqa: BLE001 - a suggestion is a courtesy: never replace the real error
+        return None
+    return f" Did you mean {prefix}{best}?" if best else None
+
+
+def with_key_suggestions(fn: Callable[[], Any], argv: list[str]) -> Callable[[], Any]:
+    """``fn`` whose unrecognized-argument errors end with the closest accepted key."""
+
+    def run() -> Any:
+        try:
+            return fn()
+        except ArgumentError as exc:
+            from rlinf_core.cli.errors import describe
+
+            hint = suggestion(exc, argv)
+            text = describe(exc)
+            if not hint or text is None:
+                raise
+            raise ArgumentError(None, text.rstrip(". ") + "." + hint) from None  # one line: the cause and the hint
+
+    return run

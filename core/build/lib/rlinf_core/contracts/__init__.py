@@ -1,0 +1,1 @@
+"""The contracts plugins implement: observations, envs, policies, world models and reward models."""

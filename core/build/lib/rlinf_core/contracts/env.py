@@ -1,0 +1,519 @@
+"""The batched, action-chunk-aware environment contract.
+
+An :class:`Env` holds ``num_envs`` sub-environments. The base class owns everything that is the
+same for every simulator: episode bookkeeping, ``auto_reset`` / ``ignore_terminations``, GRPO
+groups sharing one initial state, the eval grid that visits every reset state exactly once, and
+frame capture for videos. A simulator plugin implements five small methods:
+
+``_build()``
+    create the simulator(s); called lazily on the first :meth:`reset`, so that ``--print_config``
+    and ``rlinf plugins`` never start a simulator.
+``_reset_envs(env_ids, reset_state_ids)``
+    put sub-envs ``env_ids`` (``int64 [n]``) into initial states ``reset_state_ids`` (``int64 [n]``).
+``_step(actions, live)``
+    advance every sub-env by one step with ``actions`` (``float32 [B, D]``, env scale); ``live``
+    (``bool [B]``) marks sub-envs whose result is used (others may be skipped). Returns
+    ``(rewards float [B], terminated bool [B], success bool [B])``.
+``_observe(env_ids)``
+    render an :class:`Observation` for those sub-envs. Called only at chunk boundaries (and every
+    sub-step while a video is being recorded), never on every physics step.
+``num_reset_states`` / ``task_ids(reset_state_ids)``
+    the flat (task_id, trial_id) index of initial states.
+``_close()`` (optional)
+    release the simulator(s); called by :meth:`close` only after a build, which then marks the env
+    unbuilt (the next reset builds again).
+
+Extra per-episode metrics (ManiSkill's ``fail_once``) are declared in ``episode_metrics`` and set with
+:meth:`episode_info` from ``_step``; plugins never touch the base's private episode state.
+
+A reset state id is a flat index ``task_id * trials_per_task + trial_id`` (envs may define their
+own mapping through :meth:`task_ids`).
+
+This module is the contract only: it runs the sub-envs in this process. Worker processes are a
+wrapper, :class:`rlinf_core.envs.vector.WorkerEnv`, that the RL loop applies to any env whose
+``num_workers > 0`` (:func:`rlinf_core.envs.vector.vectorize`); initial-state sampling lives in
+:mod:`rlinf_core.envs.reset_states` and the step result in :mod:`rlinf_core.contracts.observation`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_core.contracts.observation import ChunkStepResult, Observation
+from rlinf_core.envs.reset_states import ResetStateSampler
+
+__all__ = ["ChunkStepResult", "Env", "VideoConfig", "check_worker_split"]
+
+
+@dataclass
+class VideoConfig:
+    """Video recording of rollouts (the seeds' ``video_cfg``).
+
+    Args:
+        save_video: record videos of this env's episodes.
+        video_base_dir: where mp4 files go; default ``<log_dir>/video/{train,eval}``.
+        info_on_video: draw step, reward and success on every tile.
+        fps: frames per second of the written video.
+        every_n_epochs: record one rollout every this many training epochs (eval: every eval).
+        max_envs: at most this many sub-envs are tiled into the video.
+    """
+
+    save_video: bool = False
+    video_base_dir: str | None = None
+    info_on_video: bool = True
+    fps: int = 10
+    every_n_epochs: int = 1
+    max_envs: int = 16
+
+
+@dataclass
+class _Episode:
+    reset_state_id: int = -1
+    ret: float = 0.0
+    length: int = 0
+    success_once: bool = False
+    success_now: bool = False
+    live: bool = False
+    info: dict = field(default_factory=dict)
+
+
+def observed(method):
+    """Calls the env's :attr:`Env.step_observers` after ``reset`` / ``chunk_step`` (in this process; also used by
+    :class:`rlinf_core.envs.vector.WorkerEnv`, whose frames come from the workers)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args: Any, **kwargs: Any):
+        if not self.step_observers:
+            return method(self, *args, **kwargs)
+        n0 = len(self._frame_buffer())
+        out = method(self, *args, **kwargs)
+        buf = self._frame_buffer()
+        frames = buf[n0:]
+        if not self.capture_frames:  # captured only for the observers: do not keep them for a video
+            del buf[n0:]
+        for observer in self.step_observers:
+            observer(self, method.__name__, args[0] if args else next(iter(kwargs.values()), None), out, frames)
+        return out
+
+    return wrapper
+
+
+def check_worker_split(num_envs: int, group_size: int, num_workers: int) -> None:
+    """Raise a one-line ``ValueError`` if ``num_envs`` does not split into ``num_workers`` workers."""
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if num_workers and (num_envs % num_workers or (num_envs // num_workers) % group_size):
+        raise ValueError(
+            f"num_envs ({num_envs}) must split into num_workers ({num_workers}) workers that each hold a "
+            f"multiple of group_size ({group_size}) sub-envs, so that no GRPO group straddles two workers"
+        )
+
+
+class Env:
+    """Base class of batched, action-chunk environments.
+
+    Args:
+        num_envs: sub-environments in this env (per rank; per pipeline stage it is divided).
+        group_size: consecutive sub-envs that start from the same initial state (GRPO groups).
+        auto_reset: reset a finished sub-env at the end of the chunk it finished in; otherwise it
+            stays finished (``valid`` False) until the next :meth:`reset`.
+        ignore_terminations: success never ends an episode; episodes run to ``max_episode_steps``
+            and ``success_at_end`` is recorded.
+        max_episode_steps: truncation limit, in env steps.
+        seed: seed of the initial-state draws and of the simulator.
+        is_eval: eval mode: visit every reset state of the (sharded) pool exactly once, in order;
+            slots with nothing left to visit stay idle.
+        task_id_filter: restrict initial states to these task ids.
+        reset_state_id_filter: restrict initial states to these flat reset state ids (e.g. one
+            pinned state, RLinf's ``specific_reset_id``).
+        num_workers: the RL loop runs the sub-envs in this many worker processes (0: in this process);
+            see :class:`rlinf_core.envs.vector.WorkerEnv`.
+        video_cfg: video recording of this env's rollouts.
+    """
+
+    action_dim: int = 7
+    #: callables ``observer(env, event, arg, result, frames)`` run after every ``reset`` (``event`` "reset",
+    #: ``arg`` its ``reset_state_ids``, ``result`` the Observation) and ``chunk_step`` ("chunk_step", the
+    #: actions ``[B, C, D]``, the ChunkStepResult, and the chunk's per-step frames of the first
+    #: ``min(num_envs, video_cfg.max_envs)`` sub-envs as in :meth:`pop_frames`); frames are captured while
+    #: any is set. Used by :class:`rlinf_core.callbacks.recorder.RolloutRecorder`; assign a new tuple.
+    step_observers: tuple = ()
+    #: extra per-episode metrics: numeric keys a subclass sets with :meth:`episode_info` (e.g.
+    #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``
+    #: (declared up front: every rank must reduce the same keys).
+    episode_metrics: tuple[str, ...] = ()
+
+    # marked as a wrapper of object.__new__ so that signature readers (jsonargparse) read __init__'s parameters
+    @functools.wraps(object.__new__)
+    def __new__(cls, *args: Any, **kwargs: Any) -> Env:
+        # Record the outermost constructor's arguments for clone(): stage, eval and worker copies of an
+        # env are built from the same config with a few overrides (Python passes __new__ what __init__ gets).
+        env = object.__new__(cls)
+        env._init_args = (args, dict(kwargs))
+        return env
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        group_size: int = 1,
+        auto_reset: bool = False,
+        ignore_terminations: bool = False,
+        max_episode_steps: int = 100,
+        seed: int = 0,
+        is_eval: bool = False,
+        task_id_filter: list[int] | None = None,
+        reset_state_id_filter: list[int] | None = None,
+        num_workers: int = 0,
+        video_cfg: VideoConfig | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if group_size < 1 or num_envs % group_size:
+            raise ValueError(
+                f"num_envs ({num_envs}) must be a multiple of group_size ({group_size}): "
+                "each GRPO group is group_size consecutive sub-envs"
+            )
+        if group_size > 1 and auto_reset:
+            raise ValueError(
+                "group_size > 1 needs auto_reset: false: a group's members must start together from "
+                "one initial state, which per-env auto-resets would break"
+            )
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.auto_reset = auto_reset
+        self.ignore_terminations = ignore_terminations
+        self.max_episode_steps = max_episode_steps
+        self.seed = seed
+        self.is_eval = is_eval
+        self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
+        self.reset_state_id_filter = list(reset_state_id_filter) if reset_state_id_filter is not None else None
+        self._states = ResetStateSampler(
+            self._count_reset_states, self.task_ids, seed, is_eval, self.task_id_filter, self.reset_state_id_filter,
+            owner=type(self).__name__,
+        )
+        check_worker_split(num_envs, group_size, num_workers)
+        #: worker processes the RL loop runs this env in (:func:`rlinf_core.envs.vector.vectorize`); the env
+        #: itself always runs its sub-envs in the calling process
+        self.num_workers = num_workers
+        #: envs of the same run that step at the same time (pipeline stages); their worker
+        #: processes share the cores (set by the RL loop, see ``rlinf_core.envs.vector.workers``)
+        self.concurrent_envs = 1
+        self.video_cfg = video_cfg or VideoConfig()
+        self.capture_frames = False
+        self._frames: list[dict[str, Any]] = []
+        self._built = False
+        self._episodes = [_Episode() for _ in range(num_envs)]
+        self._finished: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ to be implemented
+    def _build(self) -> None:
+        """Create the simulator(s). Called once, on the first reset."""
+
+    def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _observe(self, env_ids: np.ndarray) -> Observation:
+        raise NotImplementedError
+
+    @property
+    def num_reset_states(self) -> int:
+        """Size of the flat (task, trial) index of initial states."""
+        raise NotImplementedError
+
+    def task_ids(self, reset_state_ids: np.ndarray) -> np.ndarray:
+        """Task id of each reset state id (default: one task)."""
+        return np.zeros_like(np.asarray(reset_state_ids))
+
+    @property
+    def task_names(self) -> list[str]:
+        """Human-readable name per task id (for per-task tables)."""
+        return [f"task_{i}" for i in range(int(self.task_ids(np.arange(self.num_reset_states)).max()) + 1)]
+
+    def _chunk(
+        self, actions: np.ndarray, live: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Run a whole chunk ``[B, C, D]``; returns rewards/terminated/success ``[B, C]`` and frames.
+
+        The default loops :meth:`_step`, stepping a sub-env only while it is live (not yet done in
+        this chunk and under ``max_episode_steps``). Chunk-native simulators (world models)
+        override it.
+        """
+        B, C, _ = actions.shape
+        rewards = np.zeros((B, C), np.float32)
+        terminated = np.zeros((B, C), bool)
+        success = np.zeros((B, C), bool)
+        frames = []
+        live = live.copy()
+        steps = np.array([e.length for e in self._episodes])
+        for c in range(C):
+            live &= steps + c < self.max_episode_steps
+            r, t, s = self._step(actions[:, c], live.copy())
+            rewards[:, c], terminated[:, c], success[:, c] = r, t, s
+            if not self.ignore_terminations:
+                live &= ~np.asarray(t, bool)
+            if self.capturing:
+                frames.append(self._observe(self._video_env_ids()).main_images.numpy())
+        return rewards, terminated, success, frames
+
+    def _close(self) -> None:
+        """Release the simulator(s) built by :meth:`_build` (default: nothing to release)."""
+
+    def set_device(self, device: str | torch.device) -> None:
+        """Run on ``device`` (the RL module's; set before rollouts and evals). Simulators on the CPU ignore
+        it; accelerator simulators (world models) move their models and frames there."""
+
+    def _count_reset_states(self) -> int:
+        return self.num_reset_states
+
+    # ------------------------------------------------------------------ public API
+    def shard(self, index: int, count: int) -> None:
+        """Use only every ``count``-th initial state starting at ``index`` (ranks, workers)."""
+        self._states.shard(index, count)
+
+    def close(self) -> None:
+        """Release simulator resources (:meth:`_close`, if built); the next reset builds again."""
+        if self._built:
+            self._close()
+            self._built = False
+
+    @property
+    def pool(self) -> np.ndarray:
+        """Reset state ids this env draws from (after the filters and sharding)."""
+        return self._states.pool
+
+    @property
+    def eval_finished(self) -> bool:
+        """Eval mode: every reset state of the pool was visited and no episode is running."""
+        return self._states.exhausted and not any(e.live for e in self._episodes)
+
+    @property
+    def live_envs(self) -> np.ndarray:
+        """``bool [B]``: sub-envs in a running episode."""
+        return np.array([e.live for e in self._episodes], dtype=bool)
+
+    @property
+    def any_live(self) -> bool:
+        """Some sub-env is in a running episode."""
+        return any(e.live for e in self._episodes)
+
+    def restart_pool(self) -> None:
+        """Eval mode: visit the whole pool again (another eval pass)."""
+        self._states.restart()
+
+    def sampler_state(self) -> dict[str, Any]:
+        """State of the initial-state sampler (saved in checkpoints so a resume continues it)."""
+        return self._states.state()
+
+    def load_sampler_state(self, state: dict[str, Any]) -> None:
+        self._states.load_state(state)
+
+    def ensure_built(self) -> None:
+        if not self._built:
+            self._build()
+            self._built = True
+
+    @observed
+    def reset(self, reset_state_ids: np.ndarray | None = None) -> Observation:
+        """Start new episodes in every sub-env and return the first observation.
+
+        Args:
+            reset_state_ids: ``int64 [B]`` explicit initial states; default: drawn from the pool,
+                one per group, repeated ``group_size`` times on consecutive sub-envs.
+        """
+        self.ensure_built()
+        if reset_state_ids is None:
+            ids = np.repeat(self._states.draw(self.num_envs // self.group_size), self.group_size)
+        else:
+            ids = np.asarray(reset_state_ids, dtype=np.int64)
+            if ids.shape != (self.num_envs,):
+                raise ValueError(f"reset_state_ids must have shape [{self.num_envs}], got {ids.shape}")
+        self._start(np.arange(self.num_envs), ids)
+        obs = self._observe(np.arange(self.num_envs))
+        self._check_obs(obs, self.num_envs)
+        if self.capturing:
+            ids = self._video_env_ids()
+            self._record_frame(obs.main_images[ids].cpu().numpy(), np.zeros(len(ids)), np.zeros(len(ids), bool))
+        return obs
+
+    def _start(self, env_ids: np.ndarray, ids: np.ndarray) -> None:
+        active = ids >= 0
+        if active.any():
+            self._reset_envs(env_ids[active], ids[active])
+        for e, rid in zip(env_ids, ids):
+            self._episodes[e] = _Episode(reset_state_id=int(rid), live=bool(rid >= 0))
+
+    @property
+    def reset_state_ids(self) -> np.ndarray:
+        """``int64 [B]`` initial state of the current episode of each sub-env (-1: idle)."""
+        return np.array([e.reset_state_id for e in self._episodes], dtype=np.int64)
+
+    @observed
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        """Execute an action chunk ``[B, C, D]`` (env scale) in every sub-env."""
+        acts = actions.detach().cpu().float().numpy() if torch.is_tensor(actions) else np.asarray(actions, np.float32)
+        if acts.ndim != 3 or acts.shape[0] != self.num_envs or acts.shape[2] != self.action_dim:
+            raise ValueError(
+                f"{type(self).__name__}.chunk_step expects actions [B={self.num_envs}, C, D={self.action_dim}], "
+                f"got {list(acts.shape)}"
+            )
+        B, C, _ = acts.shape
+        live0 = np.array([e.live for e in self._episodes])
+        reset_ids = self.reset_state_ids
+        raw_r, raw_t, raw_s, frames = self._chunk(acts, live0)
+
+        rewards = np.zeros((B, C), np.float32)
+        term = np.zeros((B, C), bool)
+        trunc = np.zeros((B, C), bool)
+        success = np.zeros((B, C), bool)
+        valid = np.zeros((B, C), bool)
+        for b, ep in enumerate(self._episodes):
+            for c in range(C):
+                if not ep.live:
+                    break
+                valid[b, c] = True
+                rewards[b, c] = raw_r[b, c]
+                success[b, c] = raw_s[b, c]
+                ep.ret += float(raw_r[b, c])
+                ep.length += 1
+                ep.success_now = bool(raw_s[b, c])
+                ep.success_once |= ep.success_now
+                if raw_t[b, c] and not self.ignore_terminations:
+                    term[b, c] = True
+                elif ep.length >= self.max_episode_steps:
+                    trunc[b, c] = True
+                if term[b, c] or trunc[b, c]:
+                    self._finish(b, ep, truncated=bool(trunc[b, c]))
+        if frames:
+            for c, frame in enumerate(frames):
+                self._record_frame(frame, rewards[:, c], success[:, c])
+
+        final_obs = final_ids = None
+        truncated_envs = np.nonzero(trunc.any(1))[0]
+        if len(truncated_envs):
+            final_obs = self._observe(truncated_envs)
+            final_ids = torch.as_tensor(truncated_envs, dtype=torch.long)
+        if self.auto_reset:
+            done_envs = np.nonzero((term | trunc).any(1))[0]
+            if len(done_envs):
+                self._start(done_envs, self._states.draw(len(done_envs)))
+        obs = self._observe(np.arange(B))
+        self._check_obs(obs, B)
+        return ChunkStepResult(
+            obs=obs,
+            rewards=torch.from_numpy(rewards),
+            terminations=torch.from_numpy(term),
+            truncations=torch.from_numpy(trunc),
+            success=torch.from_numpy(success),
+            valid=torch.from_numpy(valid),
+            final_obs=final_obs,
+            final_obs_env_ids=final_ids,
+            reset_state_ids=torch.from_numpy(reset_ids),
+        )
+
+    def _finish(self, b: int, ep: _Episode, truncated: bool) -> None:
+        ep.live = False
+        self._finished.append(self._episode_record(ep, truncated))
+
+    def _episode_record(self, ep: _Episode, truncated: bool) -> dict[str, Any]:
+        return {
+            "reset_state_id": ep.reset_state_id,
+            "task_id": int(self.task_ids(np.array([ep.reset_state_id]))[0]),
+            "success_once": float(ep.success_once),
+            "success_at_end": float(ep.success_now),
+            "return": ep.ret,
+            "episode_len": ep.length,
+            "reward": ep.ret / max(ep.length, 1),
+            "truncated": truncated,
+            **ep.info,
+        }
+
+    def episode_info(self, env_id: int, reduce: str = "last", **values: float) -> None:
+        """Record extra metrics of sub-env ``env_id``'s running episode (declared in ``episode_metrics``);
+        they appear in its episode record and are logged as ``env/<key>`` / ``eval/<key>``.
+
+        Args:
+            env_id: the sub-env.
+            reduce: how a value combines with the one already recorded in this episode: ``last``,
+                ``max`` (e.g. ``fail_once``) or ``sum``.
+            values: metric values, e.g. ``fail_once=1.0``.
+        """
+        unknown = sorted(set(values) - set(self.episode_metrics))
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.episode_info got undeclared metrics {unknown}: add them to the class's "
+                f"episode_metrics (declared: {list(self.episode_metrics)})"
+            )
+        if reduce not in ("last", "max", "sum"):
+            raise ValueError(f"episode_info reduce must be 'last', 'max' or 'sum', got {reduce!r}")
+        info = self._episodes[env_id].info
+        for key, value in values.items():
+            value = float(value)
+            if key in info and reduce == "max":
+                value = max(info[key], value)
+            elif key in info and reduce == "sum":
+                value = info[key] + value
+            info[key] = value
+
+    def flush_episodes(self) -> None:
+        """Close still-running episodes (end of a rollout epoch without auto-reset)."""
+        for b, ep in enumerate(self._episodes):
+            if ep.live and ep.length > 0:
+                self._finish(b, ep, truncated=True)
+
+    def pop_episodes(self) -> list[dict[str, Any]]:
+        """Records of the episodes finished since the last call (``success_once``, ``return``, …)."""
+        out, self._finished = self._finished, []
+        return out
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Env-level counters since the last call (worker envs: ``env/worker_restarts``, ``env/dropped_episodes``)."""
+        return {}
+
+    # ------------------------------------------------------------------ frames
+    @property
+    def capturing(self) -> bool:
+        """Frames are captured this step: a video is recorded (``capture_frames``) or a step observer is set."""
+        return self.capture_frames or bool(self.step_observers)
+
+    def _frame_buffer(self) -> list[dict[str, Any]]:
+        """The list :meth:`pop_frames` empties."""
+        return self._frames
+
+    def _video_env_ids(self) -> np.ndarray:
+        return np.arange(min(self.num_envs, self.video_cfg.max_envs))
+
+    def _record_frame(self, images: np.ndarray, rewards: np.ndarray, success: np.ndarray) -> None:
+        n = len(images)
+        self._frames.append({"images": images, "rewards": np.asarray(rewards)[:n], "success": np.asarray(success)[:n]})
+
+    def pop_frames(self) -> list[dict[str, Any]]:
+        """Frames captured since the last call while ``capture_frames`` was on.
+
+        Each item: ``images uint8 [V, H, W, 3]``, ``rewards [V]``, ``success [V]`` for the first
+        ``V = min(num_envs, video_cfg.max_envs)`` sub-envs.
+        """
+        out, self._frames = self._frames, []
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _check_obs(self, obs: Observation, n: int) -> None:
+        if not isinstance(obs, Observation) or len(obs) != n:
+            raise TypeError(f"{type(self).__name__}._observe must return an Observation with {n} rows")
+
+    def clone(self, **overrides: Any) -> Env:
+        """A new, unbuilt env of the same class and arguments, with ``overrides`` applied."""
+        args, kwargs = self._init_args
+        return type(self)(*args, **{**kwargs, **overrides})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, group_size={self.group_size}, is_eval={self.is_eval})"

@@ -1,0 +1,133 @@
+"""World-model simulator contract: a frozen generative model that predicts frames from actions.
+
+Shapes: B = batch, C = frames per action chunk, H×W images.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlinf_core.world_models.init_data import ConditionSpec
+
+
+class WorldModel(nn.Module):
+    """Action-conditioned video model used as a simulator (frozen during RL).
+
+    A world model keeps a per-env state (its frame/latent queue). :class:`rlinf_core.WorldModelEnv`
+    drives it: :meth:`init_state` from the condition frames its :attr:`condition` asks for, then
+    :meth:`predict` once per chunk. The env moves it to the training device; its state, the
+    frames it takes and the frames it returns live on that device.
+    """
+
+    #: the condition frames and actions an episode starts from (OpenSora: ``ConditionSpec(4)``, frame 0
+    #: repeated; Wan: ``ConditionSpec(5, "first_and_last", pad_gripper=-1.0)``, keyframe init).
+    condition: ConditionSpec = ConditionSpec()
+    action_dim: int = 7
+    #: ``(condition, target)`` frames of a training clip (OpenSora ``(4, 8)``, Wan ``(5, 8)``); see
+    #: :class:`rlinf_core.world_models.datasets.ClipDataset` for how windows are cut and aligned with actions.
+    clip_frames: tuple[int, int] = (1, 1)
+
+    @property
+    def num_condition_frames(self) -> int:
+        return self.condition.num_frames
+
+    def init_state(self, frames: torch.Tensor, actions: torch.Tensor) -> Any:
+        """State for B envs from condition frames ``uint8 [B, T, H, W, 3]`` and actions ``float [B, T, D]``
+        (``T = condition.num_frames``, built as :attr:`condition` says; on the model's device)."""
+        raise NotImplementedError
+
+    def predict(self, state: Any, actions: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, Any]:
+        """Predict ``uint8 [B, C, H, W, 3]`` frames for actions ``[B, C, D]``; return (frames, new state)."""
+        raise NotImplementedError
+
+    def select(self, state: Any, env_ids: torch.Tensor) -> Any:
+        """Rows ``env_ids`` of ``state``."""
+        raise NotImplementedError
+
+    def assign(self, state: Any, env_ids: torch.Tensor, new: Any) -> Any:
+        """``state`` with rows ``env_ids`` replaced by ``new``."""
+        raise NotImplementedError
+
+    # -- fine-tuning (optional; :class:`rlinf_core.supervised.world_model.WorldModelTrainer` needs both) ------------
+    def training_loss(
+        self, frames: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Scalar training loss of a batch of clips (the model's own objective, e.g. rectified flow).
+
+        Args:
+            frames: ``uint8 [B, Nc + Nt, H, W, 3]``: ``Nc, Nt = clip_frames`` condition then target frames.
+            actions: ``float32 [B, Nc + Nt, D]`` env-scale actions, entry ``k`` the action that produced frame
+                ``k`` (pad action for padded / initial frames; ``ClipDataset``'s alignment).
+            generator: RNG of the noise and timesteps (``None``: the global RNG); a fixed one makes the loss
+                deterministic (validation).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement training_loss, so it cannot be fine-tuned by WorldModelTrainer"
+        )
+
+    def save_pretrained(self, path: str) -> None:
+        """Write the model to directory ``path`` in the layout its loader reads unchanged (the released one)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")
+
+    # -- memory (``rlinf memory``; :mod:`rlinf_core.memory.world_model`) ------------------------------------------------
+    def runtime_dtype(self, device_type: str) -> torch.dtype | None:
+        """The dtype the weights run in on a ``device_type`` device (``None``: as built). Override when a
+        precision setting such as ``auto`` resolves by device (bf16 on ``cuda``)."""
+        return None
+
+    def memory_profile(self, batch: int, chunk: int, device_type: str = "cuda") -> Any:
+        """Per-GPU memory of this (meta-built) model stepping ``batch`` envs by ``chunk`` frames on ``device_type``.
+
+        The default: weights of each child module cast to :meth:`runtime_dtype`, and the peaks of the real
+        :meth:`init_state` (condition frames at ``image_size``, zero actions) and :meth:`predict` run on the meta
+        device. Override it when a forward cannot run on meta, or to add terms; return a
+        :class:`rlinf_core.memory.world_model.WorldModelMemory`.
+        """
+        from rlinf_core.memory.world_model import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
+
+        require_meta(self, type(self).__name__)
+        dtype = self.runtime_dtype(device_type)
+        if dtype is not None:
+            nn.Module.to(self, dtype)  # meta: no memory moves
+        weights = tuple(
+            (f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children()
+        )
+        size = int(getattr(self, "image_size", 256))
+        T = self.condition.num_frames
+        frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
+        cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
+        actions = torch.zeros(batch, chunk, self.action_dim, device="meta")
+        try:
+            reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
+            with torch.no_grad():
+                state = self.init_state(frames, cond_actions)
+            step = peak_bytes(lambda: self.predict(state, actions))
+        except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            note = (f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
+                    f"meta device: {cause}); override memory_profile to report it")
+            return WorldModelMemory(weights, (), (note,))
+        return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
+
+
+class RewardModel(nn.Module):
+    """Scores frames: probability of task success per frame."""
+
+    def success_prob(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
+        """``float [N]`` success probabilities for frames ``uint8 [N, H, W, 3]``; ``instructions`` (one per
+        frame) lets a task-conditioned model (Wan's ``TaskEmbedResnetRewModel``) pick the task."""
+        raise NotImplementedError
+
+    # -- training (optional; :class:`rlinf_core.supervised.world_model.RewardModelTrainer` needs both) --------------
+    def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
+        """``float [N]`` logits whose sigmoid is :meth:`success_prob` (trained with BCE)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement success_logits, so it cannot be trained by RewardModelTrainer"
+        )
+
+    def save_pretrained(self, path: str) -> Any:
+        """Write the model's checkpoint into directory ``path`` (the file its loader reads); returns the file."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")

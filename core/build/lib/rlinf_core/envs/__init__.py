@@ -1,0 +1,1 @@
+"""Env contract and helpers."""

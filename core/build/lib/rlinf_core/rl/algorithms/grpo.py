@@ -1,0 +1,100 @@
+"""GRPO: group-relative outcome advantages, no critic."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from rlinf_core.rl.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
+from rlinf_core.rl.algorithms.base import Algorithm, Reducer, global_std
+from rlinf_core.rl.trajectory import Samples, Trajectory
+
+
+class GRPO(Algorithm):
+    """Group Relative Policy Optimization (Shao et al., 2024) for episodic VLA rollouts.
+
+    Each group is ``env.group_size`` consecutive env slots that started from the same initial
+    state (checked at every rollout). A trajectory's score is the return of its first episode
+    (``auto_reset`` must be off); its advantage ``(s − mean_G) / (std + 1e-6)`` is applied to
+    every valid step up to and including the step that ended the episode.
+
+    Args:
+        filter_rewards: drop groups whose mean score is outside ``[rewards_lower_bound,
+            rewards_upper_bound]`` (e.g. all-success / all-fail groups with binary rewards).
+        rewards_lower_bound: lower bound of a kept group's mean score.
+        rewards_upper_bound: upper bound of a kept group's mean score.
+        scale_rewards: the std that divides the centred scores: ``group`` (std_G, GRPO), ``batch``
+            (the std of all scores of the RL step's rollouts on all ranks; keeps near-tied groups'
+            advantages small, the better choice for dense rewards) or ``none`` (Dr. GRPO).
+        clip_ratio_high: upper clip range (DAPO's "clip higher" default 0.28).
+        **kwargs: the other shared settings of :class:`Algorithm`.
+    """
+
+    uses_critic = False
+
+    def __init__(
+        self,
+        filter_rewards: bool = False,
+        rewards_lower_bound: float = 0.1,
+        rewards_upper_bound: float = 0.9,
+        scale_rewards: Literal["group", "batch", "none"] = "group",
+        clip_ratio_high: float = 0.28,
+        **kwargs,
+    ) -> None:
+        super().__init__(clip_ratio_high=clip_ratio_high, **kwargs)
+        if rewards_lower_bound > rewards_upper_bound:
+            raise ValueError("rewards_lower_bound must be <= rewards_upper_bound")
+        self.filter_rewards = filter_rewards
+        self.rewards_lower_bound = rewards_lower_bound
+        self.rewards_upper_bound = rewards_upper_bound
+        self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
+
+    def check(self, env, policy) -> None:
+        if env.group_size < 2:
+            raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
+        if env.auto_reset:
+            raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
+        super().check(env, policy)
+
+    def compute(
+        self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
+    ) -> tuple[Samples, dict[str, float]]:
+        # scale_rewards: batch divides by one std over every score of the step on every rank
+        self._batch_std = None
+        if self.scale_rewards == "batch":
+            scores = torch.cat([_scores(t) for t in trajs])
+            total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
+            if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
+                self._batch_std = global_std(scores, reduce)
+        return super().compute(trajs, group_size, reduce, max_episode_steps)
+
+    def _advantages(self, traj: Trajectory, group_size: int):
+        if group_size < 2:
+            raise ValueError(
+                "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
+            )
+        ids = traj.reset_state_ids[0].view(-1, group_size)
+        if not (ids == ids[:, :1]).all():
+            raise RuntimeError(
+                f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
+            )
+        scores = _scores(traj)
+        adv = group_normalized_scores(
+            scores, group_size, scale=self.scale_rewards, batch_std=getattr(self, "_batch_std", None)
+        )
+        keep = torch.ones_like(scores, dtype=torch.bool)
+        if self.filter_rewards:
+            keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
+        seq = traj.at_level(self.reward_type)
+        mask = traj.from_level(seq["valid"], self.reward_type)
+        keep_b = keep.view(1, -1, *([1] * (mask.dim() - 2)))
+        mask = (mask & keep_b).to(torch.float32)
+        adv_b = adv.view(1, -1, *([1] * (mask.dim() - 2))).expand_as(mask) * mask
+        self.last_scores = scores
+        return adv_b, mask, None
+
+
+def _scores(traj: Trajectory) -> torch.Tensor:
+    """``[B]`` return of each env slot's first episode."""
+    return (traj.rewards * traj.valid).sum((0, 2))

@@ -1,0 +1,89 @@
+"""Evaluation: passes over an eval env's grid of initial states, and per-task / per-suite success tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.policy import Policy
+
+
+@torch.no_grad()
+def eval_passes(
+    env: Env,
+    policy: Policy,
+    device: torch.device | str,
+    passes: int,
+    do_sample: bool,
+    temperature: float,
+    progress: Callable[..., None] | None = None,
+) -> list[dict[str, Any]]:
+    """Episode records of ``passes`` visits of every initial state of ``env``'s pool (this rank's share)."""
+    records: list[dict[str, Any]] = []
+    max_chunks = math.ceil(env.max_episode_steps / policy.num_action_chunks) + 1
+    for _ in range(passes):
+        env.restart_pool()
+        while not env.eval_finished:
+            obs = env.reset()
+            for _ in range(max_chunks * max(1, len(env.pool))):
+                if not env.any_live:
+                    break
+                out = policy.act(obs.to(device), do_sample=do_sample, temperature=temperature)
+                obs = env.chunk_step(out.actions.cpu()).obs
+                records.extend(env.pop_episodes())
+                if progress is not None:
+                    progress(len(records), len(env.pool) * passes)
+            env.flush_episodes()
+            records.extend(env.pop_episodes())
+    return records
+
+
+def per_task(records: list[dict[str, Any]], task_names: list[str], reducer: Reducer) -> dict[str, dict[str, float]]:
+    """``{task name: {success_once, num_trajectories}}`` over all ranks' records (a collective)."""
+    sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in records:
+        sums[r["task_id"]][0] += r["success_once"]
+        sums[r["task_id"]][1] += 1
+    n_tasks = len(task_names)
+    t = torch.zeros(n_tasks, 2, dtype=torch.float64)
+    for task, (s, c) in sums.items():
+        if 0 <= task < n_tasks:
+            t[task, 0], t[task, 1] = s, c
+    t = reducer.sum(t)
+    return {
+        task_names[i]: {"success_once": float(t[i, 0] / t[i, 1]), "num_trajectories": int(t[i, 1])}
+        for i in range(n_tasks)
+        if t[i, 1] > 0
+    }
+
+
+def per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Success per suite for task names of the form ``"<suite>/<task>"`` (e.g. LIBERO-130)."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, row in per_task.items():
+        if "/" in name:
+            suite = name.split("/", 1)[0]
+            sums[suite][0] += row["success_once"] * row["num_trajectories"]
+            sums[suite][1] += row["num_trajectories"]
+    return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
+
+
+def write_eval_table(directory: Path, epoch: int, result: dict[str, Any]) -> None:
+    """``eval_epoch<N>.json`` (everything) and ``eval_epoch<N>.md`` (per-task and per-suite success table)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"eval_epoch{epoch}.json").write_text(json.dumps({"epoch": epoch, **result}, indent=2))
+    lines = ["| task | success_once | trajectories |", "|---|---|---|"]
+    rows = list(result["per_task"].items()) + [
+        (f"**{suite}**", row) for suite, row in result.get("per_suite", {}).items()
+    ]
+    for task, row in rows:
+        lines.append(f"| {task} | {100 * row['success_once']:.1f}% | {row['num_trajectories']} |")
+    (directory / f"eval_epoch{epoch}.md").write_text("\n".join(lines) + "\n")

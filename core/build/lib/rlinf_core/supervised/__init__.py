@@ -1,0 +1,1 @@
+"""Supervised training through ``rlinf fit``: SFT of a policy on demos, world-model and reward-model training."""

@@ -1,0 +1,1 @@
+"""Test doubles and conformance test classes for rlinf and its plugins."""

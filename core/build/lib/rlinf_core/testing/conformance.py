@@ -1,0 +1,275 @@
+"""Standard conformance tests for env and policy plugins.
+
+Subclass in your plugin's tests and fill in the factory methods; every plugin, first- or
+third-party, is then checked the same way::
+
+    from rlinf_core.testing.conformance import EnvPluginTests
+
+    class TestMyEnv(EnvPluginTests):
+        env_class = MyEnv
+        env_kwargs = {"image_size": 64}
+
+Do not override the ``test_*`` methods (a subclass that does fails at class creation); tune the
+class attributes and factory methods instead, and add your own tests under other names.
+
+The policy tests are neutral about the action distribution: token policies, Gaussians and
+noise-injected (SDE) flow samplers pass the same checks. Log-probs must be finite but may be
+positive (densities); ``do_sample=False`` must be deterministic whatever the random state.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from typing import Any
+
+import torch
+
+from rlinf_core.contracts.env import ChunkStepResult, Env
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.envs.vector import vectorize
+from rlinf_core.plugins.manager import Registry
+from rlinf_core.contracts.policy import ActOutput, Policy
+
+
+class _KitTests:
+    """Refuses subclasses that redefine a kit ``test_*`` method (they would silently skip a contract check)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kit = [k for k in cls.__mro__[1:] if k.__module__ == __name__ and k is not _KitTests]
+        if cls.__module__ == __name__:
+            return
+        for name, value in vars(cls).items():
+            if name.startswith("test_") and any(name in vars(k) for k in kit):
+                raise TypeError(
+                    f"{cls.__qualname__} overrides the conformance test {name!r}; tune the class attributes or"
+                    " factory methods instead (add plugin-specific checks under another name)"
+                )
+
+
+class EnvPluginTests(_KitTests):
+    """Checks the :class:`rlinf_core.Env` contract on a real instance of the plugin's env."""
+
+    env_class: type[Env]
+    #: extra constructor arguments for every env the tests build.
+    env_kwargs: dict[str, Any] = {}
+    #: sub-steps per chunk used by the tests.
+    chunk: int = 2
+    #: initial states visited by the eval-grid test (keep small for slow simulators).
+    eval_grid_states: int = 4
+
+    def make_env(self, **overrides: Any) -> Env:
+        # as the RL loop builds it: in worker processes when env_kwargs set num_workers > 0
+        return vectorize(self.env_class(**{**self.env_kwargs, **overrides}))
+
+    def random_actions(self, env: Env, chunk: int | None = None) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(0)
+        return torch.rand(env.num_envs, chunk or self.chunk, env.action_dim, generator=gen) * 2 - 1
+
+    def test_registered_through_hooks(self):
+        registry = Registry().load()
+        names = registry.names("env")
+        assert self.env_class.__name__ in names, (
+            f"{self.env_class.__name__} is not registered through an rlinf entry point; registered: {names}"
+        )
+
+    def test_reset_returns_observation(self):
+        env = self.make_env(num_envs=2)
+        try:
+            obs = env.reset()
+            assert isinstance(obs, Observation) and len(obs) == 2
+            assert obs.main_images.dtype == torch.uint8 and obs.main_images.shape[-1] == 3
+            assert all(isinstance(t, str) and t for t in obs.task_descriptions)
+            assert obs.main_images.float().std() > 0, "main camera image is blank"
+        finally:
+            env.close()
+
+    def test_chunk_step_shapes(self):
+        env = self.make_env(num_envs=2)
+        try:
+            env.reset()
+            out = env.chunk_step(self.random_actions(env))
+            assert isinstance(out, ChunkStepResult)
+            for name in ("rewards", "terminations", "truncations", "success", "valid"):
+                assert tuple(getattr(out, name).shape) == (2, self.chunk), name
+            assert out.rewards.dtype == torch.float32
+            assert out.terminations.dtype == torch.bool and out.truncations.dtype == torch.bool
+            assert not (out.terminations & out.truncations).any()
+            assert len(out.obs) == 2
+        finally:
+            env.close()
+
+    def test_wrong_action_shape_is_explained(self):
+        env = self.make_env(num_envs=2)
+        try:
+            env.reset()
+            bad = torch.zeros(2, self.chunk, env.action_dim + 1)
+            try:
+                env.chunk_step(bad)
+            except ValueError as exc:
+                assert str(env.action_dim) in str(exc)
+            else:
+                raise AssertionError("chunk_step accepted actions with the wrong action dimension")
+        finally:
+            env.close()
+
+    def test_groups_share_initial_state(self):
+        env = self.make_env(num_envs=4, group_size=2)
+        try:
+            env.reset()
+            ids = env.reset_state_ids
+            assert ids[0] == ids[1] and ids[2] == ids[3]
+        finally:
+            env.close()
+
+    def test_truncation_at_max_episode_steps(self):
+        env = self.make_env(num_envs=2, max_episode_steps=self.chunk, ignore_terminations=True)
+        try:
+            env.reset()
+            out = env.chunk_step(self.random_actions(env))
+            assert out.truncations[:, -1].all() and not out.terminations.any()
+            assert out.final_obs is not None and len(out.final_obs) == 2
+            episodes = env.pop_episodes()
+            assert len(episodes) == 2 and all(e["episode_len"] == self.chunk for e in episodes)
+        finally:
+            env.close()
+
+    def test_auto_reset_starts_new_episodes(self):
+        env = self.make_env(num_envs=2, max_episode_steps=self.chunk, auto_reset=True)
+        try:
+            env.reset()
+            first = env.chunk_step(self.random_actions(env))
+            assert first.dones.any(1).all()
+            second = env.chunk_step(self.random_actions(env))
+            assert second.valid[:, 0].all(), "auto-reset envs must be live in the next chunk"
+        finally:
+            env.close()
+
+    def test_eval_grid_visits_each_state_once(self):
+        env = self.make_env(num_envs=2, is_eval=True, auto_reset=True, max_episode_steps=self.chunk)
+        try:
+            n = env.num_reset_states
+            env.shard(0, max(1, math.ceil(n / self.eval_grid_states)))
+            pool = set(env.pool.tolist())
+            env.reset()
+            for _ in range(len(pool) + 2):
+                if env.eval_finished:
+                    break
+                env.chunk_step(self.random_actions(env))
+            assert env.eval_finished
+            visited = [e["reset_state_id"] for e in env.pop_episodes()]
+            assert sorted(visited) == sorted(pool), "every (task, trial) exactly once"
+        finally:
+            env.close()
+
+
+class PolicyPluginTests(_KitTests):
+    """Checks the :class:`rlinf_core.Policy` contract, for any action distribution."""
+
+    #: observation layout used by :meth:`make_observation`.
+    image_size: int = 32
+    state_dim: int | None = None
+    temperature: float = 1.3
+    batch_size: int = 3
+
+    def make_policy(self) -> Policy:
+        raise NotImplementedError
+
+    def load_policy(self, path: str) -> Policy:
+        """Load what :meth:`Policy.save_pretrained` wrote (default: ``cls.from_pretrained(path)``)."""
+        return type(self.make_policy()).from_pretrained(path)
+
+    def make_observation(self, batch_size: int) -> Observation:
+        gen = torch.Generator().manual_seed(1)
+        imgs = torch.randint(0, 256, (batch_size, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
+        states = torch.randn(batch_size, self.state_dim, generator=gen) if self.state_dim else None
+        tasks = [f"pick up the block number {i}" for i in range(batch_size)]
+        return Observation(main_images=imgs, task_descriptions=tasks, states=states)
+
+    def _act(self, policy: Policy, obs: Observation, **kw) -> ActOutput:
+        policy.eval()
+        with torch.no_grad():
+            return policy.act(obs, **kw)
+
+    def test_registered_through_hooks(self):
+        cls = type(self.make_policy())
+        assert cls.__name__ in Registry().load().names("policy")
+
+    def test_act_shapes(self):
+        policy = self.make_policy()
+        B = self.batch_size
+        out = self._act(policy, self.make_observation(B), do_sample=True, temperature=self.temperature)
+        C, D = policy.num_action_chunks, policy.action_dim
+        assert tuple(out.actions.shape) == (B, C, D)
+        assert tuple(out.logprobs.shape) == (B, C, D)
+        assert torch.isfinite(out.logprobs).all(), "log-probs must be finite (densities may be positive)"
+        if policy.has_value_head:
+            assert out.values is not None and out.values.shape[0] == B and out.values.shape[1] in (1, C)
+        for key, value in out.record.items():
+            assert value.shape[0] == B, f"record[{key!r}] must be batch-first"
+
+    def test_recompute_equals_rollout_logprobs(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature, compute_entropy=True, compute_values=True)
+        torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=1e-4, atol=1e-4)
+        assert ev.logprobs.requires_grad
+        assert ev.entropy is not None and tuple(ev.entropy.shape) == tuple(out.logprobs.shape)
+
+    def test_greedy_is_deterministic(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        torch.manual_seed(0)
+        a = self._act(policy, obs, do_sample=False)
+        torch.manual_seed(1)  # an ODE / zero-noise sampler must not read the random state
+        b = self._act(policy, obs, do_sample=False)
+        torch.testing.assert_close(a.actions, b.actions)
+        torch.testing.assert_close(a.logprobs, b.logprobs)
+
+    def test_value_matches_act(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        if not policy.has_value_head:
+            try:
+                policy.value(obs)
+            except ValueError:
+                return
+            raise AssertionError("Policy.value must raise ValueError (one line) without a value head")
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        with torch.no_grad():
+            values = policy.value(obs)
+        assert values.shape == out.values.shape
+        torch.testing.assert_close(values.float(), out.values.float(), rtol=1e-4, atol=1e-4)
+
+    def test_greedy_logprobs_equal_evaluate_at_the_same_temperature(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=False, temperature=self.temperature)
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature)
+        torch.testing.assert_close(out.logprobs, ev.logprobs.detach(), rtol=1e-4, atol=1e-4)
+
+    def test_save_load_round_trip(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        before = self._act(policy, obs, do_sample=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            policy.save_pretrained(tmp)
+            loaded = self.load_policy(tmp)
+        after = self._act(loaded, obs, do_sample=False)
+        torch.testing.assert_close(after.actions, before.actions)
+        torch.testing.assert_close(after.logprobs, before.logprobs, rtol=1e-4, atol=1e-5)
+
+    def test_gradients_reach_parameters(self):
+        policy = self.make_policy()
+        obs = self.make_observation(self.batch_size)
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        policy.train()
+        ev = policy.evaluate(obs, out.record, temperature=self.temperature)
+        ev.logprobs.sum().backward()
+        grads = [p.grad for p in policy.parameters() if p.requires_grad]
+        assert any(g is not None and torch.count_nonzero(g) > 0 for g in grads)
+
+
+__all__ = ["EnvPluginTests", "PolicyPluginTests"]

@@ -1,0 +1,67 @@
+"""``rlinf --help`` lists every command in one line each; "did you mean" for misspelled commands and keys."""
+
+import pytest
+
+from rlinf_core.cli.commands import BUILTIN_COMMANDS, builtin_commands
+from rlinf_core.cli.main import main
+from rlinf_core.cli.suggest import closest_key
+
+
+def test_help_lists_every_command_with_a_whole_one_line_description(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Lightning Trainer command line tool" not in out
+    listed = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and line.split()}
+    names = {c.name for c in builtin_commands()}
+    assert {"fit", "validate", "test", "predict", "plugins", "configs", "plot", "memory", "coevolve"} <= names
+    for cmd in builtin_commands():
+        line = listed[cmd.name]
+        assert cmd.help in line and cmd.help.endswith(".") and len(line) <= 120, line  # whole sentence, one line
+    assert main(["help"]) == 0 and capsys.readouterr().out == out
+
+
+def test_serve_is_listed_exactly_when_its_command_exists(monkeypatch):
+    serve = next(c for c in BUILTIN_COMMANDS if c.name == "serve")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == serve.target.split(":")[0]
+                        else real(name, *a))  # fmt: skip
+    assert "serve" not in {c.name for c in builtin_commands()}
+
+
+def test_misspelled_command_suggests_the_closest_in_one_line(capsys):
+    assert main(["fitt", "--config", "x.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlinf: error: unknown command 'fitt'. Did you mean 'fit'?"), err
+    assert main(["plugin"]) == 2
+    assert "Did you mean 'plugins'?" in capsys.readouterr().err
+
+
+def test_plugins_says_built_in_for_the_core_plugin(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("core  (rlinf-core") and "built in)" in out.splitlines()[0]
+    assert "rlinf.testing.plugin" not in out and "rlinf_core.builtin.plugin" not in out
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("optim.learning_rate", "optim.lr"), ("optim.lrr", "optim.lr"), ("optim.wd", "optim.weight_decay"),
+    ("global_batchsize", "global_batch_size"), ("optm.lr", "optim.lr"), ("nothing_like_it", None),
+])  # fmt: skip
+def test_closest_key(key, expected):
+    accepted = ["optim.lr", "optim.value_lr", "optim.weight_decay", "rollout.rollout_epoch", "global_batch_size"]
+    assert closest_key(key, accepted) == expected
+
+
+@pytest.mark.parametrize("arg, hint", [
+    ("--model.init_args.optim.learning_rate=0.1", "Did you mean --model.init_args.optim.lr?"),
+    ("--trainer.max_epoch=3", "Did you mean --trainer.max_epochs?"),
+    ("--model.init_args.env.init_args.num_env=4", "Did you mean --model.init_args.env.init_args.num_envs?"),
+])  # fmt: skip
+def test_misspelled_config_keys_suggest_the_accepted_key(capsys, arg, hint):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "toy/reach_grpo.yaml", arg])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlinf: error: ") and err[0].endswith(hint), err

@@ -1,0 +1,210 @@
+"""No import circles anywhere: the module import graph of the core and every plugin is acyclic.
+
+Edges are the imports a module runs, at import time or inside a function (a lazy import that closes
+a circle is still a circle in the design); ``if TYPE_CHECKING:`` imports are left out (never run).
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for src in SOURCE_ROOTS:
+        for path in src.rglob("*.py"):
+            parts = list(path.relative_to(src).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, list[str]]]:
+    """``(base, names)`` per import statement that runs (TYPE_CHECKING blocks skipped)."""
+    found: list[tuple[str, list[str]]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, *([base] if base else [])])
+            found.append((base, [alias.name for alias in node.names]))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, set())
+        for base, names in _imports(ast.parse(path.read_text()), name, path.name == "__init__.py"):
+            targets = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules] or [base]
+            if len(targets) < len(names) and base in modules:
+                targets.append(base)
+            edges.update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = dfs(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = dfs(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def all_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return out
+
+
+def test_the_checker_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from . import y\n")
+    assert _imports(tree, "pkg.mod", False) == [("typing", ["TYPE_CHECKING"]), ("pkg", ["y"])]
+
+
+def test_graph_covers_core_and_plugins():
+    graph = import_graph()
+    assert "rlinf_core.contracts.env" in graph and "rlinf_core.envs.vector.workers" in graph
+    assert "rlinf_core.contracts.observation" in graph["rlinf_core.contracts.env"]
+    assert any(name.startswith("rlinf_policy_openpi.") for name in graph)
+
+
+def test_no_import_cycles():
+    cycles = all_cycles(import_graph())
+    assert not cycles, "import circles (each line: modules that import each other in a circle):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def documented_layers() -> dict[str, set[str]]:
+    """docs/architecture.md's "What may import what" table: layer -> layers it may import."""
+    table: dict[str, set[str]] = {}
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## What may import what", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            table[cells[0].strip("`")] = {c.strip().strip("`") for c in cells[1].split(",") if c.strip()}
+    return table
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "rlinf_core":
+        return None
+    return parts[1] if len(parts) > 1 else "(root)"
+
+
+def test_layers_import_only_what_docs_architecture_allows():
+    allowed = documented_layers()
+    core = {_layer(m) for m in import_graph() if _layer(m)}
+    assert core <= set(allowed), f"layers missing from docs/architecture.md's table: {sorted(core - set(allowed))}"
+    bad = []
+    for module, targets in sorted(import_graph().items()):
+        here = _layer(module)
+        for target in sorted(targets):
+            there = _layer(target)
+            if here and there and here != there and there not in allowed[here]:
+                bad.append(f"{module} -> {target}")
+    assert not bad, "imports between layers that docs/architecture.md does not allow:\n" + "\n".join(bad)
+
+
+#: where plugin source code may import the core from (docs/plugins.md, "Where plugins import from")
+PLUGIN_IMPORT_PLACES = ("rlinf_core", "rlinf_core.contracts", "rlinf_core.envs", "rlinf_core.world_models",
+                        "rlinf_core.supervised", "rlinf_core.models.*", "rlinf_core.testing.*")
+
+
+def _allowed_for_plugins(module: str) -> bool:
+    return any(module == p or (p.endswith(".*") and module.startswith(p[:-1])) for p in PLUGIN_IMPORT_PLACES)
+
+
+def test_plugin_sources_import_the_core_only_from_the_documented_places():
+    bad = []
+    for src in SOURCE_ROOTS[1:]:
+        for path in src.rglob("*.py"):
+            module = ".".join(path.relative_to(src).with_suffix("").parts)
+            for base, names in _imports(ast.parse(path.read_text()), module, path.name == "__init__.py"):
+                if base.split(".")[0] == "rlinf_core" and not _allowed_for_plugins(base):
+                    bad.append(f"{path.relative_to(ROOT)}: from {base} import {', '.join(names)}")
+    assert not bad, "plugins must import the core from " + ", ".join(PLUGIN_IMPORT_PLACES) + ":\n" + "\n".join(bad)
+    documented = (ROOT / "docs" / "plugins.md").read_text().split("## Where plugins import from", 1)[1]
+    for place in PLUGIN_IMPORT_PLACES:
+        assert f"`{place.removesuffix('.*')}" in documented, f"{place} is not documented in docs/plugins.md"
