@@ -73,6 +73,8 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         if self._data_parallel_size == "auto":
+            # Lightning's "auto" is one data-parallel rank per node (tensor parallelism inside it) and it has no
+            # public setter for the size once the world is known: data parallelism over every rank is set here
             self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
 
