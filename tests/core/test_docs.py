@@ -31,11 +31,11 @@ def test_algorithm_equations_link_to_the_functions_that_implement_them():
     import re
 
     text = (DOC.parent / "algorithms.md").read_text()
-    links = re.findall(r"\[`([\w.]+)`\]\(\.\./core/src/(rlinf/[\w/]+)\.py\)", text)
+    links = re.findall(r"\[`([\w.]+)`\]\(\.\./core/src/(rlinf_core/[\w/]+)\.py\)", text)
     assert len(links) >= 10
     for name, path in links:
         module = importlib.import_module(path.replace("/", "."))
-        if name.startswith("rlinf."):
+        if name.startswith("rlinf_core."):
             assert module.__name__ == name, (name, path)
             continue
         obj = module
