@@ -1,9 +1,9 @@
 """The RL loop as a LightningModule.
 
 One Lightning epoch is one RL step: ``on_train_epoch_start`` collects ``rollout_epoch`` rollouts
-with the current policy (no grad, eval mode), computes advantages, and builds a fresh shuffle of
-fills the step's :class:`rlinf_core.rl.buffer.RolloutBuffer`; then every ``training_step`` processes one
-micro-batch of it, and an optimizer step is taken at the end of each minibatch (gradient accumulation).
+with the current policy (no grad, eval mode), computes advantages, and fills the step's
+:class:`rlinf_core.rl.buffer.RolloutBuffer`; then every ``training_step`` processes one micro-batch of it,
+and an optimizer step is taken at the end of each minibatch (gradient accumulation).
 Multi-GPU / multi-node training comes from Lightning's strategies: every rank runs its own envs on its own
 share of initial states.
 
@@ -170,7 +170,8 @@ class RLModule(pl.LightningModule):
         # Lightning has no public hook for an epoch driven by data the module makes itself (the rollout), so the
         # loader only counts: it yields 0..n-1, one per training_step, and training_step reads micro-batch i of
         # the RolloutBuffer filled in on_train_epoch_start. (Lightning may start the loader's iterator before or
-        # after that hook; a counter does not care, tests/core/test_rl_loop.py checks the step each batch reads.)
+        # after that hook; a counter does not care: tests/core/test_rollout_buffer.py checks the step each batch
+        # reads, also right after a resume.)
         # Own generator: a DataLoader iterator otherwise draws from the global RNG (its shared seed) at a point
         # Lightning's loop order decides, which a resume from a checkpoint could not reproduce.
         return DataLoader(range(self.steps_per_epoch), batch_size=None, generator=torch.Generator())
