@@ -218,6 +218,8 @@ class RLModule(pl.LightningModule):
         metrics.update(self._env_counters())
         self.buffer.fill(self.current_epoch, samples, self.algorithm.denominator, self.reducer.sum,
                          self.global_rank, self.trainer.world_size)
+        if len(self.buffer) != self.steps_per_epoch:  # the loader counts the micro-batches the config's sizes give
+            raise RuntimeError(f"the rollout gave {len(samples)} samples, not the {self.samples_per_rank()} planned")
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._log_step(key, float(value))
