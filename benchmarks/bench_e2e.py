@@ -283,7 +283,7 @@ class E2EBench(pl.Callback):
 
 def _build_cli(work: Path, model_path: Path, epochs: int, extra: list[str]):
     """The quickstart GRPO run, parsed by the real ``rlinf fit`` CLI (not started)."""
-    from rlinf_core.cli.main import _cli_class, trainer_defaults
+    from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
     from rlinf_core.plugins.manager import load_plugins
 
     load_plugins()
@@ -304,7 +304,7 @@ def _build_cli(work: Path, model_path: Path, epochs: int, extra: list[str]):
     ]  # fmt: skip
     argv, sys.argv = sys.argv, sys.argv[:1]  # the benchmark's own options are not the CLI's
     try:
-        return _cli_class()(
+        return RLinfCLI(
             pl.LightningModule, None, subclass_mode_model=True, args=args, run=False,
             save_config_kwargs={"overwrite": True}, seed_everything_default=0, trainer_defaults=trainer_defaults(),
         )  # fmt: skip

@@ -227,7 +227,7 @@ def _value(cfg: dict, key: str):
     """Read ``key`` (``section.name``, ``total_envs`` or a top-level RLModule argument) from a config."""
     args = cfg["model"]["init_args"]
     if key == "total_envs":
-        world = args.get("config_world_size") or cfg["trainer"].get("devices", 1)
+        world = (cfg.get("memory") or {}).get("world_size") or cfg["trainer"].get("devices", 1)
         return args["env"]["init_args"]["num_envs"] * world
     section, _, name = key.partition(".")
     if not name:

@@ -97,13 +97,15 @@ def _parse(config: Path, overrides: list[str]) -> dict:
     import rlinf_core.rl.algorithms  # noqa: F401 - short names as in cli.main
     import rlinf_core.rl.module  # noqa: F401
 
-    class ParseOnly(cli._cli_class()):
+    from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
+
+    class ParseOnly(RLinfCLI):
         def instantiate_classes(self) -> None:  # parsing and validation only
             pass
 
     parsed = ParseOnly(
         pl.LightningModule, None, subclass_mode_model=True, run=False, args=["--config", str(config), *overrides],
-        seed_everything_default=0, trainer_defaults=cli.trainer_defaults(),
+        seed_everything_default=0, trainer_defaults=trainer_defaults(),
     )
     return parsed.config.as_dict()
 
@@ -242,7 +244,7 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
         peak = next(gib for name, gib in est.rollout if name.startswith("world model: inference peak"))
         assert len(wm_train) == 3 and sum(wm_train) > 2.0 and peak > 1.0, est.format(config.name)
         assert "world_model" in info and sum(v for k, v in wm_rollout.items() if k.startswith("world model")) > 3.0
-    assert est.gpu_memory_gib == cfg["model"]["init_args"]["gpu_memory_gb"]
+    assert est.gpu_memory_gib == (cfg.get("memory") or {}).get("gpu_memory_gb", 80.0)
 
 
 def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):

@@ -79,12 +79,23 @@ def test_rlinf_memory_command(capsys, tmp_path):
     assert "world-model and reward-model fine-tuning are not estimated" in err and "model_path" not in err
 
 
-def test_rlmodule_states_gpu_memory():
+def test_the_gpu_size_lives_in_the_memory_section_not_in_rlmodule(tmp_path, capsys):
     import inspect
 
+    import yaml
+
+    from rlinf_core.memory.estimate import MemoryTarget
     from rlinf_core.rl.module import RLModule
 
-    assert inspect.signature(RLModule).parameters["gpu_memory_gb"].default == pytest.approx(80.0)
+    assert not {"gpu_memory_gb", "config_world_size"} & set(inspect.signature(RLModule).parameters)
+    assert MemoryTarget().gpu_memory_gb == pytest.approx(80.0)
+    cfg = yaml.safe_load(open("configs/toy/reach_ppo.yaml"))
+    small = tmp_path / "small_gpu.yaml"
+    small.write_text(yaml.safe_dump({**cfg, "memory": {"gpu_memory_gb": 0.5}}))
+    assert main(["memory", "--config", str(small)]) == 1
+    assert "of 0.5 GiB per GPU: DOES NOT FIT" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="memory.gpu_memory_gb must be in \\(0, inf\\], got 0"):
+        MemoryTarget(gpu_memory_gb=0)
 
 
 def test_eval_only_configs_hold_no_optimizer(tmp_path):

@@ -144,14 +144,13 @@ def test_lr_schedule_steps_per_optimizer_step_and_shuffle_is_fresh(tmp_path):
     )
     trainer = make_trainer(tmp_path, 2)
     orders = []
-    original = module._build_schedule
+    original = module.buffer.fill
 
-    def spy():
-        sched = original()
-        orders.append(torch.cat([s.idx for s in sched]))
-        return sched
+    def spy(step, *args, **kw):
+        original(step, *args, **kw)
+        orders.append(torch.cat([mb.idx for mb in module.buffer]))
 
-    module._build_schedule = spy
+    module.buffer.fill = spy
     trainer.fit(module)
     # 32 samples per epoch / 8 per optimizer step × 4 update epochs = 16 optimizer steps per RL step
     assert module.optimizer_steps_per_epoch == 16

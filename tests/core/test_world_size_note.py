@@ -2,13 +2,7 @@
 
 from pathlib import Path
 
-import lightning.pytorch as pl
-
-from rlinf_core.rl.algorithms import GRPO
-from rlinf_core.rl.config import RolloutConfig
-from rlinf_core.rl.module import RLModule, world_size_note
-from rlinf_core.builtin.toy_env import ReachEnv
-from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.rl.schedule import world_size_note
 
 
 def test_note_numbers_for_the_seeds_libero_sizes():
@@ -22,22 +16,25 @@ def test_note_numbers_for_the_seeds_libero_sizes():
     assert "1 optimizer steps per RL step instead of 4" in note
 
 
-def test_fit_prints_the_note_once_at_start(tmp_path, capsys):
-    env = ReachEnv(num_envs=4, group_size=2, max_episode_steps=4, auto_reset=False)
-    policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2)
-    module = RLModule(
-        env=env, policy=policy, algorithm=GRPO(), global_batch_size=8, micro_batch_size=4, config_world_size=8,
-        rollout=RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False),
-    )
-    trainer = pl.Trainer(
-        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        check_val_every_n_epoch=1000, default_root_dir=str(tmp_path),
-    )
-    trainer.fit(module)
+def test_fit_prints_the_note_once_at_start(tmp_path, capsys, monkeypatch):
+    """``memory.world_size`` (the config's target hardware, a section ``rlinf memory`` reads) is accepted by
+    ``rlinf fit``, which prints the note; RLModule itself knows nothing of it."""
+    from rlinf_core.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    args = ["fit", "--config", str(root / "configs/toy/reach_grpo.yaml"), "--memory.world_size=8",
+            "--trainer.max_epochs=1", "--trainer.logger.init_args.save_dir=runs", "--trainer.enable_progress_bar=false",
+            "--model.init_args.env.init_args.num_envs=4", "--model.init_args.env.init_args.group_size=2",
+            "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+            "--model.init_args.global_batch_size=8", "--model.init_args.micro_batch_size=4",
+            "--model.init_args.export_policy=false"]
+    assert main(args) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "written for 8 processes" in line]
     assert err == ["rlinf: this config was written for 8 processes but runs on 1: 4 envs in total instead of 32, "
                    "1 optimizer steps per RL step instead of 8 (scale num_envs by 8/1 to keep the totals)"]
+    saved = (tmp_path / "runs/reach_grpo/version_0/config.yaml").read_text()
+    assert "memory:\n  gpu_memory_gb: 80.0\n  world_size: 8\n" in saved
 
 
 def test_global_batch_not_divisible_by_the_world_size_is_refused_at_start(tmp_path, capsys, monkeypatch):

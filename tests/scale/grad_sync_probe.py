@@ -38,19 +38,19 @@ class GradSyncProbe(pl.Callback):
         self.batch_idx = batch_idx
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        schedule = pl_module.schedule
+        buffer = pl_module.buffer
         first = self.batch_idx
-        while first > 0 and not schedule[first - 1].last:
+        while first > 0 and not buffer.micro_batch(pl_module.current_epoch, first - 1).last:
             first -= 1
-        items = schedule[first : self.batch_idx + 1]
-        mb = pl_module.samples.select(torch.cat([it.idx for it in items]))
+        items = [buffer.micro_batch(pl_module.current_epoch, i) for i in range(first, self.batch_idx + 1)]
+        mb = buffer.samples.select(torch.cat([it.idx for it in items]))
         policy = pl_module.policy
         params = [p for p in policy.parameters() if p.requires_grad]
         out = policy.evaluate(
             mb.obs, dict(mb.records), temperature=pl_module.rollout_cfg.temperature_train, compute_entropy=True,
             compute_values=pl_module.algorithm.uses_critic,
         )
-        denom = pl_module.denominators[items[-1].minibatch]
+        denom = items[-1].denominators
         loss, _ = pl_module.algorithm.loss(out, mb, denom.policy, denom.value)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         want = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])

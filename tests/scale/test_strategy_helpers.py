@@ -95,6 +95,28 @@ def test_deepspeed_clips_at_the_modules_clip_grad(user_config, want):
         "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, **user_config}
     strategy = DeepSpeedStrategy(stage=2, config=config, precision_plugin=Precision())
     trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None)
-    strategy._lightning_module = SimpleNamespace(optim_cfg=SimpleNamespace(clip_grad=0.5), trainer=trainer)
+    strategy.connect(SimpleNamespace(optim_cfg=SimpleNamespace(clip_grad=0.5), trainer=trainer))  # Trainer._run's first
     strategy._init_config_if_needed()  # what model_sharded_context (the Trainer's configure_model) calls first
     assert strategy.config["gradient_clipping"] == want
+
+
+def test_deepspeed_on_cpu_skips_the_shared_memory_op_and_names_ranks_by_local_rank():
+    """DeepSpeed's communication backend on CPU uses plain gloo (no 45-90 s JIT build of its shm op), and the
+    device rank Lightning hands to deepspeed.initialize is the local rank (stock: None, which DeepSpeed refuses)."""
+    import importlib
+
+    import deepspeed.ops
+
+    from rlinf_core.distributed.strategies import _skip_deepspeed_shm_op
+
+    saved = dict(deepspeed.ops.__compatible_ops__)
+    try:
+        _skip_deepspeed_shm_op()
+        # (`import deepspeed.comm.torch as m` would give the torch package: deepspeed.comm has a torch attribute)
+        assert importlib.import_module("deepspeed.comm.torch").build_shm_op() is None
+    finally:
+        deepspeed.ops.__compatible_ops__.clear()
+        deepspeed.ops.__compatible_ops__.update(saved)
+    strategy = DeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
+    strategy.set_world_ranks()
+    assert strategy.root_device == torch.device("cpu", 0) and strategy.root_device.type == "cpu"

@@ -3,8 +3,8 @@
 
 Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
 their short name (``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's
-tips and known library warnings too); rlinf's progress bar, eval tables and run summary are added
-to every trainer. ``--config NAME`` may name a config shipped inside an installed package
+tips and known library warnings too); the training commands run :class:`rlinf_core.cli.lightning.RLinfCLI`,
+which adds rlinf's progress bar, eval tables and run summary to every trainer. ``--config NAME`` may name a config shipped inside an installed package
 (``libero/spatial.yaml``, see :mod:`rlinf_core.cli.configs`) when no such file exists locally.
 """
 
@@ -187,112 +187,6 @@ def check_config_class_paths(argv: list[str], registry: Registry) -> None:
         registry.resolve(kind, name)
 
 
-def _cli_class():
-    from lightning.pytorch.cli import LightningCLI
-
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from rlinf_core.run.checkpointing import RLCheckpoint
-
-    class RLinfCLI(LightningCLI):
-        """LightningCLI with rlinf's defaults (TensorBoard under ``runs/``, no sanity eval, rlinf's
-        progress bar, eval report and run summary, and a ``checkpoint:`` section configuring
-        :class:`rlinf_core.run.checkpointing.RLCheckpoint`)."""
-
-        def add_arguments_to_parser(self, parser) -> None:
-            parser.add_lightning_class_args(RLCheckpoint, "checkpoint")
-
-        def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
-            user = config.get("callbacks") or []
-            user = user if isinstance(user, list) else [user]
-            own_checkpoint = any(isinstance(c, ModelCheckpoint) for c in user)
-            if config.get("enable_checkpointing") is False or own_checkpoint:
-                callbacks = [c for c in callbacks if not isinstance(c, RLCheckpoint)]
-            return super()._instantiate_trainer(config, callbacks)
-
-        quiet = True
-
-        def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any):
-            parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-            if self.quiet and "verbose" in self._subcommand_method_arguments.get(subcommand, {}):
-                parser.set_defaults(verbose=False)  # rlinf's eval table replaces Lightning's metric dump
-            return parser
-
-        def before_instantiate_classes(self) -> None:
-            from rlinf_core.rl.validation import check_number
-
-            trainer = self.config[self.subcommand].get("trainer") if self.subcommand else self.config.get("trainer")
-            if trainer is not None:
-                check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
-                             optional=True, hint="null: never evaluate")
-
-        def _parse_ckpt_path(self) -> None:
-            # first verify --ckpt_path (LightningCLI reads it here for hyperparameters): a directory resumes from
-            # its newest good checkpoint, a bad file fails in one line before anything (a run dir) is written
-            from rlinf_core.run.checkpoint_files import resolve_resume_path
-
-            sub = self.config.get("subcommand")
-            if sub and self.config[sub].get("ckpt_path"):
-                self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
-            super()._parse_ckpt_path()
-
-        def before_fit(self) -> None:
-            from rlinf_core.run.run_dirs import check_outputs
-
-            check_outputs(self.trainer, self.model)
-            check = getattr(self.model, "check_world_size", None)
-            if check is not None:  # before the launcher starts ranks and before a run directory exists
-                check(self.trainer.world_size)
-
-        def instantiate_trainer(self, **kwargs: Any):
-            config = self._get(self.config_init, "trainer", default={})
-            given = config.get("callbacks") or []
-            given = list(given) if isinstance(given, list) else [given]
-            kwargs["callbacks"] = given + default_callbacks(given, config.get("enable_progress_bar") is not False)
-            trainer = super().instantiate_trainer(**kwargs)
-            # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every
-            # epoch end (not only after validation) and links last.ckpt, unless configured otherwise.
-            for cb in trainer.checkpoint_callbacks:
-                if getattr(cb, "_save_on_train_epoch_end", False) is None:
-                    cb._save_on_train_epoch_end = True
-                if cb.save_last is None:
-                    cb.save_last = "link"
-            return trainer
-
-    return RLinfCLI
-
-
-def default_callbacks(given: list, progress_bar: bool) -> list:
-    """rlinf's console callbacks that the user's callbacks do not already provide."""
-    from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
-
-    from rlinf_core.callbacks.eval_report import EvalReport
-    from rlinf_core.callbacks.progress import RLProgressBar
-    from rlinf_core.callbacks.summary import RunSummary
-
-    out = []
-    if progress_bar and not any(isinstance(cb, ProgressBar) for cb in given):
-        out.append(RLProgressBar())
-    for cls in (EvalReport, RunSummary):
-        if not any(isinstance(cb, cls) for cb in given):
-            out.append(cls())
-    return out
-
-
-def trainer_defaults(quiet: bool = False) -> dict[str, Any]:
-    return {
-        "enable_model_summary": not quiet,  # quiet: rlinf's progress bar prints a one-line header instead
-        "logger": {
-            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-            "init_args": {"save_dir": "runs", "name": "rlinf"},
-        },
-        "num_sanity_val_steps": 0,
-        "log_every_n_steps": 1,
-        "use_distributed_sampler": False,
-        "reload_dataloaders_every_n_epochs": 0,
-    }
-
-
 def main(args: list[str] | None = None) -> int | None:
     from rlinf_core.cli.configs import resolve_config_args
 
@@ -323,7 +217,9 @@ def main(args: list[str] | None = None) -> int | None:
         pass
     import rlinf_core.callbacks.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
     import rlinf_core.supervised.world_model  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
-    cli_class = _cli_class()
+    from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
+
+    cli_class = RLinfCLI
     cli_class.quiet = not verbose
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
     parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}

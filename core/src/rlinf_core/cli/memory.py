@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from rlinf_core.memory.estimate import GiB, MemoryEstimate, StrategySpec, count_parameters, estimate
+from rlinf_core.memory.estimate import GiB, MemoryEstimate, MemoryTarget, StrategySpec, count_parameters, estimate
 from rlinf_core.plugins.manager import PluginError
 
-DEFAULT_GPU_MEMORY_GB = 80.0
+DEFAULT_GPU_MEMORY_GB = MemoryTarget.gpu_memory_gb
 
 
 def _meta_init():
@@ -194,7 +194,7 @@ def estimate_policy(
     rollout_batch = max(1, int(env.get("num_envs", 1)) // stages, eval_envs)
     devices = trainer.get("devices", 1)
     per_node = int(devices) if str(devices).isdigit() else 1
-    gpu = gpu_memory_gb or float(model_args.get("gpu_memory_gb") or DEFAULT_GPU_MEMORY_GB)
+    gpu = gpu_memory_gb or float((cfg.get("memory") or {}).get("gpu_memory_gb") or DEFAULT_GPU_MEMORY_GB)
     wm = world_model_memory(model_args, int(policy.num_action_chunks), trainer.get("accelerator", "gpu"))
     est = estimate(
         counts,
@@ -235,7 +235,7 @@ def memory_command(argv: list[str]) -> int:
     )
     parser.add_argument("--config", "-c", required=True, help="training config (YAML)")
     parser.add_argument("--gpu_memory_gb", type=float, default=None,
-                        help="memory of one GPU (default: the config's model.init_args.gpu_memory_gb, else 80)")
+                        help="memory of one GPU (default: the config's memory.gpu_memory_gb, else 80)")
     parser.add_argument("--model_path", default=None, help="override the policy's model_path (a checkpoint directory)")
     parser.add_argument("--stage", choices=["fit", "validate"], default=None,
                         help="fit (training) or validate (eval only); default: validate if the config's header "

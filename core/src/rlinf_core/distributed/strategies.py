@@ -17,20 +17,18 @@ whole rollout, and frees them afterwards — the rollout model exists only durin
 It can also move the optimizer state to CPU for the rollout (``offload_optimizer``), which frees
 accelerator memory for inference batches and simulators while it is not needed.
 
-Stock Lightning refuses ``fsdp`` / ``deepspeed`` on CPU; these subclasses only change what is
-needed for CPU and pin ``lightning==2.6.*`` (they override private Lightning methods).
+Stock Lightning refuses ``deepspeed`` on CPU; :class:`DeepSpeedStrategy` changes only what is needed for
+CPU, through the strategy's public methods (``setup_environment``, ``setup_distributed``, ``root_device``,
+``connect``).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import importlib
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Literal
 
 import torch
-from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
 from torch import nn
@@ -75,6 +73,8 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         if self._data_parallel_size == "auto":
+            # Lightning's "auto" is one data-parallel rank per node (tensor parallelism inside it) and it has no
+            # public setter for the size once the world is known: data parallelism over every rank is set here
             self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
 
@@ -108,48 +108,44 @@ class DeepSpeedStrategy(_LightningDeepSpeedStrategy):
         self.build_shm_op = build_shm_op
 
     @property
-    def _on_cpu(self) -> bool:
-        return self.root_device.type == "cpu"
+    def root_device(self) -> torch.device:
+        device = super().root_device
+        # on CPU, this rank's device is named by its local rank: Lightning hands root_device.index to DeepSpeed as
+        # its device rank (None would fail DeepSpeed's rank check); a tensor moved to cpu:N is a plain CPU tensor
+        return torch.device("cpu", self.local_rank) if device.type == "cpu" else device
 
-    def setup_environment(self) -> None:
-        if not self._on_cpu:
-            return super().setup_environment()
-        if not self.build_shm_op:
-            # `import deepspeed.comm.torch` would return the torch package (deepspeed.comm has a torch attr)
-            importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
-        DDPStrategy.setup_environment(self)  # skips the CUDA-only check
-
-    def setup_distributed(self) -> None:
-        if not self._on_cpu:
-            return super().setup_distributed()
-        reset_seed()
-        self.set_world_ranks()
-        self._init_deepspeed_distributed()
-
-    def _format_batch_size_and_grad_accum_config(self) -> None:
-        # Lightning formats the config once, at the first of configure_model (model_sharded_context) and setup,
-        # and fills in gradient_clipping = trainer.gradient_clip_val or 0.0: the module's clip_grad must be in
-        # the config before that (after it, "gradient_clipping" is always present and 0.0 means "never clip")
-        clip = getattr(getattr(self.lightning_module, "optim_cfg", None), "clip_grad", None)
+    def connect(self, model) -> None:
+        super().connect(model)
+        # the module's optim.clip_grad becomes DeepSpeed's gradient_clipping (DeepSpeed clips inside its step)
+        # unless the DeepSpeed config sets it: Lightning later fills in trainer.gradient_clip_val, 0.0 = never
+        clip = getattr(getattr(model, "optim_cfg", None), "clip_grad", None)
         if isinstance(self.config, dict) and "gradient_clipping" not in self.config and clip is not None:
             self.config["gradient_clipping"] = float(clip)
-        super()._format_batch_size_and_grad_accum_config()
 
-    def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):
-        if not self._on_cpu:
-            return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
-        import deepspeed
+    def setup_environment(self) -> None:
+        if self.root_device.type != "cpu":
+            return super().setup_environment()
+        if not self.build_shm_op:
+            _skip_deepspeed_shm_op()
+        DDPStrategy.setup_environment(self)  # Lightning's DeepSpeed strategy refuses CPU here
 
-        engine, ds_optimizer, _, _ = deepspeed.initialize(
-            args=argparse.Namespace(device_rank=self.local_rank),
-            config=self.config,
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            optimizer=optimizer,
-            lr_scheduler=lr_scheduler,
-            dist_init_required=False,
-        )
-        return engine, ds_optimizer
+    def setup_distributed(self) -> None:
+        if self.root_device.type != "cpu":
+            return super().setup_distributed()
+        # Lightning's gloo process group; deepspeed.initialize adopts an initialized torch.distributed
+        DDPStrategy.setup_distributed(self)
+
+
+def _skip_deepspeed_shm_op() -> None:
+    """Mark DeepSpeed's CPU shared-memory communication op as unavailable in DeepSpeed's own op table, so that its
+    communication backend uses plain gloo instead of JIT-compiling the op (45-90 s, and it needs ninja and a
+    compiler). DeepSpeed has no setting for this (deepspeed/comm/torch.py ``build_shm_op`` consults
+    ``deepspeed.ops.__compatible_ops__``, a table DeepSpeed keeps editable); tests/scale/test_strategy_helpers.py
+    checks that DeepSpeed then skips the op."""
+    import deepspeed.ops
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -158,6 +158,28 @@ def count_parameters(module: nn.Module) -> ParamCounts:
     return out
 
 
+@dataclass
+class MemoryTarget:
+    """The hardware a training config's sizes are written for: its ``memory:`` section (read by ``rlinf memory``;
+    ``rlinf fit`` accepts it and only prints the world-size note).
+
+    Args:
+        gpu_memory_gb: memory of one GPU (GiB); ``rlinf memory`` checks that the estimate fits.
+        world_size: processes (GPUs) the sizes were written for (``num_envs`` is per process,
+            ``global_batch_size`` over all): ``rlinf fit`` on another world size prints one line at the start
+            with the total envs and optimizer steps per RL step that change.
+    """
+
+    gpu_memory_gb: float = 80.0
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        from rlinf_core.rl.validation import check_number
+
+        check_number("memory.gpu_memory_gb", self.gpu_memory_gb, low=0, low_open=True)
+        check_number("memory.world_size", self.world_size, low=1, optional=True)
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """How the trainer places the model: ``ddp`` (also single device), ``fsdp2``, ``deepspeed``.

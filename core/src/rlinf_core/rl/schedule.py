@@ -2,24 +2,22 @@
 
 Samples of a rank are shuffled per update epoch, cut into minibatches (one optimizer step each) and
 each minibatch into micro-batches (gradient accumulation). The index part is a pure function of the
-sizes and a seed, so the training dataloader can hand out :class:`MicroBatch` items before the
-rollout has produced the samples; the loss denominators, which need the rollout's masks, come per
-minibatch from :func:`minibatch_denominators` after it.
+sizes and a seed; the loss denominators, which need the rollout's masks, come per minibatch from
+:func:`minibatch_denominators`. :class:`rlinf_core.rl.buffer.RolloutBuffer` puts both together.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import IterableDataset
 
 
-@dataclass  # not frozen: Lightning's precision plugins rebuild dataclass batches (DeepSpeed's convert_input)
-class MicroBatch:
-    """One forward/backward pass.
+@dataclass(frozen=True)
+class ScheduleSlot:
+    """The indices of one forward/backward pass.
 
     Args:
         idx: sample indices into the RL step's :class:`rlinf_core.rl.trajectory.Samples` ``[m]``.
@@ -77,11 +75,11 @@ def schedule_seed(world: int, rank: int, epoch: int) -> int:
     return (world * 100_003 * (epoch + 1) + rank) * 7 + 12345
 
 
-def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, seed: int) -> list[MicroBatch]:
+def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, seed: int) -> list[ScheduleSlot]:
     """Micro-batches of every update epoch, each epoch a fresh permutation of ``sum(sizes)`` samples."""
     gen = torch.Generator().manual_seed(seed)
     n = sum(sizes)
-    schedule: list[MicroBatch] = []
+    schedule: list[ScheduleSlot] = []
     minibatch = 0
     for _ in range(update_epoch):
         perm = torch.randperm(n, generator=gen)
@@ -91,13 +89,13 @@ def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, s
             start += size
             micros = list(torch.split(mb_idx, micro_batch_size))
             for j, micro in enumerate(micros):
-                schedule.append(MicroBatch(micro, minibatch, size, j == len(micros) - 1))
+                schedule.append(ScheduleSlot(micro, minibatch, size, j == len(micros) - 1))
             minibatch += 1
     return schedule
 
 
 def minibatch_denominators(
-    schedule: list[MicroBatch],
+    schedule: list[ScheduleSlot],
     mask: torch.Tensor,
     value_mask: torch.Tensor | None,
     denominator: Callable[[torch.Tensor], torch.Tensor],
@@ -118,20 +116,6 @@ def minibatch_denominators(
         value = None if value_mask is None else float(reduce_sum(denominator(value_mask[rows])))
         out.append(Denominators(max(policy / world, 1.0), None if value is None else max(value / world, 1.0)))
     return out
-
-
-class ScheduleDataset(IterableDataset):
-    """Yields this RL step's micro-batches; the schedule is rebuilt by ``make()`` at every ``iter``.
-
-    Args:
-        make: returns the step's schedule (called when Lightning starts the epoch's iterator).
-    """
-
-    def __init__(self, make: Callable[[], list[MicroBatch]]) -> None:
-        self.make = make
-
-    def __iter__(self) -> Iterator[MicroBatch]:
-        return iter(self.make())
 
 
 def world_size_note(

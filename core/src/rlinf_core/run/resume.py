@@ -61,3 +61,17 @@ def layout_mismatch(states: list[dict[str, Any]] | None, world: int, num_stages:
     if saved != num_stages:
         return f"it was saved with pipeline_stage_num {saved}, this run has {num_stages}"
     return None
+
+
+def restore_rank_states(states: list[dict[str, Any]], envs: list, rank: int, world: int) -> str | None:
+    """Load this rank's env samplers and RNG state from a checkpoint's per-rank states (the RNG last: nothing may
+    draw between here and the next rollout); returns why they were not restored (``None`` when they were)."""
+    why = layout_mismatch(states, world, len(envs))
+    if why is not None:
+        return why
+    mine = states[rank]
+    for env, sampler in zip(envs, mine["env_sampler"]):
+        env.load_sampler_state(sampler)
+    if "rng" in mine:
+        set_rng_state(mine["rng"])
+    return None

@@ -67,7 +67,7 @@ class ScaleProbe(pl.Callback):
             "pools": [env.pool.tolist() for env in envs],
             "reset_state_ids": [env.reset_state_ids.tolist() for env in envs],
             "group_size": pl_module.env.group_size,
-            "num_samples": len(pl_module.samples),
+            "num_samples": len(pl_module.buffer.samples),
             "worker_pids": [getattr(env, "pids", []) for env in envs],
         })
 
