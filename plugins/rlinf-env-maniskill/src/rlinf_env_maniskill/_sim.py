@@ -144,6 +144,8 @@ class SimBatch:
         make_kwargs: extra keyword arguments of ``gym.make``.
         control_mode: ManiSkill control mode (None: the task's default).
         render_gpu: render on the GPU (default: with GPU physics); CPU physics can render on a GPU.
+        shader_pack: SAPIEN shader pack of the sensor cameras (RLinf sets ``default``; ManiSkill's own
+            default is ``minimal``).
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class SimBatch:
         make_kwargs: dict | None,
         control_mode: str | None = "pd_ee_delta_pose",
         render_gpu: bool | None = None,
+        shader_pack: str = "default",
     ) -> None:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
@@ -166,7 +169,7 @@ class SimBatch:
             reward_mode="sparse" if reward_mode == "grasp" else reward_mode,
             sim_backend="physx_cuda" if gpu else "physx_cpu",
             render_backend="gpu" if (gpu if render_gpu is None else render_gpu) else "cpu",
-            sensor_configs=dict(height=image_size[0], width=image_size[1]),
+            sensor_configs=dict(height=image_size[0], width=image_size[1], shader_pack=shader_pack),
         )
         if control_mode:
             kwargs["control_mode"] = control_mode
@@ -300,7 +303,8 @@ class SimBatch:
 
         ``normalized``: ManiSkill's [-1, 1] scale, clipped. ``bridge``: metres, radians and a gripper
         in [0, 1] (0 closed, 1 open), as OpenVLA un-normalizes Bridge actions; converted to the
-        controller's scale (ManiSkill maps normalized rotations through ``rot_lower``).
+        controller's scale (ManiSkill maps normalized rotations through ``rot_lower``); the gripper is
+        sent as RLinf sends it, ``2·(g > 0.5) − 1`` (fully open or fully closed).
         """
         actions = np.asarray(actions, np.float32)
         if action_format == "normalized":
@@ -310,7 +314,8 @@ class SimBatch:
             lo, hi = self.pos_range
             out[:, :3] = np.clip(2.0 * (actions[:, :3] - lo) / (hi - lo) - 1.0, -1.0, 1.0)
             out[:, 3:6] = np.clip(actions[:, 3:6] / self.rot_scale, -1.0, 1.0)
-        out[:, 6] = np.clip(2.0 * actions[:, 6] - 1.0, -1.0, 1.0)
+        # binarized at 0.5 as RLinf sends it (RLinf v0.3 rlinf/envs/action_utils.py:50, widowx_bridge)
+        out[:, 6] = np.where(actions[:, 6] > 0.5, 1.0, -1.0)
         return out
 
     def close(self) -> None:

@@ -72,9 +72,11 @@ class ManiSkillEnv(Env):
             ``use_rel_reward``).
         action_format: ``normalized`` (ManiSkill's [-1, 1] scale: ±1 = ±10 cm / ±0.1 rad, gripper
             -1 closed … 1 open) or ``bridge`` (metres and radians, gripper 0 closed … 1 open, as
-            OpenVLA un-normalizes Bridge actions).
+            OpenVLA un-normalizes Bridge actions; the gripper is binarized as RLinf does: open above 0.5).
         include_state: add ``states`` = joint positions + TCP pose (16-D for the Panda).
         sim_backend: ``auto`` (GPU when CUDA is available), ``cpu`` or ``gpu``.
+        shader_pack: SAPIEN shader pack of the cameras: ``default`` as RLinf sets it
+            (``sensor_configs.shader_pack``), ``minimal`` (ManiSkill's default, faster) or ``rt``.
         sim_config: ManiSkill ``sim_config`` overrides, e.g. ``{sim_freq: 500, control_freq: 5}``.
         make_kwargs: extra ``gym.make`` keyword arguments (e.g. ``robot_init_qpos_noise``).
         instructions: natural-language instruction per task id, overriding the built-in ones
@@ -107,6 +109,7 @@ class ManiSkillEnv(Env):
         action_format: Literal["normalized", "bridge"] = "normalized",
         include_state: bool = False,
         sim_backend: Literal["auto", "cpu", "gpu"] = "auto",
+        shader_pack: Literal["default", "minimal", "rt"] = "default",
         sim_config: dict[str, Any] | None = None,
         make_kwargs: dict[str, Any] | None = None,
         instructions: dict[str, str] | None = None,
@@ -127,6 +130,7 @@ class ManiSkillEnv(Env):
             ("action_format", action_format, ("normalized", "bridge")),
             ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
             ("reset_with", reset_with, ("seed", "episode_id")),
+            ("shader_pack", shader_pack, ("default", "minimal", "rt")),
         ):
             if value not in valid:
                 raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
@@ -145,6 +149,7 @@ class ManiSkillEnv(Env):
         self.action_format = action_format
         self.include_state = include_state
         self.sim_backend = sim_backend
+        self.shader_pack = shader_pack
         self.sim_config = dict(sim_config) if sim_config else None
         self.make_kwargs = dict(make_kwargs) if make_kwargs else None
         self.task_modules = list(task_modules or [])
@@ -229,6 +234,7 @@ class ManiSkillEnv(Env):
                 make_kwargs=self.make_kwargs,
                 control_mode=self.control_mode,
                 render_gpu=torch.cuda.is_available(),
+                shader_pack=self.shader_pack,
             )
             self._check_episode_ids(sim)
             self._sims[key] = sim
