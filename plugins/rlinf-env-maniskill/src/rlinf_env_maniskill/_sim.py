@@ -5,8 +5,9 @@ set: SAPIEN picks its Vulkan driver and ManiSkill its asset folder at import tim
 
 A :class:`SimBatch` is one ManiSkill gym env holding ``n`` sub-envs of one task: ``n = 1`` with the
 CPU physics (ManiSkill's CPU backend supports one env per gym env), ``n = num_envs`` with the GPU
-physics. ManiSkill is stepped through ``env.unwrapped`` in ``obs_mode="state_dict"``, so a physics
-step never renders; cameras are rendered only when :meth:`SimBatch.render` is called.
+physics. ManiSkill is stepped through ``env.unwrapped`` in a visual ``obs_mode`` (``rgb+segmentation`` by
+default, as RLinf makes its envs): camera images come from the observation ManiSkill returns, i.e. through the
+task's own ``_get_obs_sensor_data`` (RL4VLA's green screen, texture transforms), not from the cameras directly.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class SimBatch:
         render_gpu: render on the GPU (default: with GPU physics); CPU physics can render on a GPU.
         shader_pack: SAPIEN shader pack of the sensor cameras (RLinf sets ``default``; ManiSkill's own
             default is ``minimal``).
+        obs_mode: ManiSkill observation mode; must contain ``rgb``. The images are the ``rgb`` of the
+            task's sensor data for ``camera``.
     """
 
     def __init__(
@@ -162,10 +165,11 @@ class SimBatch:
         control_mode: str | None = "pd_ee_delta_pose",
         render_gpu: bool | None = None,
         shader_pack: str = "default",
+        obs_mode: str = "rgb+segmentation",
     ) -> None:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
-            obs_mode="state_dict",
+            obs_mode=obs_mode,
             reward_mode="sparse" if reward_mode == "grasp" else reward_mode,
             sim_backend="physx_cuda" if gpu else "physx_cpu",
             render_backend="gpu" if (gpu if render_gpu is None else render_gpu) else "cpu",
@@ -206,6 +210,33 @@ class SimBatch:
         self.rot_scale = float(getattr(cfg, "rot_lower", -0.1))
         self.arm_normalized = bool(getattr(cfg, "normalize_action", True))
         self._frozen: dict[int, Any] = {}
+        self._images = torch.zeros((n, *image_size, 3), dtype=torch.uint8)
+
+    def _keep_images(self, obs: dict, rows: list[int]) -> None:
+        """Store the camera image of ``rows`` from a ManiSkill observation (the task's sensor data)."""
+        data = obs.get("sensor_data", {}) if isinstance(obs, dict) else {}
+        if self.camera_name not in data or "rgb" not in data[self.camera_name]:
+            raise ValueError(
+                f"ManiSkill task {self.task!r} returned no rgb for camera {self.camera_name!r} in obs_mode "
+                f"{self.u.obs_mode!r}: use an obs_mode with rgb (e.g. rgb+segmentation)"
+            )
+        rgb = data[self.camera_name]["rgb"][..., :3]
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        self._images[idx] = rgb.to("cpu")[idx].to(torch.uint8)
+
+    @contextlib.contextmanager
+    def _goal_markers_shown(self) -> Iterator[None]:
+        """Let ManiSkill's observation show the objects it hides from cameras (``show_goal``)."""
+        if not self.show_goal:
+            yield
+            return
+        saved, shown = self.u._hidden_objects, []
+        self.u._hidden_objects = shown
+        try:
+            yield
+        finally:
+            if self.u._hidden_objects is shown:  # a reconfiguring reset builds its own list: keep that
+                self.u._hidden_objects = saved
 
     @property
     def device(self) -> torch.device:
@@ -229,11 +260,16 @@ class SimBatch:
             options: dict[str, Any] = {}
             if episode_ids is not None:
                 options["episode_id"] = torch.tensor([int(episode_ids[i])], device=self.device)
-            if self.n == 1:
-                self.u.reset(seed=[int(seed)], options=options)
-            else:
-                idx = torch.tensor([row], device=self.device)
-                self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx, **options))
+            with self._goal_markers_shown():
+                if self.n == 1:
+                    obs, info = self.u.reset(seed=[int(seed)], options=options)
+                else:
+                    idx = torch.tensor([row], device=self.device)
+                    obs, info = self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx, **options))
+            if self.show_goal and info.get("reconfigure") and self.u._hidden_objects:
+                with self._goal_markers_shown():  # the rebuilt scene hid its markers in that observation
+                    obs = {"sensor_data": self.u._get_obs_sensor_data()}
+            self._keep_images(obs, [row])
             self._frozen.pop(row, None)
 
     def step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -253,7 +289,9 @@ class SimBatch:
             for i, r in enumerate(new_dead):
                 self._frozen[r] = _rows(state, idx[i : i + 1])
         act = torch.as_tensor(np.asarray(actions, np.float32), device=self.device)
-        _, reward, _, _, info = self.u.step(act)
+        with self._goal_markers_shown():
+            obs, reward, _, _, info = self.u.step(act)
+        self._keep_images(obs, [int(r) for r in np.nonzero(live)[0]])  # finished rows keep their last image
         if dead:
             frozen = _stack([self._frozen[r] for r in dead])
             self.u.set_state_dict(frozen, torch.tensor(dead, device=self.device))
@@ -269,19 +307,8 @@ class SimBatch:
         return _info_flag(info, key, self.n)
 
     def render(self, rows: list[int]) -> np.ndarray:
-        """``uint8 [len(rows), H, W, 3]`` RGB images of the main camera."""
-        hidden = [] if self.show_goal else [o for o in self.u._hidden_objects if not o.hidden]
-        for obj in hidden:
-            obj.hide_visual()
-        try:
-            self.u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
-            camera = self.u.scene.sensors[self.camera_name]
-            camera.capture()
-            rgb = camera.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
-        finally:
-            for obj in hidden:
-                obj.show_visual()
-        return rgb[torch.as_tensor(rows, device=rgb.device)].cpu().numpy().astype(np.uint8)
+        """``uint8 [len(rows), H, W, 3]``: the main camera's rgb in the task's latest observation of each row."""
+        return self._images[torch.as_tensor(rows, dtype=torch.long)].numpy()
 
     def language(self, rows: list[int]) -> list[str]:
         """The task's own per-episode instructions (tasks with ``get_language_instruction``)."""

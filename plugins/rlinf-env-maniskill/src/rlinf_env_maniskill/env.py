@@ -77,6 +77,9 @@ class ManiSkillEnv(Env):
         sim_backend: ``auto`` (GPU when CUDA is available), ``cpu`` or ``gpu``.
         shader_pack: SAPIEN shader pack of the cameras: ``default`` as RLinf sets it
             (``sensor_configs.shader_pack``), ``minimal`` (ManiSkill's default, faster) or ``rt``.
+        obs_mode: ManiSkill observation mode the tasks run in (RLinf: ``rgb+segmentation``). The images
+            are the ``rgb`` of the task's own observation (``_get_obs_sensor_data``), so a task that edits
+            its pixels there (RL4VLA's green screen) is seen as the task shows it.
         sim_config: ManiSkill ``sim_config`` overrides, e.g. ``{sim_freq: 500, control_freq: 5}``.
         make_kwargs: extra ``gym.make`` keyword arguments (e.g. ``robot_init_qpos_noise``).
         instructions: natural-language instruction per task id, overriding the built-in ones
@@ -110,6 +113,7 @@ class ManiSkillEnv(Env):
         include_state: bool = False,
         sim_backend: Literal["auto", "cpu", "gpu"] = "auto",
         shader_pack: Literal["default", "minimal", "rt"] = "default",
+        obs_mode: str = "rgb+segmentation",
         sim_config: dict[str, Any] | None = None,
         make_kwargs: dict[str, Any] | None = None,
         instructions: dict[str, str] | None = None,
@@ -150,6 +154,9 @@ class ManiSkillEnv(Env):
         self.include_state = include_state
         self.sim_backend = sim_backend
         self.shader_pack = shader_pack
+        if "rgb" not in obs_mode.split("+"):
+            raise ValueError(f"obs_mode must contain rgb (e.g. rgb+segmentation), got {obs_mode!r}")
+        self.obs_mode = obs_mode
         self.sim_config = dict(sim_config) if sim_config else None
         self.make_kwargs = dict(make_kwargs) if make_kwargs else None
         self.task_modules = list(task_modules or [])
@@ -235,6 +242,7 @@ class ManiSkillEnv(Env):
                 control_mode=self.control_mode,
                 render_gpu=torch.cuda.is_available(),
                 shader_pack=self.shader_pack,
+                obs_mode=self.obs_mode,
             )
             self._check_episode_ids(sim)
             self._sims[key] = sim
