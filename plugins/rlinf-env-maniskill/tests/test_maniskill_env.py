@@ -209,13 +209,18 @@ def test_every_offline_task_builds_renders_and_steps():
 
 
 @pytest.mark.parametrize(
-    "task, needle",
+    "task, asset_env, needle",
     [
-        ("PutOnPlateInScene25Main-v3", "bridge_v2_real2sim"),
-        ("PutCarrotOnPlateInScene-v1", "download_asset bridge_v2_real2sim"),
+        ("PutOnPlateInScene25Main-v3", None, "hf download --repo-type dataset RLinf/maniskill_assets"),
+        ("PutOnPlateInScene25Main-v3", "empty", "bridge_table_1_v1.glb"),
+        ("PutCarrotOnPlateInScene-v1", None, "download_asset bridge_v2_real2sim"),
     ],
 )
-def test_missing_assets_fail_fast_with_the_install_command(task, needle):
+def test_missing_assets_fail_fast_with_the_install_command(task, asset_env, needle, monkeypatch, tmp_path):
+    if asset_env:
+        monkeypatch.setenv("MANISKILL_ASSET_DIR", str(tmp_path))
+    else:
+        monkeypatch.delenv("MANISKILL_ASSET_DIR", raising=False)
     env = ManiSkillEnv(num_envs=1, tasks=[task], **{**SMALL, "include_state": False})
     t0 = time.time()
     with pytest.raises(RuntimeError) as info:

@@ -25,6 +25,7 @@ import torch
 from mani_skill.utils import assets, download_asset
 from mani_skill.utils.registration import REGISTERED_ENVS
 
+from rlinf_env_maniskill.assets import AssetError
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, rl4vla_hint
 
 
@@ -182,7 +183,10 @@ class SimBatch:
         keep_render_context("cuda" if (gpu if render_gpu is None else render_gpu) else "cpu")
         kwargs.update(make_kwargs or {})
         with _no_download_prompt(task):
-            self.env = gym.make(task, **kwargs)
+            try:
+                self.env = gym.make(task, **kwargs)
+            except AssetError as exc:  # the PutOnPlateInScene25 tasks check their asset folders
+                raise MissingAssetError(f"ManiSkill task {task!r}: {exc}") from None
         self.u = self.env.unwrapped
         self.task, self.n, self.show_goal = task, n, show_goal
         self.grasp_reward = reward_mode == "grasp"

@@ -85,7 +85,9 @@ class ManiSkillEnv(Env):
         instructions: natural-language instruction per task id, overriding the built-in ones
             (needed for tasks outside the list above).
         task_modules: Python modules imported before the simulator starts, to register more
-            ManiSkill tasks (e.g. RL4VLA's PutOnPlateInScene25 family).
+            ManiSkill tasks. RL4VLA's PutOnPlateInScene25 family (``rlinf_env_maniskill.rl4vla``) is imported
+            by itself when a task id needs it; its assets: ``make_kwargs: {asset_dir: ...}`` or
+            ``MANISKILL_ASSET_DIR`` (see ``python -m rlinf_env_maniskill.assets check``).
         cache_dir: holds ManiSkill assets (``maniskill/``, used as ``MS_ASSET_DIR``) and the Mesa
             shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
             ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).
@@ -214,6 +216,8 @@ class ManiSkillEnv(Env):
         lavapipe.check_render_device()
         for module in self.task_modules:
             importlib.import_module(module)
+        if any(t.startswith("PutOnPlateInScene25") for t in self.tasks):
+            importlib.import_module("rlinf_env_maniskill.rl4vla")  # our RL4VLA task family
         for task in self.tasks:
             _sim.ensure_task_available(task)
         missing = [t for t in self.tasks if t not in self.instructions and not _sim.has_language(t)]
