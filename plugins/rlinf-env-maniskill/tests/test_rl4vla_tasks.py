@@ -135,6 +135,12 @@ VARIANTS = [
     "PutOnPlateInScene25Position-v1",
     "PutOnPlateInScene25EEPose-v1",
     "PutOnPlateInScene25PositionChangeTo-v1",
+    "PutOnPlateInScene25VisionTexture03-v1",
+    "PutOnPlateInScene25VisionTexture05-v1",
+    "PutOnPlateInScene25VisionWhole03-v1",
+    "PutOnPlateInScene25VisionWhole05-v1",
+    "PutOnPlateInScene25MultiCarrot-v1",
+    "PutOnPlateInScene25MultiPlate-v1",
 ]
 
 
@@ -165,6 +171,7 @@ def test_every_ood_variant_builds_and_changes_what_it_claims(synthetic):
         ee = us["PutOnPlateInScene25EEPose-v1"]
         qpos = ee.agent.robot.get_qpos()[0, :6].cpu().numpy()
         assert np.abs(qpos - INITIAL_QPOS[:6]).max() > 0.05
+        _check_texture_and_distractor_variants(us)
         change = us["PutOnPlateInScene25PositionChangeTo-v1"]
         carrot, _ = _carrot_and_plate(change)
         hold = np.zeros((len(VARIANTS), 1, 7), np.float32)
@@ -175,3 +182,29 @@ def test_every_ood_variant_builds_and_changes_what_it_claims(synthetic):
         assert torch.linalg.norm(carrot.pose.p[0, :2] - start) > 0.1, "the carrot jumped at step 5"
     finally:
         env.close()
+
+
+def _check_texture_and_distractor_variants(us):
+    from mani_skill.envs.sapien_env import BaseEnv
+
+    from rlinf_env_maniskill.rl4vla.scene import PutOnPlateInScene25
+
+    change = {}
+    for name in ("VisionTexture03", "VisionTexture05", "VisionWhole03", "VisionWhole05"):
+        u = us[f"PutOnPlateInScene25{name}-v1"]
+        raw = BaseEnv._get_obs_sensor_data(u)["3rd_view_camera"]
+        plain = PutOnPlateInScene25._green_screen(u, raw["rgb"], raw["segmentation"])[0].float()
+        ours = u._green_screen(raw["rgb"], raw["segmentation"])[0].float()
+        kept = u._robot_object_mask(raw["segmentation"])[0]
+        change[name] = ((ours - plain).abs()[kept].mean(), (ours - plain).abs()[~kept].mean())
+    assert change["VisionTexture03"][0] > 1 and change["VisionTexture03"][1] == 0, "texture: robot/objects only"
+    assert change["VisionTexture05"][0] > change["VisionTexture03"][0]
+    assert change["VisionWhole03"][1] > 1 and change["VisionWhole05"][1] > change["VisionWhole03"][1], "whole image"
+    for name, models, picks in (("MultiCarrot", "objs_carrot", "select_carrot_ids"),
+                                ("MultiPlate", "objs_plate", "select_plate_ids")):
+        u = us[f"PutOnPlateInScene25{name}-v1"]
+        on_table = [n for n, a in getattr(u, models).items() if float(a.pose.p[0, 0]) < 0.5]
+        assert len(on_table) == 2, f"{name}: the chosen model and one distractor on the table"
+        assert int(u.select_extra_ids[0]) != int(getattr(u, picks)[0])
+    assert 16 <= int(us["PutOnPlateInScene25MultiCarrot-v1"].select_extra_ids[0]) <= 24
+    assert int(us["PutOnPlateInScene25MultiPlate-v1"].select_extra_ids[0]) >= 1

@@ -43,7 +43,9 @@ class ManiSkillEnv(Env):
     install``); it is found automatically.
 
     Args:
-        tasks: ManiSkill env ids (task id = position in this list). Offline ones:
+        tasks: ManiSkill env ids (task id = position in this list); ``Group/<env id>`` puts the task in an
+            eval-table group (the seeds' OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
+            Offline ones:
             PickCube-v1, PushCube-v1, PullCube-v1, StackCube-v1, StackPyramid-v1,
             PegInsertionSide-v1, PokeCube-v1, LiftPegUpright-v1, PlaceSphere-v1, PlugCharger-v1,
             RollBall-v1, PullCubeTool-v1. Tasks whose assets are missing fail with the download
@@ -124,7 +126,8 @@ class ManiSkillEnv(Env):
         max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        tasks = list(tasks) if tasks else ["PickCube-v1"]
+        names = list(tasks) if tasks else ["PickCube-v1"]
+        tasks = [name.rsplit("/", 1)[-1] for name in names]  # "Vision/<env id>": the id in its eval-table group
         super().__init__(max_episode_steps=max_episode_steps or default_max_episode_steps(tasks), **kwargs)
         if trials_per_task < 1:
             raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
@@ -143,6 +146,7 @@ class ManiSkillEnv(Env):
         self.instructions = {t: OFFLINE_TASKS[t].instruction for t in tasks if t in OFFLINE_TASKS}
         self.instructions.update(instructions or {})
         self.tasks = tasks
+        self._task_names = names
         self.trials_per_task = trials_per_task
         self.episode_seed_offset = episode_seed_offset
         self.reset_with = reset_with
@@ -178,7 +182,7 @@ class ManiSkillEnv(Env):
 
     @property
     def task_names(self) -> list[str]:
-        return list(self.tasks)
+        return list(self._task_names)
 
     # ------------------------------------------------------------------ simulator
     @property

@@ -51,11 +51,11 @@ def _parking(kind: float, idx: int, n: int, device) -> torch.Tensor:
     return torch.tensor([kind, 0.3 * idx, 1.0], device=device).reshape(1, 3).repeat(n, 1)
 
 
-def _read_rgb(path: Path) -> np.ndarray:
+def _read_rgb(path: Path, hw: tuple[int, int] = OVERLAY_HW) -> np.ndarray:
     image = cv2.imread(str(path))
     if image is None:
         raise assets.AssetError(f"PutOnPlateInScene25 asset unreadable as an image: {path}")
-    return cv2.resize(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), (OVERLAY_HW[1], OVERLAY_HW[0]))
+    return cv2.resize(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), (hw[1], hw[0]))
 
 
 class PutOnPlateInScene25(BaseEnv):
@@ -78,6 +78,7 @@ class PutOnPlateInScene25(BaseEnv):
     #: Plates the task needs in the database (the Plate variants need all 17).
     plates_needed = 1
     obj_z, plate_z = 0.90, 0.90  # PutOnPlateInScene25MainV3._generate_init_pose (upstream :947)
+    texture_hw = OVERLAY_HW  # the VisionWhole variants read the textures at twice the size
 
     def __init__(
         self,
@@ -110,7 +111,7 @@ class PutOnPlateInScene25(BaseEnv):
         self.carrot_names, self.plate_names = list(self.model_db_carrot), list(self.model_db_plate)
         tables = json.loads((root / "more_table" / "model_db.json").read_text())
         self.overlay_images_numpy = [_read_rgb(root / "more_table" / "imgs" / k) for k in tables]
-        self.overlay_textures_numpy = [_read_rgb(root / "more_table" / "textures" / v["texture"]) for v in tables.values()]
+        self.overlay_textures_numpy = [_read_rgb(root / "more_table" / "textures" / v["texture"], self.texture_hw) for v in tables.values()]
         self.overlay_mix_numpy = [float(v["mix"]) for v in tables.values()]
 
     def _select_carrots(self, db: dict) -> dict:
@@ -139,6 +140,10 @@ class PutOnPlateInScene25(BaseEnv):
             stride *= axis.count
         return out
 
+    def _post_decode(self, picks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Variants that derive a pick from other digits (the second carrot / plate) override this."""
+        return picks
+
     def _reset_episode_idx(self, env_idx: torch.Tensor, options: dict) -> None:
         """``options["episode_id"]`` (or ids drawn from the torch RNG) for the reset rows (upstream :927-975)."""
         n = len(env_idx)
@@ -150,7 +155,7 @@ class PutOnPlateInScene25(BaseEnv):
             self.episode_id = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self.episode_id[torch.as_tensor(env_idx, device=self.device).long()] = ids.long()
         self.task_reset_states = {"episode_id": self.episode_id}
-        picks = self.decode_episode_id(self.episode_id)
+        picks = self._post_decode(self.decode_episode_id(self.episode_id))
         self.select_carrot_ids, self.select_plate_ids = picks["carrot"], picks["plate"]
         self.select_overlay_ids, self.select_pos_ids, self.select_quat_ids = picks["overlay"], picks["pos"], picks["quat"]
         self.select_extra_ids = picks.get("extra")
@@ -220,13 +225,23 @@ class PutOnPlateInScene25(BaseEnv):
                             near=0.01, far=100, mount=self.agent.robot.links_map["base_link"])
 
     # ------------------------------------------------------------------ episodes
-    def _place(self, actors: dict, picks: torch.Tensor, p_sel: torch.Tensor, q_sel: torch.Tensor, kind: float, env_idx):
+    def _place(self, actors: dict, picks: torch.Tensor, p_sel: torch.Tensor, q_sel: torch.Tensor, kind: float, env_idx,
+               extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+        """Chosen model at ``p_sel``/``q_sel``, the optional second one (``extra``: picks, p, q) at its own place,
+        every other model parked off the table."""
         b = len(env_idx)
         for idx, name in enumerate(actors):
             chosen = (picks[env_idx] == idx).unsqueeze(1)
             p = torch.where(chosen, p_sel, _parking(kind, idx, b, self.device))
             q = torch.where(chosen, q_sel, torch.tensor([0.0, 0, 0, 1], device=self.device).repeat(b, 1))
+            if extra is not None:
+                second = (extra[0][env_idx] == idx).unsqueeze(1)
+                p, q = torch.where(second, extra[1], p), torch.where(second, extra[2], q)
             actors[name].set_pose(Pose.create_from_pq(p=p, q=q))
+
+    def _extras(self, xyz: torch.Tensor, quat: torch.Tensor, env_idx) -> dict[str, tuple | None]:
+        """Second carrot / plate of the Multi variants: ``{"carrot": (picks, p, q) | None, "plate": ...}``."""
+        return {"carrot": None, "plate": None}
 
     def _robot_init_qpos(self, env_idx: torch.Tensor):
         return INITIAL_QPOS
@@ -243,8 +258,9 @@ class PutOnPlateInScene25(BaseEnv):
         quat = torch.tensor(self.quat_configs, dtype=torch.float32, device=self.device)
         pos, rot = self.select_pos_ids[env_idx], self.select_quat_ids[env_idx]
         self.agent.robot.set_pose(SAFE_ROBOT_POSE)
-        self._place(self.objs_carrot, self.select_carrot_ids, xyz[pos, 0], quat[rot, 0], 1.0, env_idx)
-        self._place(self.objs_plate, self.select_plate_ids, xyz[pos, 1], quat[rot, 1], 2.0, env_idx)
+        extras = self._extras(xyz, quat, env_idx)
+        self._place(self.objs_carrot, self.select_carrot_ids, xyz[pos, 0], quat[rot, 0], 1.0, env_idx, extras["carrot"])
+        self._place(self.objs_plate, self.select_plate_ids, xyz[pos, 1], quat[rot, 1], 2.0, env_idx, extras["plate"])
         self.agent.robot.set_pose(ROBOT_POSE)
         self.agent.reset(init_qpos=self._robot_init_qpos(env_idx))
         self._reset_bbox(env_idx)
@@ -254,7 +270,7 @@ class PutOnPlateInScene25(BaseEnv):
         picks = self.select_overlay_ids[env_idx].tolist()
         if not hasattr(self, "overlay_images") or len(env_idx) == self.num_envs:
             self.overlay_images = torch.zeros((self.num_envs, *OVERLAY_HW, 3), device=self.device)
-            self.overlay_textures = torch.zeros((self.num_envs, *OVERLAY_HW, 3), device=self.device)
+            self.overlay_textures = torch.zeros((self.num_envs, *self.texture_hw, 3), device=self.device)
             self.overlay_mix = torch.zeros(self.num_envs, device=self.device)
         self.overlay_images[env_idx] = torch.tensor(np.stack([self.overlay_images_numpy[i] for i in picks]),
                                                     dtype=torch.float32, device=self.device)
@@ -350,12 +366,16 @@ class PutOnPlateInScene25(BaseEnv):
         plate = self.model_db_plate[self.plate_names[int(self.select_plate_ids[row])]]["name"]
         return f"put {carrot} on {plate}"
 
-    def _green_screen(self, rgb: torch.Tensor, segmentation: torch.Tensor, row_overlay: torch.Tensor) -> torch.Tensor:
-        """Every pixel whose actor is neither a robot link nor an object shows the overlay photo (upstream :724)."""
+    def _robot_object_mask(self, segmentation: torch.Tensor) -> torch.Tensor:
+        """``[b, H, W]`` True where the pixel shows a robot link or an object actor."""
         seg = segmentation[..., 0]
         keep = torch.cat([self.robot_link_ids, self.target_object_actor_ids]).to(seg.device, seg.dtype)
-        mask = (~torch.isin(seg, keep)).to(torch.float32).unsqueeze(-1)
-        out = row_overlay.to(rgb.device) * mask + rgb.to(torch.float32) * (1 - mask)
+        return torch.isin(seg, keep)
+
+    def _green_screen(self, rgb: torch.Tensor, segmentation: torch.Tensor) -> torch.Tensor:
+        """Every pixel whose actor is neither a robot link nor an object shows the overlay photo (upstream :724)."""
+        mask = (~self._robot_object_mask(segmentation)).to(torch.float32).unsqueeze(-1)
+        out = self.overlay_images.to(rgb.device) * mask + rgb.to(torch.float32) * (1 - mask)
         return torch.clamp(out, 0, 255).to(torch.uint8)
 
     def _get_obs_sensor_data(self, apply_texture_transforms: bool = True) -> dict:
@@ -363,11 +383,8 @@ class PutOnPlateInScene25(BaseEnv):
         visual = self.obs_mode_struct.visual
         if visual.rgb and visual.segmentation and self.overlay_images_numpy:
             cam = data[self.rgb_camera_name]
-            cam["rgb"] = self._green_screen(cam["rgb"], cam["segmentation"], self._overlay_for_obs())
+            cam["rgb"] = self._green_screen(cam["rgb"], cam["segmentation"])
         return data
-
-    def _overlay_for_obs(self) -> torch.Tensor:
-        return self.overlay_images
 
 
 os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
