@@ -5,9 +5,13 @@ set: SAPIEN picks its Vulkan driver and ManiSkill its asset folder at import tim
 
 A :class:`SimBatch` is one ManiSkill gym env holding ``n`` sub-envs of one task: ``n = 1`` with the
 CPU physics (ManiSkill's CPU backend supports one env per gym env), ``n = num_envs`` with the GPU
-physics. ManiSkill is stepped through ``env.unwrapped`` in a visual ``obs_mode`` (``rgb+segmentation`` by
-default, as RLinf makes its envs): camera images come from the observation ManiSkill returns, i.e. through the
-task's own ``_get_obs_sensor_data`` (RL4VLA's green screen, texture transforms), not from the cameras directly.
+physics. ManiSkill is made in a visual ``obs_mode`` (``rgb+segmentation`` by default, as RLinf makes its envs)
+and stepped through ``env.unwrapped``; camera images come from the task's own ``_get_obs_sensor_data`` (the
+sensor data of its observation: RL4VLA's green screen, texture transforms), not from the cameras directly. They
+are rendered when the env returns an observation (chunk boundaries), not on every control step: the unwrapped
+env's ``_obs_mode`` is set to ``none`` after construction, which skips the observation ManiSkill would build in
+``step``/``reset`` (3x the cost of a physics step on lavapipe), while ``obs_mode_struct`` keeps the textures the
+task's override expects.
 """
 
 from __future__ import annotations
@@ -214,23 +218,12 @@ class SimBatch:
         self.rot_scale = float(getattr(cfg, "rot_lower", -0.1))
         self.arm_normalized = bool(getattr(cfg, "normalize_action", True))
         self._frozen: dict[int, Any] = {}
-        self._images = torch.zeros((n, *image_size, 3), dtype=torch.uint8)
-
-    def _keep_images(self, obs: dict, rows: list[int]) -> None:
-        """Store the camera image of ``rows`` from a ManiSkill observation (the task's sensor data)."""
-        data = obs.get("sensor_data", {}) if isinstance(obs, dict) else {}
-        if self.camera_name not in data or "rgb" not in data[self.camera_name]:
-            raise ValueError(
-                f"ManiSkill task {self.task!r} returned no rgb for camera {self.camera_name!r} in obs_mode "
-                f"{self.u.obs_mode!r}: use an obs_mode with rgb (e.g. rgb+segmentation)"
-            )
-        rgb = data[self.camera_name]["rgb"][..., :3]
-        idx = torch.as_tensor(rows, dtype=torch.long)
-        self._images[idx] = rgb.to("cpu")[idx].to(torch.uint8)
+        self.obs_mode = self.u.obs_mode
+        self.u._obs_mode = "none"  # no observation inside step/reset; render() asks the task for its sensor data
 
     @contextlib.contextmanager
     def _goal_markers_shown(self) -> Iterator[None]:
-        """Let ManiSkill's observation show the objects it hides from cameras (``show_goal``)."""
+        """Let the task's sensor data show the objects ManiSkill hides from cameras (``show_goal``)."""
         if not self.show_goal:
             yield
             return
@@ -264,16 +257,11 @@ class SimBatch:
             options: dict[str, Any] = {}
             if episode_ids is not None:
                 options["episode_id"] = torch.tensor([int(episode_ids[i])], device=self.device)
-            with self._goal_markers_shown():
-                if self.n == 1:
-                    obs, info = self.u.reset(seed=[int(seed)], options=options)
-                else:
-                    idx = torch.tensor([row], device=self.device)
-                    obs, info = self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx, **options))
-            if self.show_goal and info.get("reconfigure") and self.u._hidden_objects:
-                with self._goal_markers_shown():  # the rebuilt scene hid its markers in that observation
-                    obs = {"sensor_data": self.u._get_obs_sensor_data()}
-            self._keep_images(obs, [row])
+            if self.n == 1:
+                self.u.reset(seed=[int(seed)], options=options)
+            else:
+                idx = torch.tensor([row], device=self.device)
+                self.u.reset(seed=[int(seed)] * self.n, options=dict(env_idx=idx, **options))
             self._frozen.pop(row, None)
 
     def step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -293,9 +281,7 @@ class SimBatch:
             for i, r in enumerate(new_dead):
                 self._frozen[r] = _rows(state, idx[i : i + 1])
         act = torch.as_tensor(np.asarray(actions, np.float32), device=self.device)
-        with self._goal_markers_shown():
-            obs, reward, _, _, info = self.u.step(act)
-        self._keep_images(obs, [int(r) for r in np.nonzero(live)[0]])  # finished rows keep their last image
+        _, reward, _, _, info = self.u.step(act)
         if dead:
             frozen = _stack([self._frozen[r] for r in dead])
             self.u.set_state_dict(frozen, torch.tensor(dead, device=self.device))
@@ -311,8 +297,18 @@ class SimBatch:
         return _info_flag(info, key, self.n)
 
     def render(self, rows: list[int]) -> np.ndarray:
-        """``uint8 [len(rows), H, W, 3]``: the main camera's rgb in the task's latest observation of each row."""
-        return self._images[torch.as_tensor(rows, dtype=torch.long)].numpy()
+        """``uint8 [len(rows), H, W, 3]``: the main camera's rgb in the task's own sensor data
+        (``_get_obs_sensor_data``, so a task's edits of its pixels are seen)."""
+        with self._goal_markers_shown():
+            data = self.u._get_obs_sensor_data()
+        camera = data.get(self.camera_name, {})
+        if "rgb" not in camera:
+            raise ValueError(
+                f"ManiSkill task {self.task!r} gave no rgb for camera {self.camera_name!r} in obs_mode "
+                f"{self.obs_mode!r}: use an obs_mode with rgb (e.g. rgb+segmentation)"
+            )
+        rgb = camera["rgb"][..., :3]
+        return rgb[torch.as_tensor(rows, device=rgb.device)].cpu().numpy().astype(np.uint8)
 
     def language(self, rows: list[int]) -> list[str]:
         """The task's own per-episode instructions (tasks with ``get_language_instruction``)."""
