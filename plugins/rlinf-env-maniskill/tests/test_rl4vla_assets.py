@@ -55,3 +55,14 @@ def test_no_asset_dir_names_the_variable_and_the_download(monkeypatch):
     monkeypatch.delenv("MANISKILL_ASSET_DIR", raising=False)
     with pytest.raises(assets.AssetError, match="MANISKILL_ASSET_DIR.*hf download --repo-type dataset"):
         assets.resolve(None, "/nonexistent")
+
+
+def test_every_env_id_of_the_seeds_table_is_registered():
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    import rlinf_env_maniskill.rl4vla  # noqa: F401
+    from rlinf_env_maniskill.tasks import RL4VLA_OOD_SPLITS, RL4VLA_TRAIN_TASK
+
+    ids = [RL4VLA_TRAIN_TASK, *(t for split in RL4VLA_OOD_SPLITS.values() for t in split)]
+    assert len(ids) == 14 and all(i in REGISTERED_ENVS for i in ids)
+    assert all(REGISTERED_ENVS[i].max_episode_steps == 80 for i in ids)

@@ -24,8 +24,11 @@ STAGE_OFFSET = np.array([2.0634, 2.8313, 0.0])  # the task places the stage at -
 
 def _write_model(folder: Path, mesh, rgb: tuple[int, int, int]) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
+    import trimesh
+
     mesh.export(folder / "collision.obj")
-    mesh.visual.face_colors = [*rgb, 255]
+    material = trimesh.visual.material.PBRMaterial(baseColorFactor=[*rgb, 255], metallicFactor=0.0, roughnessFactor=0.8)
+    mesh.visual = trimesh.visual.TextureVisuals(material=material)
     mesh.export(folder / "textured.glb")
     lo, hi = mesh.bounds
     return {"bbox": {"min": lo.tolist(), "max": hi.tolist()}, "scale": [1.0], "density": 1000}
