@@ -40,7 +40,8 @@ def _stage_mesh():
 
     table = trimesh.creation.box(extents=[0.9, 1.0, TABLE_TOP])
     table.apply_translation([-0.15, 0.0, TABLE_TOP / 2])  # world frame, x from -0.6 to 0.3
-    to_file = np.array([[1, 0, 0, 0], [0, 0, 1, 0], [0, -1, 0, 0], [0, 0, 0, 1]], dtype=float)  # inverse of +90 deg about x
+    # the inverse of the task's +90 deg turn about x
+    to_file = np.array([[1, 0, 0, 0], [0, 0, 1, 0], [0, -1, 0, 0], [0, 0, 0, 1]], dtype=float)
     table.apply_translation(-STAGE_OFFSET)
     table.apply_transform(to_file)
     table.visual.face_colors = [150, 110, 70, 255]
@@ -91,7 +92,8 @@ def widowx_urdf() -> str:
         _link("ee_gripper_link", (0.005, 0.005, 0.005), (0, 0, 0), 0.001),
         _joint("waist", "revolute", "base_link", "shoulder_link", (0, 0, 0.072), (0, 0, 1)),
         _joint("shoulder", "revolute", "shoulder_link", "upper_arm_link", (0, 0, 0.03865), (0, 1, 0), (-1.88, 1.99)),
-        _joint("elbow", "revolute", "upper_arm_link", "upper_forearm_link", (0.04975, 0, 0.25), (0, 1, 0), (-2.15, 1.6)),
+        _joint("elbow", "revolute", "upper_arm_link", "upper_forearm_link", (0.04975, 0, 0.25), (0, 1, 0),
+               (-2.15, 1.6)),
         _joint("forearm_roll", "revolute", "upper_forearm_link", "lower_forearm_link", (0.175, 0, 0), (1, 0, 0)),
         _joint("wrist_angle", "revolute", "lower_forearm_link", "wrist_link", (0.075, 0, 0), (0, 1, 0), (-1.75, 2.15)),
         _joint("wrist_rotate", "revolute", "wrist_link", "gripper_link", (0.065, 0, 0), (1, 0, 0)),

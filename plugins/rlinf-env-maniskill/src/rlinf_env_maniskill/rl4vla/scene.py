@@ -8,7 +8,6 @@ code is ours. Assets: :mod:`rlinf_env_maniskill.assets`.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +110,8 @@ class PutOnPlateInScene25(BaseEnv):
         self.carrot_names, self.plate_names = list(self.model_db_carrot), list(self.model_db_plate)
         tables = json.loads((root / "more_table" / "model_db.json").read_text())
         self.overlay_images_numpy = [_read_rgb(root / "more_table" / "imgs" / k) for k in tables]
-        self.overlay_textures_numpy = [_read_rgb(root / "more_table" / "textures" / v["texture"], self.texture_hw) for v in tables.values()]
+        textures = root / "more_table" / "textures"
+        self.overlay_textures_numpy = [_read_rgb(textures / v["texture"], self.texture_hw) for v in tables.values()]
         self.overlay_mix_numpy = [float(v["mix"]) for v in tables.values()]
 
     def _select_carrots(self, db: dict) -> dict:
@@ -157,7 +157,8 @@ class PutOnPlateInScene25(BaseEnv):
         self.task_reset_states = {"episode_id": self.episode_id}
         picks = self._post_decode(self.decode_episode_id(self.episode_id))
         self.select_carrot_ids, self.select_plate_ids = picks["carrot"], picks["plate"]
-        self.select_overlay_ids, self.select_pos_ids, self.select_quat_ids = picks["overlay"], picks["pos"], picks["quat"]
+        self.select_overlay_ids = picks["overlay"]
+        self.select_pos_ids, self.select_quat_ids = picks["pos"], picks["quat"]
         self.select_extra_ids = picks.get("extra")
 
     # ------------------------------------------------------------------ scene
@@ -220,8 +221,9 @@ class PutOnPlateInScene25(BaseEnv):
 
     @property
     def _default_human_render_camera_configs(self):
-        return CameraConfig("render_camera", pose=sapien.Pose([0.00, -0.16, 0.336], [0.909182, -0.0819809, 0.347277, 0.214629]),
-                            width=512, height=512, intrinsic=np.array([[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]]),
+        pose = sapien.Pose([0.00, -0.16, 0.336], [0.909182, -0.0819809, 0.347277, 0.214629])
+        intrinsic = np.array([[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]])
+        return CameraConfig("render_camera", pose=pose, width=512, height=512, intrinsic=intrinsic,
                             near=0.01, far=100, mount=self.agent.robot.links_map["base_link"])
 
     # ------------------------------------------------------------------ episodes
@@ -252,7 +254,8 @@ class PutOnPlateInScene25(BaseEnv):
         self._reset_episode_idx(env_idx, options)
         sensor = self._sensor_configs[self.rgb_camera_name]
         if (sensor.height, sensor.width) != OVERLAY_HW:
-            raise ValueError(f"the green screen needs the 640x480 {self.rgb_camera_name}, got {sensor.width}x{sensor.height}")
+            size = f"{sensor.width}x{sensor.height}"
+            raise ValueError(f"the green screen needs the 640x480 {self.rgb_camera_name}, got {size}")
         self._reset_overlay(env_idx)
         xyz = torch.tensor(self.xyz_configs, dtype=torch.float32, device=self.device)
         quat = torch.tensor(self.quat_configs, dtype=torch.float32, device=self.device)
@@ -333,7 +336,8 @@ class PutOnPlateInScene25(BaseEnv):
         plate_p = torch.stack([a.pose.p[r] for r, a in zip(rows, plates)])
         grasped = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         for idx, name in enumerate(self.model_db_carrot):
-            grasped = torch.where(self.select_carrot_ids == idx, self.agent.is_grasping(self.objs_carrot[name]), grasped)
+            holding = self.agent.is_grasping(self.objs_carrot[name])
+            grasped = torch.where(self.select_carrot_ids == idx, holding, grasped)
         self.consecutive_grasp += grasped
         self.consecutive_grasp[~grasped] = 0
         plate_half, carrot_half = self.plate_bbox_world / 2, self.carrot_bbox_world / 2
@@ -387,4 +391,3 @@ class PutOnPlateInScene25(BaseEnv):
         return data
 
 
-os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")

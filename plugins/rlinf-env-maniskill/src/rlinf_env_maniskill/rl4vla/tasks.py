@@ -126,7 +126,8 @@ class PutOnPlateInScene25Position(PutOnPlateInScene25MainV3):
 
 @register_env("PutOnPlateInScene25EEPose-v1", max_episode_steps=MAX_STEPS)
 class PutOnPlateInScene25EEPose(PutOnPlateInScene25MainV3):
-    """The arm starts from perturbed joints (``test``: any of the 14375 non-zero offsets; ``put_on_plate_25_ee_pose.py``)."""
+    """The arm starts from perturbed joints (``test``: any of the 14375 non-zero offsets;
+    ``put_on_plate_25_ee_pose.py``)."""
 
     def _generate_init_pose(self):
         super()._generate_init_pose()
