@@ -141,8 +141,8 @@ class PutOnPlateInScene25EEPose(PutOnPlateInScene25MainV3):
                 "pos": axes["pos"], "quat": axes["quat"]}
 
     def _robot_init_qpos(self, env_idx):
-        offsets = torch.tensor(self.robot_qpos, dtype=torch.float32, device=self.device)
-        base = torch.tensor(INITIAL_QPOS, dtype=torch.float32, device=self.device)
+        offsets = torch.tensor(self.robot_qpos, device=self.device)  # float64 sums, as upstream
+        base = torch.tensor(INITIAL_QPOS, device=self.device)
         return offsets[self.select_extra_ids[env_idx]] + base
 
 
