@@ -183,6 +183,10 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
         **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
         "policy.add_value_head": True, "policy.is_lora": True}) for split in ("vision", "semantic", "position")},
+    "maniskill/maniskill_ood.yaml": ("evaluations/run_eval.sh", {**OOD, "eval_env.make_kwargs": {"obj_set": "test"}}),
+    "maniskill/maniskill_ood_openvlaoft.yaml": ("evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
+        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
+        "policy.add_value_head": True, "policy.is_lora": True}),
     "maniskill/maniskill_ood_semantic_train_objects.yaml": ("evaluations/run_eval.sh", {
         **OOD, "eval_env.make_kwargs": {"obj_set": "train"}}),
     "maniskill/maniskill_ood_semantic_train_objects_openvlaoft.yaml": ("evaluations/run_eval.sh", {

@@ -358,3 +358,15 @@ def test_the_loop_tells_the_policy_each_rl_step_before_its_rollout(tmp_path):
     steps = [s for s in seen if s[0] == "step"]
     assert steps == [("step", 0), ("step", 1), ("step", 2)]
     assert seen[0] == ("step", 0) and seen[1] == ("act",)  # told before the rollout acts
+
+
+def test_suite_columns_give_the_seeds_one_row_layout():
+    from rlinf_core.rl.evaluation import suite_columns
+
+    suites = {"Vision": {"success_once": 0.82, "num_trajectories": 5},
+              "Semantic": {"success_once": 0.806, "num_trajectories": 5},
+              "Position": {"success_once": 0.893, "num_trajectories": 3}}
+    lines = suite_columns(suites)
+    assert lines[0] == "| Vision | Semantic | Position | Average |"
+    assert lines[2] == "| 82.0% | 80.6% | 89.3% | 84.0% |"  # Average: the unweighted mean of the columns
+    assert suite_columns({"only": suites["Vision"]}) == []

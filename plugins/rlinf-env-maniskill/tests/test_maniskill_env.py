@@ -209,13 +209,18 @@ def test_every_offline_task_builds_renders_and_steps():
 
 
 @pytest.mark.parametrize(
-    "task, needle",
+    "task, asset_env, needle",
     [
-        ("PutOnPlateInScene25Main-v3", "bridge_v2_real2sim"),
-        ("PutCarrotOnPlateInScene-v1", "download_asset bridge_v2_real2sim"),
+        ("PutOnPlateInScene25Main-v3", None, "hf download --repo-type dataset RLinf/maniskill_assets"),
+        ("PutOnPlateInScene25Main-v3", "empty", "bridge_table_1_v1.glb"),
+        ("PutCarrotOnPlateInScene-v1", None, "download_asset bridge_v2_real2sim"),
     ],
 )
-def test_missing_assets_fail_fast_with_the_install_command(task, needle):
+def test_missing_assets_fail_fast_with_the_install_command(task, asset_env, needle, monkeypatch, tmp_path):
+    if asset_env:
+        monkeypatch.setenv("MANISKILL_ASSET_DIR", str(tmp_path))
+    else:
+        monkeypatch.delenv("MANISKILL_ASSET_DIR", raising=False)
     env = ManiSkillEnv(num_envs=1, tasks=[task], **{**SMALL, "include_state": False})
     t0 = time.time()
     with pytest.raises(RuntimeError) as info:
@@ -342,3 +347,27 @@ def test_reset_with_episode_id_places_every_group_member_in_the_id_s_scene(monke
             bad.reset(np.array([0]))
         finally:
             bad.close()
+
+
+def test_images_come_through_the_task_s_own_observation_path(monkeypatch):
+    """A task that edits its pixels in ``_get_obs_sensor_data`` (RL4VLA's green screen) is seen edited: background
+    pixels show the task's overlay, robot pixels the render (issue 25: the env used to capture cameras directly)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    from overlay_task import OVERLAY
+
+    env = ManiSkillEnv(num_envs=1, tasks=["OverlayPickCube-v1"], task_modules=["overlay_task"],
+                       instructions={"OverlayPickCube-v1": "pick"}, **{**SMALL, "image_size": 64})
+    try:
+        for step in range(2):
+            obs = env.reset(np.array([1])) if step == 0 else env.chunk_step(torch.zeros(1, 1, 7)).obs
+            u = _sim(env, 0)
+            image = obs.main_images[0]
+            robot = torch.isin(u.last_segmentation[0].cpu(), u.robot_ids.to(u.last_segmentation.dtype))
+            assert 0 < robot.sum() < robot.numel() / 2, "the camera sees some robot"
+            assert (image[~robot] == OVERLAY).all(), "every non-robot pixel is the task's overlay"
+            torch.testing.assert_close(image[robot], u.last_raw_rgb[0].cpu()[robot][:, :3].to(torch.uint8))
+            assert (u.last_raw_rgb[0].cpu()[~robot][:, :3] != OVERLAY).any(dim=-1).float().mean() > 0.9
+    finally:
+        env.close()

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.callbacks.progress import console_lines
+from rlinf_core.rl.evaluation import suite_columns
 
 
 def _short(name: str, max_len: int) -> str:
@@ -76,7 +77,8 @@ class EvalReport(Callback):
         self._pending: list[str] = []
 
     def report(self, last_eval: dict[str, Any], step: int | None) -> list[str]:
-        return [eval_headline(last_eval, step), *eval_table(last_eval, self.max_tasks, self.worst)]
+        columns = [f"  {line}" for line in suite_columns(last_eval.get("per_suite", {}))]
+        return [eval_headline(last_eval, step), *eval_table(last_eval, self.max_tasks, self.worst), *columns]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last_eval = getattr(pl_module, "last_eval", None)

@@ -76,11 +76,26 @@ def per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, floa
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
 
 
+def suite_columns(per_suite: dict[str, dict[str, float]]) -> list[str]:
+    """With two or more suites, the seeds' one-row layout: a column per suite, then their unweighted Average
+    (e.g. ``| Vision | Semantic | Position | Average |`` or LIBERO's ``| Spatial | ... | Average |``)."""
+    if len(per_suite) < 2:
+        return []
+    values = [100 * row["success_once"] for row in per_suite.values()]
+    return [
+        "| " + " | ".join([*per_suite, "Average"]) + " |",
+        "|" + "---|" * (len(values) + 1),
+        "| " + " | ".join(f"{v:.1f}%" for v in [*values, sum(values) / len(values)]) + " |",
+    ]
+
+
 def write_eval_table(directory: Path, epoch: int, result: dict[str, Any]) -> None:
     """``eval_epoch<N>.json`` (everything) and ``eval_epoch<N>.md`` (per-task and per-suite success table)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"eval_epoch{epoch}.json").write_text(json.dumps({"epoch": epoch, **result}, indent=2))
-    lines = ["| task | success_once | trajectories |", "|---|---|---|"]
+    summary = suite_columns(result.get("per_suite", {}))
+    lines = [*summary, ""] if summary else []
+    lines += ["| task | success_once | trajectories |", "|---|---|---|"]
     rows = list(result["per_task"].items()) + [
         (f"**{suite}**", row) for suite, row in result.get("per_suite", {}).items()
     ]

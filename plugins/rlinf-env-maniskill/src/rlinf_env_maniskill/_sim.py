@@ -5,8 +5,13 @@ set: SAPIEN picks its Vulkan driver and ManiSkill its asset folder at import tim
 
 A :class:`SimBatch` is one ManiSkill gym env holding ``n`` sub-envs of one task: ``n = 1`` with the
 CPU physics (ManiSkill's CPU backend supports one env per gym env), ``n = num_envs`` with the GPU
-physics. ManiSkill is stepped through ``env.unwrapped`` in ``obs_mode="state_dict"``, so a physics
-step never renders; cameras are rendered only when :meth:`SimBatch.render` is called.
+physics. ManiSkill is made in a visual ``obs_mode`` (``rgb+segmentation`` by default, as RLinf makes its envs)
+and stepped through ``env.unwrapped``; camera images come from the task's own ``_get_obs_sensor_data`` (the
+sensor data of its observation: RL4VLA's green screen, texture transforms), not from the cameras directly. They
+are rendered when the env returns an observation (chunk boundaries), not on every control step: the unwrapped
+env's ``_obs_mode`` is set to ``none`` after construction, which skips the observation ManiSkill would build in
+``step``/``reset`` (3x the cost of a physics step on lavapipe), while ``obs_mode_struct`` keeps the textures the
+task's override expects.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from mani_skill.utils import assets, download_asset
 from mani_skill.utils.registration import REGISTERED_ENVS
 
+from rlinf_env_maniskill.assets import AssetError
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, rl4vla_hint
 
 
@@ -144,6 +150,10 @@ class SimBatch:
         make_kwargs: extra keyword arguments of ``gym.make``.
         control_mode: ManiSkill control mode (None: the task's default).
         render_gpu: render on the GPU (default: with GPU physics); CPU physics can render on a GPU.
+        shader_pack: SAPIEN shader pack of the sensor cameras (RLinf sets ``default``; ManiSkill's own
+            default is ``minimal``).
+        obs_mode: ManiSkill observation mode; must contain ``rgb``. The images are the ``rgb`` of the
+            task's sensor data for ``camera``.
     """
 
     def __init__(
@@ -159,14 +169,16 @@ class SimBatch:
         make_kwargs: dict | None,
         control_mode: str | None = "pd_ee_delta_pose",
         render_gpu: bool | None = None,
+        shader_pack: str = "default",
+        obs_mode: str = "rgb+segmentation",
     ) -> None:
         kwargs: dict[str, Any] = dict(
             num_envs=n,
-            obs_mode="state_dict",
+            obs_mode=obs_mode,
             reward_mode="sparse" if reward_mode == "grasp" else reward_mode,
             sim_backend="physx_cuda" if gpu else "physx_cpu",
             render_backend="gpu" if (gpu if render_gpu is None else render_gpu) else "cpu",
-            sensor_configs=dict(height=image_size[0], width=image_size[1]),
+            sensor_configs=dict(height=image_size[0], width=image_size[1], shader_pack=shader_pack),
         )
         if control_mode:
             kwargs["control_mode"] = control_mode
@@ -175,7 +187,10 @@ class SimBatch:
         keep_render_context("cuda" if (gpu if render_gpu is None else render_gpu) else "cpu")
         kwargs.update(make_kwargs or {})
         with _no_download_prompt(task):
-            self.env = gym.make(task, **kwargs)
+            try:
+                self.env = gym.make(task, **kwargs)
+            except AssetError as exc:  # the PutOnPlateInScene25 tasks check their asset folders
+                raise MissingAssetError(f"ManiSkill task {task!r}: {exc}") from None
         self.u = self.env.unwrapped
         self.task, self.n, self.show_goal = task, n, show_goal
         self.grasp_reward = reward_mode == "grasp"
@@ -203,6 +218,22 @@ class SimBatch:
         self.rot_scale = float(getattr(cfg, "rot_lower", -0.1))
         self.arm_normalized = bool(getattr(cfg, "normalize_action", True))
         self._frozen: dict[int, Any] = {}
+        self.obs_mode = self.u.obs_mode
+        self.u._obs_mode = "none"  # no observation inside step/reset; render() asks the task for its sensor data
+
+    @contextlib.contextmanager
+    def _goal_markers_shown(self) -> Iterator[None]:
+        """Let the task's sensor data show the objects ManiSkill hides from cameras (``show_goal``)."""
+        if not self.show_goal:
+            yield
+            return
+        saved, shown = self.u._hidden_objects, []
+        self.u._hidden_objects = shown
+        try:
+            yield
+        finally:
+            if self.u._hidden_objects is shown:  # a reconfiguring reset builds its own list: keep that
+                self.u._hidden_objects = saved
 
     @property
     def device(self) -> torch.device:
@@ -266,18 +297,17 @@ class SimBatch:
         return _info_flag(info, key, self.n)
 
     def render(self, rows: list[int]) -> np.ndarray:
-        """``uint8 [len(rows), H, W, 3]`` RGB images of the main camera."""
-        hidden = [] if self.show_goal else [o for o in self.u._hidden_objects if not o.hidden]
-        for obj in hidden:
-            obj.hide_visual()
-        try:
-            self.u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
-            camera = self.u.scene.sensors[self.camera_name]
-            camera.capture()
-            rgb = camera.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
-        finally:
-            for obj in hidden:
-                obj.show_visual()
+        """``uint8 [len(rows), H, W, 3]``: the main camera's rgb in the task's own sensor data
+        (``_get_obs_sensor_data``, so a task's edits of its pixels are seen)."""
+        with self._goal_markers_shown():
+            data = self.u._get_obs_sensor_data()
+        camera = data.get(self.camera_name, {})
+        if "rgb" not in camera:
+            raise ValueError(
+                f"ManiSkill task {self.task!r} gave no rgb for camera {self.camera_name!r} in obs_mode "
+                f"{self.obs_mode!r}: use an obs_mode with rgb (e.g. rgb+segmentation)"
+            )
+        rgb = camera["rgb"][..., :3]
         return rgb[torch.as_tensor(rows, device=rgb.device)].cpu().numpy().astype(np.uint8)
 
     def language(self, rows: list[int]) -> list[str]:
@@ -300,7 +330,8 @@ class SimBatch:
 
         ``normalized``: ManiSkill's [-1, 1] scale, clipped. ``bridge``: metres, radians and a gripper
         in [0, 1] (0 closed, 1 open), as OpenVLA un-normalizes Bridge actions; converted to the
-        controller's scale (ManiSkill maps normalized rotations through ``rot_lower``).
+        controller's scale (ManiSkill maps normalized rotations through ``rot_lower``); the gripper is
+        sent as RLinf sends it, ``2·(g > 0.5) − 1`` (fully open or fully closed).
         """
         actions = np.asarray(actions, np.float32)
         if action_format == "normalized":
@@ -310,7 +341,8 @@ class SimBatch:
             lo, hi = self.pos_range
             out[:, :3] = np.clip(2.0 * (actions[:, :3] - lo) / (hi - lo) - 1.0, -1.0, 1.0)
             out[:, 3:6] = np.clip(actions[:, 3:6] / self.rot_scale, -1.0, 1.0)
-        out[:, 6] = np.clip(2.0 * actions[:, 6] - 1.0, -1.0, 1.0)
+        # binarized at 0.5 as RLinf sends it (RLinf v0.3 rlinf/envs/action_utils.py:50, widowx_bridge)
+        out[:, 6] = np.where(actions[:, 6] > 0.5, 1.0, -1.0)
         return out
 
     def close(self) -> None:

@@ -43,7 +43,9 @@ class ManiSkillEnv(Env):
     install``); it is found automatically.
 
     Args:
-        tasks: ManiSkill env ids (task id = position in this list). Offline ones:
+        tasks: ManiSkill env ids (task id = position in this list); ``Group/<env id>`` puts the task in an
+            eval-table group (the seeds' OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
+            Offline ones:
             PickCube-v1, PushCube-v1, PullCube-v1, StackCube-v1, StackPyramid-v1,
             PegInsertionSide-v1, PokeCube-v1, LiftPegUpright-v1, PlaceSphere-v1, PlugCharger-v1,
             RollBall-v1, PullCubeTool-v1. Tasks whose assets are missing fail with the download
@@ -72,15 +74,22 @@ class ManiSkillEnv(Env):
             ``use_rel_reward``).
         action_format: ``normalized`` (ManiSkill's [-1, 1] scale: ±1 = ±10 cm / ±0.1 rad, gripper
             -1 closed … 1 open) or ``bridge`` (metres and radians, gripper 0 closed … 1 open, as
-            OpenVLA un-normalizes Bridge actions).
+            OpenVLA un-normalizes Bridge actions; the gripper is binarized as RLinf does: open above 0.5).
         include_state: add ``states`` = joint positions + TCP pose (16-D for the Panda).
         sim_backend: ``auto`` (GPU when CUDA is available), ``cpu`` or ``gpu``.
+        shader_pack: SAPIEN shader pack of the cameras: ``default`` as RLinf sets it
+            (``sensor_configs.shader_pack``), ``minimal`` (ManiSkill's default, faster) or ``rt``.
+        obs_mode: ManiSkill observation mode the tasks run in (RLinf: ``rgb+segmentation``). The images
+            are the ``rgb`` of the task's own observation (``_get_obs_sensor_data``), so a task that edits
+            its pixels there (RL4VLA's green screen) is seen as the task shows it.
         sim_config: ManiSkill ``sim_config`` overrides, e.g. ``{sim_freq: 500, control_freq: 5}``.
         make_kwargs: extra ``gym.make`` keyword arguments (e.g. ``robot_init_qpos_noise``).
         instructions: natural-language instruction per task id, overriding the built-in ones
             (needed for tasks outside the list above).
         task_modules: Python modules imported before the simulator starts, to register more
-            ManiSkill tasks (e.g. RL4VLA's PutOnPlateInScene25 family).
+            ManiSkill tasks. RL4VLA's PutOnPlateInScene25 family (``rlinf_env_maniskill.rl4vla``) is imported
+            by itself when a task id needs it; its assets: ``make_kwargs: {asset_dir: ...}`` or
+            ``MANISKILL_ASSET_DIR`` (see ``python -m rlinf_env_maniskill.assets check``).
         cache_dir: holds ManiSkill assets (``maniskill/``, used as ``MS_ASSET_DIR``) and the Mesa
             shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
             ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).
@@ -107,6 +116,8 @@ class ManiSkillEnv(Env):
         action_format: Literal["normalized", "bridge"] = "normalized",
         include_state: bool = False,
         sim_backend: Literal["auto", "cpu", "gpu"] = "auto",
+        shader_pack: Literal["default", "minimal", "rt"] = "default",
+        obs_mode: str = "rgb+segmentation",
         sim_config: dict[str, Any] | None = None,
         make_kwargs: dict[str, Any] | None = None,
         instructions: dict[str, str] | None = None,
@@ -115,7 +126,8 @@ class ManiSkillEnv(Env):
         max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        tasks = list(tasks) if tasks else ["PickCube-v1"]
+        names = list(tasks) if tasks else ["PickCube-v1"]
+        tasks = [name.rsplit("/", 1)[-1] for name in names]  # "Vision/<env id>": the id in its eval-table group
         super().__init__(max_episode_steps=max_episode_steps or default_max_episode_steps(tasks), **kwargs)
         if trials_per_task < 1:
             raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
@@ -127,12 +139,14 @@ class ManiSkillEnv(Env):
             ("action_format", action_format, ("normalized", "bridge")),
             ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
             ("reset_with", reset_with, ("seed", "episode_id")),
+            ("shader_pack", shader_pack, ("default", "minimal", "rt")),
         ):
             if value not in valid:
                 raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
         self.instructions = {t: OFFLINE_TASKS[t].instruction for t in tasks if t in OFFLINE_TASKS}
         self.instructions.update(instructions or {})
         self.tasks = tasks
+        self._task_names = names
         self.trials_per_task = trials_per_task
         self.episode_seed_offset = episode_seed_offset
         self.reset_with = reset_with
@@ -145,6 +159,10 @@ class ManiSkillEnv(Env):
         self.action_format = action_format
         self.include_state = include_state
         self.sim_backend = sim_backend
+        self.shader_pack = shader_pack
+        if "rgb" not in obs_mode.split("+"):
+            raise ValueError(f"obs_mode must contain rgb (e.g. rgb+segmentation), got {obs_mode!r}")
+        self.obs_mode = obs_mode
         self.sim_config = dict(sim_config) if sim_config else None
         self.make_kwargs = dict(make_kwargs) if make_kwargs else None
         self.task_modules = list(task_modules or [])
@@ -164,7 +182,7 @@ class ManiSkillEnv(Env):
 
     @property
     def task_names(self) -> list[str]:
-        return list(self.tasks)
+        return list(self._task_names)
 
     # ------------------------------------------------------------------ simulator
     @property
@@ -202,6 +220,8 @@ class ManiSkillEnv(Env):
         lavapipe.check_render_device()
         for module in self.task_modules:
             importlib.import_module(module)
+        if any(t.startswith("PutOnPlateInScene25") for t in self.tasks):
+            importlib.import_module("rlinf_env_maniskill.rl4vla")  # our RL4VLA task family
         for task in self.tasks:
             _sim.ensure_task_available(task)
         missing = [t for t in self.tasks if t not in self.instructions and not _sim.has_language(t)]
@@ -229,6 +249,8 @@ class ManiSkillEnv(Env):
                 make_kwargs=self.make_kwargs,
                 control_mode=self.control_mode,
                 render_gpu=torch.cuda.is_available(),
+                shader_pack=self.shader_pack,
+                obs_mode=self.obs_mode,
             )
             self._check_episode_ids(sim)
             self._sims[key] = sim

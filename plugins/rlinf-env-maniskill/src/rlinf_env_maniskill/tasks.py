@@ -33,8 +33,8 @@ OFFLINE_TASKS: dict[str, TaskInfo] = {
     "PullCubeTool-v1": TaskInfo("use the red L-shaped tool to pull the blue cube closer", 100),
 }
 
-#: The seeds' RL4VLA tasks: not part of mani-skill 3.0.1 (they come with RL4VLA / RLinf's task
-#: code) and built on the Bridge real2sim assets. The OOD splits of the seeds' evaluation.
+#: The seeds' RL4VLA tasks: not part of mani-skill 3.0.1; ours are in ``rlinf_env_maniskill.rl4vla`` (after
+#: RLinf v0.3's task code), built on the Bridge real2sim assets. The OOD splits of the seeds' evaluation.
 RL4VLA_TRAIN_TASK = "PutOnPlateInScene25Main-v3"
 RL4VLA_OOD_SPLITS: dict[str, list[str]] = {
     "vision": [
@@ -75,11 +75,9 @@ def default_max_episode_steps(tasks: list[str]) -> int:
 
 
 def rl4vla_hint(task: str, ms_asset_dir: str) -> str:
-    """One line explaining how to get an RL4VLA task that mani-skill 3.0.1 does not have."""
+    """One line for a PutOnPlateInScene25 id that ``rlinf_env_maniskill.rl4vla`` does not register."""
+    ours = [RL4VLA_TRAIN_TASK, *(t for split in RL4VLA_OOD_SPLITS.values() for t in split)]
     return (
-        f"ManiSkill task {task!r} is not part of mani-skill 3.0.1: it is one of RL4VLA's "
-        f"PutOnPlateInScene25 tasks, which need the Bridge real2sim assets ({', '.join(BRIDGE_ASSETS)}). "
-        f"Install a package that registers it and list its module in task_modules, and put the assets in "
-        f"{ms_asset_dir}/data (e.g. MS_ASSET_DIR={ms_asset_dir} python -m mani_skill.utils.download_asset "
-        f"bridge_v2_real2sim -y); tasks that work offline: {', '.join(OFFLINE_TASKS)}"
+        f"ManiSkill task {task!r} is not one of the PutOnPlateInScene25 tasks of rlinf_env_maniskill.rl4vla "
+        f"({', '.join(ours)}); another implementation can be registered through task_modules"
     )
