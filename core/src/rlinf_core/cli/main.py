@@ -179,6 +179,9 @@ def _cli_class():
             if trainer is not None:
                 check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
                              optional=True, hint="null: never evaluate")
+            from rlinf_core.cli.checks import check_config
+
+            check_config(self.config[self.subcommand] if self.subcommand else self.config)
 
         def _parse_ckpt_path(self) -> None:
             # first verify --ckpt_path (LightningCLI reads it here for hyperparameters): a directory resumes from
@@ -197,6 +200,9 @@ def _cli_class():
             check = getattr(self.model, "check_world_size", None)
             if check is not None:  # before the launcher starts ranks and before a run directory exists
                 check(self.trainer.world_size)
+            from rlinf_core.cli.checks import check_before_fit
+
+            check_before_fit(self.trainer, self.model, self.config[self.subcommand].get("ckpt_path"))
 
         def instantiate_trainer(self, **kwargs: Any):
             config = self._get(self.config_init, "trainer", default={})
@@ -270,6 +276,9 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf_core.cli.quiet import install_quiet_filters
 
         install_quiet_filters()
+    from rlinf_core.cli.checks import check_config_files
+
+    run_cli(lambda: check_config_files(argv))  # malformed files and YAML tags, before anything is constructed
     try:
         registry = load_plugins()
         check_config_class_paths(argv, registry)

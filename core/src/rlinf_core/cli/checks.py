@@ -1,0 +1,199 @@
+"""The documented checks before ``rlinf fit`` starts (docs/reliability.md, "Bad input"): one line each.
+
+Three moments, each before anything is built or written:
+
+- :func:`check_config_files`: the raw ``--config`` files (encoding, top level, duplicate keys, YAML tags that
+  would construct Python objects), before jsonargparse reads them;
+- :func:`check_config`: the parsed config (machine and launcher, accelerator / precision, Lightning flags that
+  the manual optimization ignores, nonsensical combinations, the memory the sizes need), before any class is
+  instantiated;
+- :func:`check_before_fit`: the built trainer and module against ``--ckpt_path`` and the output directories,
+  before the launcher starts a rank or a process group.
+
+An error raises ``ValueError`` (printed by :func:`rlinf_core.cli.errors.run_cli` as ``rlinf: error: ...``). What
+might be deliberate is a warning: one ``rlinf: warning: ...`` line on the console at start, also written to the
+run's logger (TensorBoard text ``rlinf/warnings``) once the run starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlinf_core.cli.combos import check_combinations, check_signature_values
+from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
+
+WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    """One warning line now (console) and in the run's log once it starts."""
+    WARNINGS.append(message)
+    print(f"rlinf: warning: {message}", file=sys.stderr)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML lets the last one win silently)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+                             f"{seen[key] + 1}): the last one would silently win; keep one")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _config_paths(argv: list[str]) -> list[str]:
+    paths = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-c") and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The mapping in a config file, or ``ValueError`` naming the file and what is wrong with it."""
+    raw = Path(path).read_bytes()
+    name = f"config {path}"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and raw[1:2] == b"\x00"):
+        raise ValueError(f"{name} is UTF-16 encoded: save it as UTF-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name} is not a UTF-8 text file (byte {exc.start}): is it a YAML config?") from None
+    if "\x00" in text:
+        raise ValueError(f"{name} holds NUL bytes: is it a YAML config?")
+    if not text.strip() or all(ln.lstrip().startswith("#") for ln in text.splitlines() if ln.strip()):
+        raise ValueError(f"{name} is empty: it needs at least `model:` (see `rlinf configs`)")
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        if "python/" in str(exc.problem):
+            raise ValueError(f"{name}{where}: YAML tag {str(exc.problem).split()[-1]} refused: a config cannot "
+                             "construct Python objects; write the value plainly or use class_path") from None
+        raise ValueError(f"{name}{where}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"{name}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{name}: the top level is a {type(data).__name__}, expected a mapping of sections "
+                         "(trainer:, model:, ...)")
+    for section in ("trainer", "model", "checkpoint"):
+        if section in data and data[section] is not None and not isinstance(data[section], (dict, str)):
+            raise ValueError(f"{name}: {section}: is a {type(data[section]).__name__}, expected a mapping")
+    model = data.get("model")
+    if isinstance(model, dict) and "class_path" not in model:
+        raise ValueError(f"{name}: model: has no class_path (e.g. class_path: RLModule with its init_args)")
+    if isinstance(model, dict):
+        extra = sorted(set(model) - {"class_path", "init_args", "dict_kwargs"})
+        if extra:
+            raise ValueError(f"{name}: model.{extra[0]}: unknown key beside class_path / init_args: move it "
+                             "under model.init_args")
+    return data
+
+
+def check_config_files(argv: list[str]) -> None:
+    """:func:`read_config_file` for every ``--config`` that is a file (jsonargparse reports missing ones)."""
+    WARNINGS.clear()
+    for path in _config_paths(argv):
+        if Path(path).is_file():
+            read_config_file(path)
+
+
+def check_config(config: Any) -> None:
+    """The parsed subcommand config (a jsonargparse ``Namespace``), before any class is instantiated."""
+    cfg = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    seed = cfg.get("seed_everything")
+    if isinstance(seed, bool) and seed is not False:
+        raise ValueError("seed_everything: true would pick a random seed that no config records: give an "
+                         "integer seed (e.g. seed_everything: 0)")
+    trainer = cfg.get("trainer") or {}
+    for key in ("default_root_dir",):
+        if trainer.get(key) and Path(str(trainer[key])).is_file():
+            raise ValueError(f"trainer.{key} {trainer[key]} is an existing file, not a directory")
+    logger = trainer.get("logger")
+    for item in logger if isinstance(logger, list) else [logger]:
+        save_dir = ((item or {}).get("init_args") or {}).get("save_dir") if isinstance(item, dict) else None
+        if save_dir and Path(str(save_dir)).is_file():
+            raise ValueError(f"trainer.logger.init_args.save_dir {save_dir} is an existing file, not a directory")
+    check_machine(trainer)
+    check_signature_values(cfg)
+    check_combinations(cfg, warn)
+    check_memory(cfg)
+
+
+def check_memory(cfg: dict) -> None:
+    """Refuse, before anything is allocated, sizes whose rollout buffer (host RAM) or per-GPU peak does not
+    fit, estimated by ``rlinf memory``'s estimator on a meta-device policy."""
+    from rlinf_core.cli.memory import build_policy, estimate_policy
+
+    model_args = (cfg.get("model") or {}).get("init_args") or {}
+    if not isinstance(model_args, dict) or "policy" not in model_args or "env" not in model_args:
+        return
+    try:
+        est, _ = estimate_policy(build_policy(model_args), cfg)
+    except Exception:  # noqa: BLE001 - no estimate (e.g. a missing model_path): instantiation reports it
+        return
+    host = sum(v for _, v in est.host)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    if host > ram:
+        raise ValueError(f"the rollout buffer needs about {host:,.0f} GiB of host RAM per node, this machine has "
+                         f"{ram:,.0f} GiB: lower env.num_envs / rollout.max_steps_per_rollout_epoch / "
+                         "rollout_epoch (`rlinf memory --config ...` shows the estimate)")
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto"))
+    import torch
+
+    if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_properties(0).total_memory / 1024**3
+        if est.peak > gpu:
+            raise ValueError(f"the run needs about {est.peak:,.1f} GiB per GPU, this GPU has {gpu:,.1f} GiB: "
+                             "see `rlinf memory --config ...` for the rows and lower the sizes")
+
+
+def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:
+    """The built trainer and module against ``--ckpt_path``, then the run phase begins (errors inside training
+    are bugs from here on); warnings go to the run's log."""
+    from rlinf_core.cli.resume_checks import check_resume
+
+    check_resume(trainer, model, ckpt_path)
+    start_rendezvous_watchdog(trainer)
+    trainer.callbacks.append(_RunPhase())
+
+
+def _run_phase_callback_base():
+    from lightning.pytorch.callbacks import Callback
+
+    return Callback
+
+
+class _RunPhase(_run_phase_callback_base()):
+    """Marks the training window for :mod:`rlinf_core.cli.errors` and logs the start warnings."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        from rlinf_core.cli import errors
+
+        errors.PHASE = "run"
+        experiment = getattr(trainer.logger, "experiment", None) if trainer.is_global_zero else None
+        if WARNINGS and hasattr(experiment, "add_text"):
+            experiment.add_text("rlinf/warnings", "\n\n".join(WARNINGS), 0)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from rlinf_core.cli import errors
+
+        errors.PHASE = "config"
