@@ -36,6 +36,10 @@ def warn(message: str) -> None:
     print(f"rlinf: warning: {message}", file=sys.stderr)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML lets the last one win silently)."""
 
@@ -45,7 +49,7 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in seen:
-            raise ValueError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+            raise _DuplicateKey(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
                              f"{seen[key] + 1}): the last one would silently win; keep one")
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
@@ -80,6 +84,8 @@ def read_config_file(path: str | Path) -> dict:
         raise ValueError(f"{name} is empty: it needs at least `model:` (see `rlinf configs`)")
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise ValueError(f"{name}: {exc}") from None
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -100,17 +106,61 @@ def read_config_file(path: str | Path) -> dict:
     model = data.get("model")
     if isinstance(model, dict) and "class_path" not in model:
         raise ValueError(f"{name}: model: has no class_path (e.g. class_path: RLModule with its init_args)")
-    if isinstance(model, dict):
-        extra = sorted(set(model) - {"class_path", "init_args", "dict_kwargs"})
-        if extra:
-            raise ValueError(f"{name}: model.{extra[0]}: unknown key beside class_path / init_args: move it "
-                             "under model.init_args")
+    if isinstance(data.get("seed_everything"), bool) and data["seed_everything"]:
+        raise ValueError(f"{name}: seed_everything: true would pick a random seed that no config records: give "
+                         "an integer seed (e.g. seed_everything: 0)")
+    _check_class_nodes(data, "", name)
     return data
+
+
+def _check_class_nodes(node: Any, path: str, name: str) -> None:
+    """Every ``class_path`` node: no unknown sibling keys, and a dotted path that imports."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            _check_class_nodes(item, f"{path}[{i}]", name)
+        return
+    if not isinstance(node, dict):
+        return
+    if "class_path" in node:
+        extra = sorted(map(str, set(node) - {"class_path", "init_args", "dict_kwargs", "__path__"}))
+        if extra:
+            raise ValueError(f"{name}: {path}.{extra[0]}: unknown key beside class_path / init_args (move it "
+                             f"under {path}.init_args)")
+        cp = node["class_path"]
+        if isinstance(cp, str) and "." in cp and path.rpartition(".")[2].split("[")[0] not in _PLUGIN_KEYS:
+            _check_dotted(cp, f"{path}.class_path", name)
+    for key, value in node.items():
+        _check_class_nodes(value, f"{path}.{key}" if path else str(key), name)
+
+
+_PLUGIN_KEYS = ("env", "eval_env", "policy", "world_model", "reward_model")  # resolved by the plugin registry
+
+
+def _check_dotted(class_path: str, where: str, name: str) -> None:
+    import difflib
+    import importlib
+
+    module_name, _, attr = class_path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{name}: {where}: {class_path} cannot be imported ({exc})") from None
+    if not hasattr(module, attr):
+        close = difflib.get_close_matches(attr, [n for n in dir(module) if n[:1].isupper()], n=1)
+        hint = f"; did you mean {module_name}.{close[0]}?" if close else ""
+        raise ValueError(f"{name}: {where}: {module_name} has no {attr}{hint}")
 
 
 def check_config_files(argv: list[str]) -> None:
     """:func:`read_config_file` for every ``--config`` that is a file (jsonargparse reports missing ones)."""
     WARNINGS.clear()
+    if "core" in {n.strip() for n in os.environ.get("RLINF_BLOCK_PLUGINS", "").split(",")}:
+        warn("RLINF_BLOCK_PLUGINS=core is ignored: the built-in core plugin (ReachEnv, TinyVLAPolicy, the toy "
+             "world model) is always loaded; remove core from it")
+    for arg in argv:
+        if arg.split("=", 1)[0] == "--seed_everything" and arg.partition("=")[2].lower() in ("true", "yes", "on"):
+            raise ValueError("--seed_everything true would pick a random seed that no config records: give an "
+                             "integer seed")
     for path in _config_paths(argv):
         if Path(path).is_file():
             read_config_file(path)
@@ -159,6 +209,10 @@ def check_memory(cfg: dict) -> None:
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto"))
     import torch
 
+    if accelerator == "cpu" and est.peak + host > ram:
+        raise ValueError(f"the run needs about {est.peak + host:,.0f} GiB of RAM (model, optimizer, activations and "
+                         f"rollout buffer), this machine has {ram:,.0f} GiB: lower the sizes (`rlinf memory "
+                         "--config ...` shows the rows)")
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         gpu = torch.cuda.get_device_properties(0).total_memory / 1024**3
         if est.peak > gpu:

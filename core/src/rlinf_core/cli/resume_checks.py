@@ -39,7 +39,7 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
         dirs = _checkpoint_dirs(trainer)
         if not any(d.is_dir() and any(d.glob("*.ckpt")) for d in dirs):
             where = ", ".join(map(str, dirs)) or "no checkpoint directory (the logger version is not pinned)"
-            raise ValueError(f"--ckpt_path last: there is no checkpoint to resume from ({where}); pass the run "
+            raise ValueError(f"ckpt_path: last has no checkpoint to resume from ({where}); pass the run "
                              "directory instead (--ckpt_path runs/<name>/version_N), or drop --ckpt_path")
         return
     if ckpt_path in ("best", "hpc", "registry"):
