@@ -368,7 +368,7 @@ def _kind_cases(tmp: Path):
     yield 4, "gradient_clip_algorithm", fit(_toy(trainer__gradient_clip_algorithm="value")), "optim.clip_grad"
     # 5. seed_everything: true, non-finite floats
     yield 5, "seed true", fit(_toy(seed_everything=True)), "seed_everything: true would pick a random seed"
-    yield 5, "seed true flag", fit(None, "--seed_everything=true"), "--seed_everything true"
+    yield 5, "seed true flag", fit(None, "--seed_everything=true"), "seed_everything true would pick"
     yield 5, "lr .inf", fit(raw=(ROOT / TOY).read_bytes().replace(b"lr: 1.0e-2", b"lr: .inf")), \
         "optim.lr must be a finite number"
     yield 5, "step_size .nan", fit(raw=yaml.safe_dump(_toy()).encode().replace(
@@ -518,18 +518,20 @@ NOT_ENV = ("from rlinf_core.plugins.hookspecs import hookimpl\nclass NotAnEnv:\n
 
 
 @pytest.mark.parametrize("source, needed, expected", [
-    (BROKEN, False, "plugin 'fake_p' from "),
+    (BROKEN, False, "plugin '{name}' from "),
     (TYPO, False, "unknown hook 'register_env'"),
-    (NOT_ENV, False, "registered <class 'fake_p.NotAnEnv'> as env"),
-    (BROKEN, True, "fake_p"),
-    (NOT_ENV, True, "fake_p"),
+    (NOT_ENV, False, "registered <class '{name}.NotAnEnv'> as env"),
+    (BROKEN, True, "{name}"),
+    (NOT_ENV, True, "{name}"),
 ])
 def test_broken_plugins_warn_when_not_needed_and_fail_in_one_line_when_needed(tmp_path, capsys, monkeypatch,
                                                                               source, needed, expected):
     """Kind 10: one warning line at start when the run does not use the plugin; one error line naming the
     plugin (and what to do) when it does."""
     monkeypatch.chdir(tmp_path)
-    _fake_plugins(tmp_path, monkeypatch, {"fake_p": source})
+    name = f"fake_plugin_{len(source)}_{int(needed)}"  # one module name per case (sys.modules keeps imports)
+    expected = expected.format(name=name)
+    _fake_plugins(tmp_path, monkeypatch, {name: source})
     flags = ["--model.init_args.env.class_path=NotAnEnv"] if needed else []
     try:
         code = main(["fit", "--config", str(ROOT / TOY), *FAST, *flags])
