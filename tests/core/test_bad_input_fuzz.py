@@ -611,3 +611,21 @@ def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_mod
     with pytest.raises(SystemExit) as info:  # bad input in the same session: still one line
         main(["fit", "--config", str(ROOT / TOY), "--model.init_args.global_batch_size=many"])
     assert info.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf: error:")
+
+
+def test_start_warnings_are_also_in_the_run_log(tmp_path, capsys, monkeypatch):
+    """The start warnings reach the run's TensorBoard log (text ``rlinf/warnings``) once training starts."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_toy(model__init_args__micro_batch_size=12)))
+    small = ["--trainer.max_epochs=1", "--model.init_args.env.init_args.num_envs=8", "--trainer.enable_checkpointing=false",
+             "--model.init_args.global_batch_size=16", "--model.init_args.export_policy=false"]
+    assert main(["fit", "--config", str(path), *small]) == 0
+    assert "is not a multiple of micro_batch_size (12)" in capsys.readouterr().err
+    events = EventAccumulator(str(next((tmp_path / "runs").rglob("events.out.tfevents.*")).parent)).Reload()
+    tags = events.Tags()["tensors"]
+    assert "rlinf/warnings/text_summary" in tags, tags
+    text = events.Tensors("rlinf/warnings/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "is not a multiple of micro_batch_size (12)" in text

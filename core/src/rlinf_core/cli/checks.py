@@ -68,7 +68,7 @@ def _config_paths(argv: list[str]) -> list[str]:
     return paths
 
 
-def read_config_file(path: str | Path) -> dict:
+def read_config_file(path: str | Path, given_on_command_line: bool = False) -> dict:
     """The mapping in a config file, or ``ValueError`` naming the file and what is wrong with it."""
     raw = Path(path).read_bytes()
     name = f"config {path}"
@@ -104,7 +104,8 @@ def read_config_file(path: str | Path) -> dict:
         if section in data and data[section] is not None and not isinstance(data[section], (dict, str)):
             raise ValueError(f"{name}: {section}: is a {type(data[section]).__name__}, expected a mapping")
     model = data.get("model")
-    if isinstance(model, dict) and "class_path" not in model:
+    if isinstance(model, dict) and "class_path" not in model and not given_on_command_line:
+        _unknown_plugin_classes_first()
         raise ValueError(f"{name}: model: has no class_path (e.g. class_path: RLModule with its init_args)")
     if isinstance(data.get("seed_everything"), bool) and data["seed_everything"]:
         raise ValueError(f"{name}: seed_everything: true would pick a random seed that no config records: give "
@@ -163,7 +164,22 @@ def check_config_files(argv: list[str]) -> None:
                              "integer seed")
     for path in _config_paths(argv):
         if Path(path).is_file():
-            read_config_file(path)
+            _ARGV[:] = argv
+            read_config_file(path, any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv))
+
+
+_ARGV: list[str] = []
+
+
+def _unknown_plugin_classes_first() -> None:
+    """An unknown env / policy class is the more useful line (the plugin registry names the choices)."""
+    from rlinf_core.cli.main import check_config_class_paths
+    from rlinf_core.plugins.manager import PluginError, load_plugins
+
+    try:
+        check_config_class_paths(_ARGV, load_plugins())
+    except PluginError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def check_config(config: Any) -> None:

@@ -62,11 +62,13 @@ def check_signature_values(node: Any, path: str = "") -> None:
         if p is not None and p.annotation is not inspect.Parameter.empty:
             numeric = [k for k in (int, float) if _allows(p.annotation, k)[0]]
             nullable = _allows(p.annotation, int)[1]
-            if value is None and numeric and not nullable:
+            if value is None and numeric and not nullable and p.default is not None:
                 raise ValueError(f"{where}: null given, expected {' or '.join(k.__name__ for k in numeric)} "
                                  f"(default {p.default!r})" if p.default is not p.empty else
                                  f"{where}: null given, a required {numeric[0].__name__}")
-            default_finite = not (isinstance(p.default, float) and not math.isfinite(p.default))
+            # only rlinf's own classes: a third-party class may take inf as a meaningful value
+            default_finite = cls.__module__.startswith("rlinf") and not (
+                isinstance(p.default, float) and not math.isfinite(p.default))
             if isinstance(value, float) and not math.isfinite(value) and float in numeric and default_finite:
                 raise ValueError(f"{where}: {value} given, expected a finite number")
     for key, value in node.items():
