@@ -554,7 +554,7 @@ def test_blocking_the_core_plugin_warns_in_one_line(tmp_path, capsys, monkeypatc
     assert len(warnings) == 1 and "RLINF_BLOCK_PLUGINS=core is ignored" in warnings[0], warnings
 
 
-def _rlinf(args: list[str], env: dict, timeout: int = 120):
+def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 120):
     import os
     import subprocess
     import sys
@@ -563,7 +563,7 @@ def _rlinf(args: list[str], env: dict, timeout: int = 120):
                                                               "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
     return subprocess.run([sys.executable, "-m", "rlinf_core.cli.main", "fit", "--config", str(ROOT / TOY), *FAST,
                            *args], env={**base, "OMP_NUM_THREADS": "1", **env}, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_not_hang(tmp_path):
@@ -572,7 +572,7 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
     out with a message (RLINF_RENDEZVOUS_TIMEOUT) instead of waiting forever."""
     import socket
 
-    out = _rlinf(["--trainer.num_nodes=2"], {}, timeout=120)
+    out = _rlinf(["--trainer.num_nodes=2"], {}, tmp_path, timeout=120)
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "torchrun --nnodes" in last and "Traceback" not in out.stderr, out.stderr[-800:]
     with socket.socket() as s:
@@ -581,10 +581,11 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
     env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "RLINF_RENDEZVOUS_TIMEOUT": "3"}
     out = _rlinf(["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.max_epochs=1",
-                  f"--trainer.default_root_dir={tmp_path}"], env, timeout=150)
+                  f"--trainer.default_root_dir={tmp_path}"], env, tmp_path, timeout=150)
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "rendezvous of 2 ranks" in last and "did not complete within 3 s" in last, \
         out.stderr[-800:]
+    assert not any(tmp_path.iterdir()), "a start that never formed its process group wrote files"
 
 
 def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_module(tmp_path, capsys, monkeypatch):

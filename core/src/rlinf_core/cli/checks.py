@@ -30,10 +30,20 @@ from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
 WARNINGS: list[str] = []
 
 
+_PENDING: list[str] = []
+
+
 def warn(message: str) -> None:
-    """One warning line now (console) and in the run's log once it starts."""
+    """One warning line on the console once every check has passed (a refused start shows only its error), and
+    in the run's log once training starts."""
     WARNINGS.append(message)
-    print(f"rlinf: warning: {message}", file=sys.stderr)
+    _PENDING.append(message)
+
+
+def flush_warnings() -> None:
+    for message in _PENDING:
+        print(f"rlinf: warning: {message}", file=sys.stderr)
+    _PENDING.clear()
 
 
 class _DuplicateKey(ValueError):
@@ -155,6 +165,7 @@ def _check_dotted(class_path: str, where: str, name: str) -> None:
 def check_config_files(argv: list[str]) -> None:
     """:func:`read_config_file` for every ``--config`` that is a file (jsonargparse reports missing ones)."""
     WARNINGS.clear()
+    _PENDING.clear()
     if "core" in {n.strip() for n in os.environ.get("RLINF_BLOCK_PLUGINS", "").split(",")}:
         warn("RLINF_BLOCK_PLUGINS=core is ignored: the built-in core plugin (ReachEnv, TinyVLAPolicy, the toy "
              "world model) is always loaded; remove core from it")
@@ -182,8 +193,15 @@ def _unknown_plugin_classes_first() -> None:
         raise ValueError(str(exc)) from None
 
 
-def check_config(config: Any) -> None:
-    """The parsed subcommand config (a jsonargparse ``Namespace``), before any class is instantiated."""
+def check_config(config: Any, subcommand: str | None = "fit") -> None:
+    """The parsed subcommand config (a jsonargparse ``Namespace``), before any class is instantiated (the start
+    warnings are shown here for other subcommands than ``fit``, at :func:`check_before_fit` for ``fit``)."""
+    _check_config(config)
+    if subcommand != "fit":
+        flush_warnings()
+
+
+def _check_config(config: Any) -> None:
     cfg = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     seed = cfg.get("seed_everything")
     if isinstance(seed, bool) and seed is not False:
@@ -242,6 +260,7 @@ def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:
     from rlinf_core.cli.resume_checks import check_resume
 
     check_resume(trainer, model, ckpt_path)
+    flush_warnings()
     start_rendezvous_watchdog(trainer)
     trainer.callbacks.append(_RunPhase())
 

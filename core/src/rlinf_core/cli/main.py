@@ -181,7 +181,7 @@ def _cli_class():
                              optional=True, hint="null: never evaluate")
             from rlinf_core.cli.checks import check_config
 
-            check_config(self.config[self.subcommand] if self.subcommand else self.config)
+            check_config(self.config[self.subcommand] if self.subcommand else self.config, self.subcommand)
 
         def _parse_ckpt_path(self) -> None:
             # first verify --ckpt_path (LightningCLI reads it here for hyperparameters): a directory resumes from
