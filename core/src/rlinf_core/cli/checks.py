@@ -41,7 +41,8 @@ def warn(message: str) -> None:
 
 
 def flush_warnings() -> None:
-    for message in _PENDING:
+    first_rank = all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    for message in _PENDING if first_rank else []:  # once per run, not once per rank
         print(f"rlinf: warning: {message}", file=sys.stderr)
     _PENDING.clear()
 
