@@ -263,7 +263,7 @@ def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:
     check_resume(trainer, model, ckpt_path)
     flush_warnings()
     start_rendezvous_watchdog(trainer)
-    trainer.callbacks.append(_RunPhase())
+    trainer.callbacks.insert(0, _RunPhase())  # first, so its on_fit_start runs before the other callbacks
 
 
 def _run_phase_callback_base():
@@ -273,9 +273,10 @@ def _run_phase_callback_base():
 
 
 class _RunPhase(_run_phase_callback_base()):
-    """Marks the training window for :mod:`rlinf_core.cli.errors` and logs the start warnings."""
+    """Marks the training window (``on_fit_start`` .. ``on_train_end``) for :mod:`rlinf_core.cli.errors` and
+    logs the start warnings."""
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer, pl_module) -> None:  # after setup and the checkpoint restore
         from rlinf_core.cli import errors
 
         errors.PHASE = "run"

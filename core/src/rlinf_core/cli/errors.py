@@ -2,7 +2,7 @@
 
 Only parsing and instantiating a config, and the documented checks before ``fit`` starts
 (:mod:`rlinf_core.cli.checks`), count as input. Once training has started (``PHASE == "run"``, set by the checks'
-callback at ``on_train_start``), an exception from the RL loop, a plugin's ``act`` / ``step`` or a callback is a
+callback at ``on_fit_start``, after setup and the checkpoint restore), an exception from the RL loop, a plugin's ``act`` / ``step`` or a callback is a
 bug: it keeps its traceback, headed by ``rlinf: bug in <module> during training (not a config error): ...``.
 Only a checkpoint that cannot be read or written (:class:`~rlinf_core.run.checkpoint_files.CheckpointError`) and a lost peer rank
 stay one-line errors there.
@@ -27,7 +27,7 @@ INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, Is
 _NOISE = ("Given value", "Expected a ", "- Expected a ", "Does not validate against any of the types",
           "Problem with given class_path", "Not a valid subclass", "Parser key", "tip: For details")
 MAX_LEN = 400
-PHASE = "config"  # "run" between on_train_start and on_train_end (rlinf_core.cli.checks)
+PHASE = "config"  # "run" between on_fit_start and on_train_end (rlinf_core.cli.checks)
 # frames of these packages are not where a bug is reported (the deepest frame outside them is)
 _LIBRARIES = ("torch", "lightning", "numpy", "jsonargparse", "pluggy", "importlib", "threading", "concurrent",
               "contextlib", "functools", "typing", "abc", "runpy", "rlinf_core.cli")
