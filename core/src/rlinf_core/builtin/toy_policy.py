@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
+from rlinf_core.rl.validation import check_number
 from rlinf_core.run.checkpoint_files import load_safetensors
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
@@ -151,9 +152,12 @@ class TinyVLAPolicy(TinyTrunkPolicy):
     ) -> None:
         super().__init__()
         if model_path is not None:
-            cfg = json.loads((Path(model_path) / "config.json").read_text())
+            cfg = _read_config(Path(model_path))
             action_dim, num_action_chunks, num_bins = cfg["action_dim"], cfg["num_action_chunks"], cfg["num_bins"]
             hidden_size, state_dim, add_value_head = cfg["hidden_size"], cfg["state_dim"], cfg["add_value_head"]
+        for key, value, low in (("action_dim", action_dim, 1), ("num_action_chunks", num_action_chunks, 1),
+                                ("num_bins", num_bins, 2), ("hidden_size", hidden_size, 1), ("state_dim", state_dim, 0)):
+            check_number(f"policy.{key}", value, low=low, high=65536)
         self._build_trunk(action_dim, num_action_chunks, hidden_size, state_dim, add_value_head)
         self.num_bins = num_bins
         self.action_head = nn.Linear(hidden_size, num_action_chunks * action_dim * num_bins)
@@ -197,3 +201,25 @@ class TinyVLAPolicy(TinyTrunkPolicy):
         tokens = torch.bucketize(actions.clamp(-1, 1).to(self.bin_centers.device), (self.bin_centers[1:] + self.bin_centers[:-1]) / 2)
         logits = self._logits(self._features(obs))
         return F.cross_entropy(logits.reshape(-1, self.num_bins), tokens.reshape(-1))
+
+
+_CONFIG_KEYS = ("action_dim", "num_action_chunks", "num_bins", "hidden_size", "state_dim", "add_value_head")
+
+
+def _read_config(model_path: Path) -> dict[str, Any]:
+    """``config.json`` of a TinyVLA directory, or a one-line ``ValueError`` naming the file and the key."""
+    path = model_path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"policy.model_path {model_path} has no config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} holds a JSON {type(cfg).__name__}, expected an object")
+    for key in _CONFIG_KEYS:
+        expected = bool if key == "add_value_head" else int
+        if not isinstance(cfg.get(key), expected) or (expected is int and isinstance(cfg.get(key), bool)):
+            raise ValueError(f"{path}: {key} must be {'a boolean' if expected is bool else 'an integer'}, "
+                             f"got {cfg.get(key)!r}")
+    return cfg

@@ -1,5 +1,12 @@
 """Bad input answered in one line: ``rlinf: error: <cause>`` and exit status 2, never a traceback.
 
+Only parsing and instantiating a config, and the documented checks before ``fit`` starts
+(:mod:`rlinf_core.cli.checks`), count as input. Once training has started (``PHASE == "run"``, set by the checks'
+callback at ``on_fit_start``, after setup and the checkpoint restore), an exception from the RL loop, a plugin's ``act`` / ``step`` or a callback is a
+bug: it keeps its traceback, headed by ``rlinf: bug in <module> during training (not a config error): ...``.
+Only a checkpoint that cannot be read or written (:class:`~rlinf_core.run.checkpoint_files.CheckpointError`) and a lost peer rank
+stay one-line errors there.
+
 jsonargparse reports a value that fails while a class is built (``num_envs`` not a multiple of ``group_size``,
 a missing ``model_path``) as two chained tracebacks and a ``Given value: Namespace(...)`` dump, and a parse
 error after a usage dump. :func:`run_cli` turns both into the one-line cause. Exceptions that are not about
@@ -20,6 +27,10 @@ INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, Is
 _NOISE = ("Given value", "Expected a ", "- Expected a ", "Does not validate against any of the types",
           "Problem with given class_path", "Not a valid subclass", "Parser key", "tip: For details")
 MAX_LEN = 400
+PHASE = "config"  # "run" between on_fit_start and on_train_end (rlinf_core.cli.checks)
+# frames of these packages are not where a bug is reported (the deepest frame outside them is)
+_LIBRARIES = ("torch", "lightning", "numpy", "jsonargparse", "pluggy", "importlib", "threading", "concurrent",
+              "contextlib", "functools", "typing", "abc", "runpy", "rlinf_core.cli")
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -67,16 +78,36 @@ def _peer_lost(exc: BaseException) -> str | None:
             "its own log has the cause; resume with --ckpt_path <run dir>")
 
 
+def _input_error(cause: BaseException) -> bool:
+    if type(cause).__name__ == "MisconfigurationException":  # Lightning's verdict on a trainer flag
+        return PHASE != "run"
+    if PHASE == "run":
+        from rlinf_core.run.checkpoint_files import CheckpointError
+
+        return isinstance(cause, CheckpointError)
+    return isinstance(cause, INPUT_ERRORS)
+
+
+def bug_location(exc: BaseException) -> str:
+    """The module of the deepest traceback frame outside torch / Lightning / the standard helpers."""
+    tb, names = exc.__traceback__, []
+    while tb is not None:
+        names.append(str(tb.tb_frame.f_globals.get("__name__", "?")))
+        tb = tb.tb_next
+    ours = [n for n in names if not n.split(".")[0] in _LIBRARIES and not n.startswith(_LIBRARIES[-1])]
+    return (ours or names or ["?"])[-1]
+
+
 def describe(exc: BaseException) -> str | None:
     """``"<cause>"`` for an input error (one line), ``None`` for a bug (keep the traceback)."""
     lost = _peer_lost(root_cause(exc)) or _peer_lost(exc)
     if lost is not None:
         return lost
     cause = root_cause(exc)
-    if isinstance(exc, ArgumentError) and not isinstance(cause, INPUT_ERRORS):
-        cause = exc
-    if not isinstance(cause, INPUT_ERRORS):
+    if not _input_error(cause) and not (PHASE != "run" and isinstance(exc, ArgumentError)):
         return None
+    if isinstance(exc, ArgumentError) and not _input_error(cause):
+        cause = exc
     chain, e = [], exc
     while e is not None and len(chain) < 20:
         chain.append(str(e))
@@ -90,14 +121,24 @@ def describe(exc: BaseException) -> str | None:
 
 
 def run_cli(fn: Callable[[], object]) -> object:
-    """Call ``fn``; an input error exits with status 2 and ``rlinf: error: <cause>`` on stderr."""
+    """Call ``fn``; an input error exits with status 2 and ``rlinf: error: <cause>`` on stderr; a bug keeps its
+    traceback under one line naming the module it came from."""
+    global PHASE
     try:
         return fn()
     except (SystemExit, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - filtered below: bugs are re-raised with their traceback
         text = describe(exc)
-        if text is None or os.environ.get("RLINF_TRACEBACK") == "1":
+        if text is None:
+            where = "training" if PHASE == "run" else "setup"
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            print(f"rlinf: bug in {bug_location(exc)} during {where} (not a config error): "
+                  f"{type(exc).__name__}: {first}; traceback follows", file=sys.stderr)
+            raise
+        if os.environ.get("RLINF_TRACEBACK") == "1":
             raise
         print(f"rlinf: error: {text}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        PHASE = "config"

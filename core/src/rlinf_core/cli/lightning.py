@@ -50,10 +50,14 @@ class RLinfCLI(LightningCLI):
 
         config = self.config[self.subcommand] if self.subcommand else self.config
         trainer = config.get("trainer")
+        if trainer is not None:
+            check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
+                         optional=True, hint="null: never evaluate")
+        from rlinf_core.cli.checks import check_config
+
+        check_config(config, self.subcommand)
         if trainer is None:
             return
-        check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
-                     optional=True, hint="null: never evaluate")
         # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every epoch end (not
         # only after validation) and links last.ckpt, unless configured otherwise.
         for spec in _as_list(trainer.get("callbacks")):
@@ -74,6 +78,10 @@ class RLinfCLI(LightningCLI):
         check = getattr(self.model, "check_world_size", None)
         if check is not None:  # before the launcher starts ranks and before a run directory exists
             check(self.trainer.world_size)
+        from rlinf_core.cli.checks import check_before_fit
+
+        check_before_fit(self.trainer, self.model, (self.config[self.subcommand] if self.subcommand else self.config)
+                         .get("ckpt_path"))
         target = (self.config_init[self.subcommand] if self.subcommand else self.config_init).get("memory")
         samples = getattr(self.model, "samples_per_rank", None)
         if isinstance(target, MemoryTarget) and samples is not None and rank_zero_only.rank == 0:

@@ -199,6 +199,9 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf_core.cli.quiet import install_quiet_filters
 
         install_quiet_filters()
+    from rlinf_core.cli.checks import check_config_files
+
+    run_cli(lambda: check_config_files(argv))  # malformed files and YAML tags, before anything is constructed
     try:
         registry = load_plugins()
         check_config_class_paths(argv, registry)

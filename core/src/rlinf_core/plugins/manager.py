@@ -260,7 +260,7 @@ class Registry:
             msg += f" Hint: {hint}"
         if broken:
             msg += " Plugins that failed to load: " + ", ".join(f"{p.name} ({p.distribution})" for p in broken)
-            msg += " — run `rlinf plugins` for details."
+            msg += " — fix or reinstall it (`rlinf plugins` shows why it failed)."
         return msg
 
     def errors(self) -> list[str]:

@@ -1,0 +1,140 @@
+"""Values the parsed config gives that its classes cannot use, and combinations legal one by one but
+nonsensical together (docs/reliability.md states the rule: an error for what a user would certainly not
+want, a one-line warning for what might be deliberate)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import typing
+from typing import Any, Callable
+
+
+def _import(class_path: str) -> type | None:
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - jsonargparse already reported unknown classes
+        return None
+
+
+def _parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """``__init__`` parameters of ``cls``, following ``**kwargs`` into its bases."""
+    found: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            sig = inspect.signature(init)
+            hints = typing.get_type_hints(init)
+        except Exception:  # noqa: BLE001 - unannotated or unresolvable: nothing to check
+            return found
+        for name, p in sig.parameters.items():
+            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name not in found:
+                found[name] = p.replace(annotation=hints.get(name, p.annotation))
+        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+            break
+    return found
+
+
+def _allows(annotation: Any, kind: type) -> tuple[bool, bool]:
+    """(``annotation`` admits ``kind``, it admits ``None``)."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) is not None else (annotation,)
+    return any(a is kind for a in args), any(a is type(None) for a in args) or annotation is Any
+
+
+def check_signature_values(node: Any, path: str = "") -> None:
+    """``null`` for a required number and non-finite floats where the class's default is finite, by key path."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            check_signature_values(item, f"{path}[{i}]")
+        return
+    if not isinstance(node, dict):
+        return
+    cls = _import(node["class_path"]) if isinstance(node.get("class_path"), str) else None
+    args = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
+    params = _parameters(cls) if cls is not None else {}
+    for key, value in args.items():
+        p = params.get(key)
+        where = f"{path}.init_args.{key}" if path else f"init_args.{key}"
+        if p is not None and p.annotation is not inspect.Parameter.empty:
+            numeric = [k for k in (int, float) if _allows(p.annotation, k)[0]]
+            nullable = _allows(p.annotation, int)[1]
+            if value is None and numeric and not nullable and p.default is not None:
+                raise ValueError(f"{where}: null given, expected {' or '.join(k.__name__ for k in numeric)} "
+                                 f"(default {p.default!r})" if p.default is not p.empty else
+                                 f"{where}: null given, a required {numeric[0].__name__}")
+            # only rlinf's own classes: a third-party class may take inf as a meaningful value
+            default_finite = cls.__module__.startswith("rlinf") and not (
+                isinstance(p.default, float) and not math.isfinite(p.default))
+            if isinstance(value, float) and not math.isfinite(value) and float in numeric and default_finite:
+                raise ValueError(f"{where}: {value} given, expected a finite number")
+    for key, value in node.items():
+        if key != "init_args":
+            check_signature_values(value, f"{path}.{key}" if path else key)
+    for key, value in args.items():
+        check_signature_values(value, f"{path}.init_args.{key}" if path else key)
+
+
+def _name(node: Any) -> str:
+    return str(node.get("class_path", "")).rpartition(".")[2] if isinstance(node, dict) else str(node or "")
+
+
+def _init(node: Any) -> dict:
+    return (node.get("init_args") or {}) if isinstance(node, dict) else {}
+
+
+def check_combinations(cfg: dict, warn: Callable[[str], None]) -> None:
+    """Errors and start warnings for settings that contradict each other (RLModule configs only)."""
+    model = cfg.get("model") or {}
+    if _name(model) != "RLModule":
+        return
+    args = _init(model)
+    env, policy, algorithm = _init(args.get("env")), _init(args.get("policy")), args.get("algorithm")
+    rollout, optim = args.get("rollout") or {}, args.get("optim") or {}
+    grpo = _name(algorithm) == "GRPO"
+    glob, micro = args.get("global_batch_size", 256), args.get("micro_batch_size", 32)
+    if isinstance(glob, int) and isinstance(micro, int) and glob >= 1 and micro >= 1:
+        if micro > glob:
+            warn(f"micro_batch_size ({micro}) is larger than global_batch_size ({glob}): micro-batches hold "
+                 f"{glob} samples at most")
+        elif glob % micro:
+            warn(f"global_batch_size ({glob}) is not a multiple of micro_batch_size ({micro}): the last "
+                 "micro-batch of each optimizer step is smaller (losses are weighted by size)")
+    if grpo:
+        if rollout.get("do_sample") is False:
+            raise ValueError("GRPO with rollout.do_sample: false: greedy rollouts make every member of a group act "
+                             "alike, so every advantage is zero and nothing is learned; sample (do_sample: true)")
+        if (optim.get("critic_warmup_steps") or 0) > 0:
+            raise ValueError(f"optim.critic_warmup_steps: {optim['critic_warmup_steps']} with GRPO: it has no "
+                             "critic, so those steps would only freeze the actor; remove it (a PPO setting)")
+        if optim.get("value_lr") is not None:
+            warn("optim.value_lr is ignored with GRPO (no critic); remove it")
+        steps, episode = rollout.get("max_steps_per_rollout_epoch", 100), env.get("max_episode_steps")
+        if isinstance(episode, int) and isinstance(steps, int) and steps < episode:
+            warn(f"rollout.max_steps_per_rollout_epoch ({steps}) is shorter than env.max_episode_steps "
+                 f"({episode}): GRPO scores whole episodes, and every unfinished one scores as it stands")
+        algo, group = _init(algorithm), env.get("group_size", 1)
+        if algo.get("filter_rewards") and isinstance(group, int) and group >= 1:
+            lo, hi = algo.get("rewards_lower_bound", 0.1), algo.get("rewards_upper_bound", 0.9)
+            if not any(lo <= k / group <= hi for k in range(group + 1)):
+                warn(f"GRPO's reward filter [{lo}, {hi}] keeps no group of success scores (group means are "
+                     f"multiples of 1/{group}): with 0/1 rewards every sample is dropped")
+    _warn_long_warmup(cfg, args, env, policy, _init(algorithm), rollout, optim, warn)
+
+
+def _warn_long_warmup(cfg, args, env, policy, algo, rollout, optim, warn) -> None:
+    warmup = optim.get("lr_warmup_steps") or 0
+    epochs = (cfg.get("trainer") or {}).get("max_epochs")
+    if not (isinstance(warmup, int) and warmup > 0 and isinstance(epochs, int) and epochs >= 0):
+        return
+    chunks = policy.get("num_action_chunks") or 1
+    samples = (rollout.get("rollout_epoch") or 1) * (env.get("num_envs") or 1) * max(
+        1, (rollout.get("max_steps_per_rollout_epoch") or 100) // chunks)
+    per_step = (algo.get("update_epoch") or 1) * math.ceil(samples / max(1, args.get("global_batch_size") or 256))
+    total = epochs * per_step
+    if warmup > total:
+        warn(f"optim.lr_warmup_steps ({warmup}) is longer than the whole run (at most {total} optimizer steps in "
+             f"{epochs} RL steps): the learning rate never reaches optim.lr")
