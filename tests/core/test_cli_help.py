@@ -65,3 +65,15 @@ def test_misspelled_config_keys_suggest_the_accepted_key(capsys, arg, hint):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rlinf: error: ") and err[0].endswith(hint), err
+
+
+def test_help_into_a_closed_pipe_is_not_an_error():
+    import subprocess
+    import sys
+
+    # `rlinf plugins | head -1`: the reader leaves after one line; no BrokenPipeError traceback, exit 0
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; "
+                             "sys.exit(main(['--help']))"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err

@@ -191,7 +191,13 @@ def main(args: list[str] | None = None) -> int | None:
     from rlinf_core.cli.configs import resolve_config_args
 
     argv = resolve_config_args(list(sys.argv[1:] if args is None else args))
-    code = _dispatch(argv)
+    try:
+        code = _dispatch(argv)
+    except BrokenPipeError:  # `rlinf plugins | head`: the reader has gone, nothing is wrong
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
     if code is not None:
         return code
     argv, verbose = _pop_verbose(argv)
