@@ -125,13 +125,54 @@ def test_vlm_critic_reads_the_prefix_output(ckpt):
     assert policy.openpi.value_head.mlp[0].in_features == policy.config.vlm_width
     obs = _obs()
     cache = policy._prefix(obs)
-    P = policy.config.num_image_tokens * 1 + policy.config.max_token_len  # one fed camera slot + all language
+    T, L = policy.config.num_image_tokens, policy.config.max_token_len
+    P = T * 3 + L  # openpi's three camera slots (two masked) + all language positions
     assert cache.prefix_out.shape[1] == P
-    expected = policy.openpi.value_head(cache.prefix_out.float().mean(1))
+    fed = torch.cat([cache.prefix_out[:, :T], cache.prefix_out[:, 3 * T:]], dim=1)  # the masked slots left out
+    expected = policy.openpi.value_head(fed.float().mean(1))
     torch.testing.assert_close(policy.value(obs), expected)
     for mode, pos in (("first_token", 0), ("last_token", P - 1)):
         policy.value_vlm_mode = mode
         torch.testing.assert_close(policy.value(obs), policy.openpi.value_head(cache.prefix_out[:, pos].float()))
+
+
+def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
+    """openpi / RLinf always feed three camera slots, a missing camera black and masked (RLinf v0.3
+    ``policies/metaworld_policy.py`` ``MetaworldInputs``); padded language positions attend uniformly over every key,
+    masked cameras included, and RLinf's ``get_value_from_vlm`` (``openpi_action_model.py``) averages the first
+    ``num_images_in_input`` slots' tokens and all ``max_token_len`` language positions. The critic must read exactly
+    that; the actions (valid tokens only) must not move."""
+    from rlinf_policy_openpi.transforms import to_model_image
+
+    policy = _policy(ckpt(True), value_after_vlm=True, value_vlm_mode="mean_token", discrete_state_input=False)
+    model, cfg = policy.openpi, policy.config
+    obs = _obs()  # prompts shorter than max_token_len: padded language positions
+    B, T, L, S = len(obs), cfg.num_image_tokens, cfg.max_token_len, cfg.vision.image_size
+    base = to_model_image(obs.main_images, S)
+    black = torch.full_like(base, -1.0)  # np.zeros_like(base_image) → [-1, 1]
+    on, off = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
+    batch = policy.inputs(obs, 1, policy.device)  # prompt tokens and state only
+    tokens, token_masks, state = batch.tokens, batch.token_masks, batch.state
+    assert not token_masks.all()
+    with torch.no_grad():
+        ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
+        one_slot = model.prefix_cache([base], [on], tokens, token_masks, state).prefix_out.float().mean(1)
+    rlinf_mask = [True] * T * 1 + [False] * T * 2 + [True] * L  # get_value_from_vlm, mean_token
+    reference = {"mean_token": ref_cache.prefix_out[:, rlinf_mask].float().mean(1),
+                 "first_token": ref_cache.prefix_out[:, 0].float(), "last_token": ref_cache.prefix_out[:, -1].float()}
+    assert not torch.allclose(one_slot, reference["mean_token"], atol=1e-4)  # the slots matter to padded positions
+    seen = []
+    hook = model.value_head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].float()))
+    for mode, ref in reference.items():
+        policy.value_vlm_mode = mode
+        policy.value(obs)
+        torch.testing.assert_close(seen[-1], ref, rtol=1e-5, atol=1e-5)
+    hook.remove()
+    with torch.no_grad():  # valid tokens never attend to masked slots: the same actions as one fed slot
+        ref_actions = model.sample_actions([base], [on], tokens, token_masks, state, num_steps=3,
+                                           noise=policy._initial_noise(B, do_sample=False))
+    torch.testing.assert_close(policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_value_head_weights_load_from_the_checkpoint(ckpt):

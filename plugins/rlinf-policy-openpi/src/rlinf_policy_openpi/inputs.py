@@ -1,8 +1,9 @@
 """rlinf :class:`~rlinf_core.contracts.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
 
-Only the cameras a policy feeds (``num_images_in_input``) become prefix slots: openpi always builds three and
-masks the missing ones, which gives the same outputs for every valid token (masked tokens are padding: no
-token attends to them and they do not move positions) at up to 3× less prefix compute.
+Every one of the model's camera slots (3) is built, as openpi and RLinf do: the ``num_images_in_input`` fed
+cameras, then black masked slots. Valid tokens never attend to a masked slot, but padded language positions
+(fully masked attention rows) attend uniformly over every key, masked cameras included, and RLinf's π0.5 critic
+after the VLM averages those positions: dropping the masked slots would change the critic's input.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class ModelBatch:
     """Model inputs of B observations.
 
     Attributes:
-        images: per fed camera slot ``[B, 3, S, S]`` in [-1, 1].
+        images: per camera slot (all the model's, fed or masked) ``[B, 3, S, S]`` in [-1, 1].
         image_masks: per slot bool ``[B]``.
         tokens: ``[B, max_token_len]`` prompt ids; token_masks: bool ``[B, max_token_len]``.
         state: ``[B, 32]`` normalised, zero-padded state (zeros without ``Observation.states``).
@@ -71,6 +72,8 @@ class ObservationInputs:
         return normalize(obs.states.to(device).float(), self.stats["state"], self.quantile)
 
     def __call__(self, obs: Observation, num_images: int, device: torch.device) -> ModelBatch:
+        """``num_images`` fed cameras (main, then wrist views) in the first slots, the model's other slots black and
+        masked."""
         views: list[torch.Tensor | None] = [obs.main_images]
         if num_images > 1:
             wrist = obs.wrist_images
@@ -82,7 +85,8 @@ class ObservationInputs:
                     f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
                 )
             views += [wrist[:, i] for i in range(num_images - 1)]
-        images, masks = camera_slots([v.to(device) for v in views], num_images, self.config.vision.image_size)
+        images, masks = camera_slots([v.to(device) for v in views], self.config.num_images,
+                                     self.config.vision.image_size)
         state = self._state(obs, device)
         discrete = self.config.pi05 and self.config.discrete_state_input
         if discrete and state is None:

@@ -66,13 +66,13 @@ class OpenPIPolicy(Policy):
         chunk_critic_input: the expert critic averages the first C action tokens instead of all H.
         value_after_vlm: the critic reads the VLM's prefix output (RLinf's π0.5 MetaWorld setting) instead of the
             action expert's.
-        value_vlm_mode: with ``value_after_vlm``: ``mean_token`` (the real camera slots' tokens and all
-            ``max_token_len`` language positions, padding included), ``last_token`` or ``first_token``.
+        value_vlm_mode: with ``value_after_vlm``: ``mean_token`` (the fed camera slots' tokens and all
+            ``max_token_len`` language positions, padding included), ``last_token`` or ``first_token`` (RLinf's).
         value_hidden_sizes: critic MLP widths (default: the checkpoint's ``value_head.*``, else (512, 256, 128)).
         train_expert_only: freeze PaliGemma (SigLIP + projector + Gemma-2B); the action expert, the action /
             state / time projections and the heads train (RLinf's default).
         num_images_in_input: cameras fed: the main image, then ``wrist_images`` (openpi slots base, left
-            wrist, right wrist); the other slots are masked.
+            wrist, right wrist); the model's other slots are fed black and masked, as openpi / RLinf do.
         asset_id: norm stats directory name (may contain a slash, e.g. ``lerobot/metaworld_mt50``; default: the
             only one in the checkpoint).
         discrete_state_input: π0.5 only: write the state into the prompt as 256-bin tokens (default: the
@@ -277,7 +277,7 @@ class OpenPIPolicy(Policy):
             return None
         model = self.openpi
         if self.value_after_vlm:
-            feats = self._vlm_value_features(cache.prefix_out)
+            feats = self._vlm_value_features(cache)
         else:
             B = cache.pad_mask.shape[0]
             x = torch.zeros(B, self.config.action_horizon, self.config.action_dim, device=self.device)
@@ -289,15 +289,19 @@ class OpenPIPolicy(Policy):
             feats = feats.detach()
         return model.value_head(feats.to(model.value_head.mlp[0].weight.dtype)).float()
 
-    def _vlm_value_features(self, prefix_out: torch.Tensor) -> torch.Tensor:
-        """``[B, P, vlm_width]`` → ``[B, vlm_width]`` per ``value_vlm_mode`` (RLinf's ``get_value_from_vlm``).
-
-        The prefix holds the ``num_images_in_input`` fed camera slots then ``max_token_len`` language positions."""
+    def _vlm_value_features(self, cache) -> torch.Tensor:
+        """The VLM's prefix output ``[B, P, vlm_width]`` → ``[B, vlm_width]`` per ``value_vlm_mode``, as RLinf's
+        ``get_value_from_vlm`` (RLinf v0.3 ``rlinf/models/embodiment/openpi/openpi_action_model.py``): the prefix is
+        all the model's camera slots then ``max_token_len`` language positions; ``mean_token`` averages the first
+        ``num_images_in_input`` slots' tokens and every language position (padding included), ``first_token`` /
+        ``last_token`` read prefix position 0 / P - 1."""
+        out = cache.prefix_out
         if self.value_vlm_mode == "first_token":
-            return prefix_out[:, 0].float()
+            return out[:, 0].float()
         if self.value_vlm_mode == "last_token":
-            return prefix_out[:, -1].float()
-        return prefix_out.float().mean(dim=1)
+            return out[:, -1].float()
+        fed = self.num_images_in_input * self.config.num_image_tokens
+        return torch.cat([out[:, :fed], out[:, cache.image_len:]], dim=1).float().mean(dim=1)
 
     @torch.no_grad()
     def value(self, obs: Observation) -> torch.Tensor:
@@ -374,7 +378,7 @@ class OpenPIPolicy(Policy):
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
-        images = self.num_images_in_input * cfg.num_image_tokens
+        images = cfg.num_images * cfg.num_image_tokens  # every slot runs, masked ones too (as openpi)
         prefix = images + cfg.max_token_len
         stacks = []
         if self.is_lora or not self.train_expert_only:
