@@ -38,6 +38,13 @@ args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,test]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
 "${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -m pip check >/dev/null || { "$VENV/bin/python" -m pip check; exit 1; }
+# Test-only references whose own pins would downgrade the environment (e.g. openpi-client: numpy<2), without their
+# dependencies and after `pip check` (which would report those pins).
+for p in "${plugins[@]}"; do
+  if [ -f "plugins/$p/requirements-nodeps.txt" ]; then
+    "${PIP[@]}" --no-deps -r "plugins/$p/requirements-nodeps.txt" 2>&1 | grep -v "is ignored" || true
+  fi
+done
 
 for p in "${plugins[@]}"; do
   if [ -x "plugins/$p/scripts/install_system_deps.sh" ]; then

@@ -148,7 +148,7 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
     model, cfg = policy.openpi, policy.config
     obs = _obs()  # prompts shorter than max_token_len: padded language positions
     B, T, L, S = len(obs), cfg.num_image_tokens, cfg.max_token_len, cfg.vision.image_size
-    base = to_model_image(obs.main_images, S)
+    base = to_model_image(obs.main_images, S, policy.image_resize)
     black = torch.full_like(base, -1.0)  # np.zeros_like(base_image) → [-1, 1]
     on, off = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
     batch = policy.inputs(obs, 1, policy.device)  # prompt tokens and state only
@@ -173,6 +173,27 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
                                            noise=policy._initial_noise(B, do_sample=False))
     torch.testing.assert_close(policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_image_resize_follows_the_checkpoint_kind(ckpt, tiny, tmp_path):
+    """openpi / RLinf checkpoints see frames resized as openpi's ``openpi_client.image_tools.resize_with_pad``
+    (PIL), lerobot ones as lerobot's float ``F.interpolate``; the choice is a setting that save_pretrained keeps."""
+    from openpi_client import image_tools
+
+    policy = _policy(ckpt(False))
+    assert policy.image_resize == "pil"
+    gen = torch.Generator().manual_seed(3)
+    obs = Observation(main_images=torch.randint(0, 256, (2, 48, 40, 3), generator=gen, dtype=torch.uint8),
+                      task_descriptions=["push the block"] * 2, states=torch.zeros(2, 4))
+    S = policy.config.vision.image_size
+    openpi = torch.from_numpy(image_tools.resize_with_pad(obs.main_images.numpy(), S, S))
+    assert torch.equal(policy.inputs(obs, 1, policy.device).images[0],
+                       openpi.permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0)
+    lerobot = _policy(tiny(pi05=False, layout="lerobot", max_token_len=24))
+    assert lerobot.image_resize == "lerobot"
+    assert not torch.equal(lerobot.inputs(obs, 1, lerobot.device).images[0], policy.inputs(obs, 1, "cpu").images[0])
+    lerobot.save_pretrained(tmp_path / "saved")  # an rlinf-style directory now: the setting must survive
+    assert OpenPIPolicy.from_pretrained(tmp_path / "saved").image_resize == "lerobot"
 
 
 def test_value_head_weights_load_from_the_checkpoint(ckpt):
@@ -248,6 +269,7 @@ def test_bad_settings_are_one_line_errors(ckpt):
         ({"num_images_in_input": 4}, "num_images_in_input must be 1..3"),
         ({"ignore_last": True, "num_steps": 1}, "ignore_last needs num_steps >= 2"),
         ({"precision": "fp8"}, "precision 'fp8' not supported"),
+        ({"image_resize": "jax"}, "image_resize 'jax' not supported; use pil or lerobot"),
     ):
         with pytest.raises(ValueError, match=match) as exc:
             OpenPIPolicy(str(path), **kw)

@@ -16,7 +16,14 @@ import torch
 from rlinf_core.contracts.observation import Observation
 from rlinf_policy_openpi.checkpoint import NormStats
 from rlinf_policy_openpi.config import OpenPIConfig
-from rlinf_policy_openpi.transforms import PromptTokenizer, camera_slots, normalize, pad_to_dim, unnormalize
+from rlinf_policy_openpi.transforms import (
+    ImageResize,
+    PromptTokenizer,
+    camera_slots,
+    normalize,
+    pad_to_dim,
+    unnormalize,
+)
 
 
 @dataclass
@@ -44,12 +51,16 @@ class ObservationInputs:
         config: the model's architecture (π0 / π0.5 decides z-score vs quantile normalisation).
         norm_stats: ``{"state": NormStats, "actions": NormStats}`` of the checkpoint.
         tokenizer_path: the local ``paligemma_tokenizer.model`` (None only for meta-device builds).
+        image_resize: ``pil`` (openpi / RLinf checkpoints) or ``lerobot`` (see
+            :func:`~rlinf_policy_openpi.transforms.default_image_resize`).
     """
 
     def __init__(
-        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None
+        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None,
+        image_resize: ImageResize = "pil",
     ) -> None:
         self.config = config
+        self.image_resize = image_resize
         self.stats = norm_stats
         self.quantile = bool(config.pi05)  # openpi: quantile normalisation for every model but π0
         # None: a meta-device build (architecture only), which never tokenises
@@ -86,7 +97,7 @@ class ObservationInputs:
                 )
             views += [wrist[:, i] for i in range(num_images - 1)]
         images, masks = camera_slots([v.to(device) for v in views], self.config.num_images,
-                                     self.config.vision.image_size)
+                                     self.config.vision.image_size, resize=self.image_resize)
         state = self._state(obs, device)
         discrete = self.config.pi05 and self.config.discrete_state_input
         if discrete and state is None:

@@ -32,6 +32,7 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
+from rlinf_policy_openpi.transforms import ImageResize
 
 ValueVLMMode = Literal["mean_token", "last_token", "first_token"]
 VLM_PREFIX = "paligemma_with_expert.paligemma."
@@ -79,6 +80,9 @@ class OpenPIPolicy(Policy):
             checkpoint's config; RLinf's π0.5 MetaWorld / LIBERO fine-tunes use False).
         tokenizer_path: the PaliGemma ``paligemma_tokenizer.model`` (default: in ``model_path``, else openpi's cache
             ``~/.cache/openpi/big_vision/``; never downloaded).
+        image_resize: how camera frames are resized to 224 with padding: ``pil`` (openpi's and RLinf's
+            ``openpi_client.image_tools.resize_with_pad``, bit-exact) or ``lerobot`` (lerobot's float
+            ``F.interpolate``); default: what the checkpoint's layout was trained with (lerobot → ``lerobot``).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
         precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with ``bf16`` the
@@ -110,13 +114,14 @@ class OpenPIPolicy(Policy):
         asset_id: str | None = None,
         discrete_state_input: bool | None = None,
         tokenizer_path: str | None = None,
+        image_resize: ImageResize | None = None,
         lora: LoRAConfig | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         from rlinf_policy_openpi.checkpoint import load_model, read_norm_stats
-        from rlinf_policy_openpi.transforms import find_tokenizer
+        from rlinf_policy_openpi.transforms import check_image_resize, default_image_resize, find_tokenizer
 
         prec = resolve_precision(precision)
         path = Path(model_path)
@@ -127,6 +132,8 @@ class OpenPIPolicy(Policy):
             )
         if len(noise_params) != 3:
             raise ValueError(f"noise_params must be [start, end, anneal_steps], got {list(noise_params)}")
+        if image_resize is not None:
+            check_image_resize(image_resize)
         self.sampler = FlowSampler(num_steps, noise_method, joint_logprob, ignore_last)
         self.model_path = str(path)
         overrides = {} if discrete_state_input is None else {"discrete_state_input": bool(discrete_state_input)}
@@ -139,7 +146,8 @@ class OpenPIPolicy(Policy):
             if not is_meta_init():
                 raise
             self.tokenizer_path = None  # architecture only (rlinf memory, config checks): no prompt is tokenised
-        self.inputs = ObservationInputs(config, read_norm_stats(path, asset_id), self.tokenizer_path)
+        self.image_resize = default_image_resize(ckpt.layout) if image_resize is None else image_resize
+        self.inputs = ObservationInputs(config, read_norm_stats(path, asset_id), self.tokenizer_path, self.image_resize)
         self.config = config
         self.is_pi05 = config.pi05
 
@@ -425,6 +433,7 @@ class OpenPIPolicy(Policy):
             "train_expert_only": self.train_expert_only,
             "num_images_in_input": self.num_images_in_input,
             "asset_id": self.asset_id,
+            "image_resize": self.image_resize,
             "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
         }
 
