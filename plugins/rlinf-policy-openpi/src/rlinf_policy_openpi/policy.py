@@ -8,7 +8,6 @@ normalised actions, un-normalised. The record holds the chain, the stochastic st
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Literal
@@ -196,8 +195,8 @@ class OpenPIPolicy(Policy):
                 load_head(model.noise_head, heads["noise_head"], "noise_head", str(path))
 
         # --- what trains, LoRA, precision
-        unused = unused_vlm_prefixes(config.vlm.depth, self.value_after_vlm)
-        model.unused_parameter_prefixes = functools.partial(tuple, unused)  # rlinf_core.models.lora: no adapters there
+        model.prefix_output_read = self.value_after_vlm
+        unused = model.unused_parameter_prefixes()
         for name, p in model.named_parameters():
             if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
                 p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
@@ -490,17 +489,6 @@ def _saved_settings(path: Path) -> dict:
         return {}
 
 
-def unused_vlm_prefixes(depth: int, value_after_vlm: bool) -> tuple[str, ...]:
-    """Parameters the forward runs but no gradient reaches unless the critic reads the VLM's output: the last VLM
-    layer's query / output projections, MLP and post-attention norm, and the final norm (the expert reads only the
-    VLM layers' keys and values)."""
-    if value_after_vlm:
-        return ()
-    last = f"{VLM_PREFIX}model.language_model.layers.{depth - 1}."
-    return tuple(last + m for m in ("self_attn.q_proj.", "self_attn.o_proj.", "mlp.", "post_attention_layernorm.")) + (
-        f"{VLM_PREFIX}model.language_model.norm.",)
-
-
 def default_lora_targets() -> str:
     """PaliGemma's linears on the forward path: Gemma attention / MLP, SigLIP attention / MLP, the projector."""
     return (
@@ -511,4 +499,4 @@ def default_lora_targets() -> str:
     )
 
 
-__all__ = ["OpenPIPolicy", "default_lora_targets", "unused_vlm_prefixes"]
+__all__ = ["OpenPIPolicy", "default_lora_targets"]
