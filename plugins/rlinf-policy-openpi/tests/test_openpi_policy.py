@@ -10,6 +10,7 @@ from rlinf_core.contracts.observation import Observation
 from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.policy import OpenPIPolicy
+from rlinf_policy_openpi.settings import NoiseConfig, grouped
 
 VLM = "paligemma_with_expert.paligemma."
 
@@ -32,7 +33,7 @@ def _obs(B=3, seed=1, states=True):
 def _policy(path, **kw):
     torch.manual_seed(0)
     kw.setdefault("num_steps", 3)
-    return OpenPIPolicy(str(path), **kw).eval()
+    return OpenPIPolicy(str(path), **grouped(kw)).eval()  # RLinf's flat names → the config groups
 
 
 class TestPi0Conformance(PolicyPluginTests):
@@ -247,7 +248,7 @@ def test_save_load_round_trip_with_heads(ckpt, tmp_path):
     with torch.no_grad():
         policy.openpi.noise_head.mlp_logvar.moduleList[0].linear_1.bias.add_(0.3)
     policy.save_pretrained(tmp_path / "out")
-    loaded = OpenPIPolicy.from_pretrained(tmp_path / "out", noise_method="flow_noise", num_steps=3).eval()
+    loaded = OpenPIPolicy.from_pretrained(tmp_path / "out", noise=NoiseConfig(method="flow_noise"), num_steps=3).eval()
     assert (loaded.num_action_chunks, loaded.action_dim) == (2, 3)
     obs = _obs()
     torch.manual_seed(1)
@@ -272,7 +273,7 @@ def test_bad_settings_are_one_line_errors(ckpt):
         ({"image_resize": "jax"}, "image_resize 'jax' not supported; use pil or lerobot"),
     ):
         with pytest.raises(ValueError, match=match) as exc:
-            OpenPIPolicy(str(path), **kw)
+            OpenPIPolicy(str(path), **grouped(kw))
         assert "\n" not in str(exc.value)
     policy = _policy(path, num_images_in_input=2)
     with pytest.raises(ValueError, match="needs wrist_images"):
