@@ -326,6 +326,7 @@ def read_config(model_path: str | Path, *, keys_pi05: bool | None = None, **over
 
 
 __all__ = [
-    "EMBED_KEY", "LM_HEAD_KEY", "UNUSED_KEYS", "GemmaDims", "IMAGE_KEYS", "LANGUAGE_PAD_LEN", "OpenPIConfig", "OpenPIConfigError", "PALIGEMMA_VOCAB",
+    "EMBED_KEY", "LM_HEAD_KEY", "UNUSED_KEYS",
+    "GemmaDims", "IMAGE_KEYS", "LANGUAGE_PAD_LEN", "OpenPIConfig", "OpenPIConfigError", "PALIGEMMA_VOCAB",
     "SiglipDims", "VARIANTS", "config_from_json", "read_config", "variant_dims", "variant_from_keys",
 ]

@@ -255,7 +255,8 @@ class PromptTokenizer:
 
 
 __all__ = [
-    "IMAGE_RESIZES", "ImageResize", "PromptTokenizer", "TOKENIZER_FILE", "camera_slots", "check_image_resize", "clean_prompt",
+    "IMAGE_RESIZES", "ImageResize", "PromptTokenizer", "TOKENIZER_FILE", "camera_slots", "check_image_resize",
+    "clean_prompt",
     "default_image_resize", "discretize_state", "find_tokenizer", "normalize", "pad_to_dim", "resize_with_pad",
     "resize_with_pad_lerobot", "to_model_image", "unnormalize",
 ]
