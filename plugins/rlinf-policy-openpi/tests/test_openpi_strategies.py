@@ -28,7 +28,7 @@ from rlinf_core.builtin.toy_env import ReachEnv
 
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"critic": {"enabled": True, "after_vlm": True}, "train_expert_only": False}),
-    "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "detach_critic_input": False}),
+    "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "critic": {"enabled": True, "detach_input": False}}),
 }
 STRATEGIES = {
     "fsdp2": {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
