@@ -50,7 +50,8 @@ def test_unused_prefixes_are_a_model_method_not_a_patch(tiny):
 
     last = "paligemma_with_expert.paligemma.model.language_model.layers.1.mlp."
     for after_vlm in (False, True):
-        policy = OpenPIPolicy(str(tiny(pi05=True)), critic=CriticConfig(enabled=True, after_vlm=after_vlm),
+        policy = OpenPIPolicy(str(tiny(pi05=True)), add_value_head=True,
+                              critic=CriticConfig(after_vlm=after_vlm),
                               train_expert_only=False)
         model = policy.openpi
         assert "unused_parameter_prefixes" not in vars(model)  # the class's method, not an instance attribute

@@ -95,7 +95,7 @@ def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2,
-                          critic=CriticConfig(enabled=setup["critic"], detach_input=True))
+                          add_value_head=setup["critic"], critic=CriticConfig(detach_input=True))
     _imitate_weak_expert(policy, step_size=env.step_size, radius=env.radius)
     start, end = _rl_success(policy, env, setup, algo, tmp_path)
     assert end > start + 0.1, (start, end)
@@ -105,11 +105,10 @@ def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
 def pi05_sft_checkpoint(tiny, tmp_path_factory):
     """The tiny π0.5 after 600 whole-model SFT steps on the weak expert, saved as a checkpoint directory."""
     from rlinf_policy_openpi.policy import OpenPIPolicy
-    from rlinf_policy_openpi.settings import CriticConfig
 
     path = tiny(pi05=True, layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False)
     torch.manual_seed(0)
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, critic=CriticConfig(enabled=False),
+    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False,
                           train_expert_only=False)
     _imitate_weak_expert(policy, steps=600, lr=3e-3)
     out = tmp_path_factory.mktemp("pi05-sft")
@@ -127,7 +126,7 @@ def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_pat
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM
         pi05_sft_checkpoint, train_expert_only=True,
-        critic=CriticConfig(enabled=setup["critic"], after_vlm=setup["critic"], detach_input=True),
+        add_value_head=setup["critic"], critic=CriticConfig(after_vlm=setup["critic"], detach_input=True),
     )
     assert policy.is_pi05
     start, end = _rl_success(policy, env, setup, algo, tmp_path)

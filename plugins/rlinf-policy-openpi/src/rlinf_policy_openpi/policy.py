@@ -49,9 +49,11 @@ class OpenPIPolicy(Policy):
         action_dim: env action dimensions D, the first D of the model's 32 (MetaWorld 4).
         num_action_chunks: C, actions executed per chunk: the first C of the H predicted (default H).
         num_steps: N denoise steps of every act.
+        add_value_head: add the critic (default: whatever the checkpoint has).
         noise: the stochastic denoise step (:class:`~rlinf_policy_openpi.settings.NoiseConfig`: method, level,
             anneal, ...).
-        critic: the value head (:class:`~rlinf_policy_openpi.settings.CriticConfig`: enabled, after_vlm, ...).
+        critic: where the critic reads and its widths (:class:`~rlinf_policy_openpi.settings.CriticConfig`:
+            after_vlm, vlm_mode, detach_input, ...).
         inputs: what the model is fed (:class:`~rlinf_policy_openpi.settings.InputConfig`: num_images_in_input,
             asset_id, discrete_state_input, tokenizer_path, image_resize).
         train_expert_only: freeze PaliGemma (SigLIP + projector + Gemma-2B); the action expert, the action /
@@ -69,6 +71,7 @@ class OpenPIPolicy(Policy):
         action_dim: int | None = None,
         num_action_chunks: int | None = None,
         num_steps: int = 10,
+        add_value_head: bool | None = None,
         noise: NoiseConfig = NoiseConfig(),
         critic: CriticConfig = CriticConfig(),
         inputs: InputConfig = InputConfig(),
@@ -111,7 +114,7 @@ class OpenPIPolicy(Policy):
         self.value_vlm_mode = critic.vlm_mode
         self.train_expert_only = bool(train_expert_only)
         self.rl_step = 0
-        self._add_heads(model, ckpt, critic, _saved_settings(path))
+        self._add_heads(model, ckpt, critic, add_value_head, _saved_settings(path))
         self.gradient_checkpointing = bool(gradient_checkpointing)
         self.lora = lora
         self.model = self._set_trainable(model)
@@ -138,13 +141,12 @@ class OpenPIPolicy(Policy):
         self.inputs = ObservationInputs(self.config, read_norm_stats(path, inputs.asset_id), self.tokenizer_path,
                                         self.image_resize)
 
-    def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, saved: dict) -> None:
+    def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, enabled: bool | None, saved: dict) -> None:
         """The value / explore-noise heads (RLinf names), loaded from the checkpoint's optional tensors."""
         config, heads = self.config, ckpt.heads
         has_saved_value = bool(heads.get("value_head"))
-        enabled = critic.enabled
         if enabled is None:  # a save_pretrained directory says whether it had one; else the tensors do
-            enabled = (saved.get("critic") or {}).get("enabled", saved.get("add_value_head", has_saved_value))
+            enabled = saved.get("add_value_head", has_saved_value)
         self.has_value_head = bool(enabled)
         if self.has_value_head:
             saved_hidden = value_hidden_sizes_from(heads.get("value_head", {}))
@@ -376,10 +378,11 @@ class OpenPIPolicy(Policy):
             "action_dim": self.action_dim,
             "num_action_chunks": self.num_action_chunks,
             "num_steps": self.num_steps,
+            "add_value_head": self.has_value_head,
             "noise": {"method": self.noise_method, "level": self.noise_level, "anneal": self.noise_anneal,
                       "anneal_params": list(self.noise_params), "logvar_range": list(self.noise_logvar_range),
                       "joint_logprob": self.sampler.joint_logprob, "ignore_last": self.sampler.ignore_last},
-            "critic": {"enabled": self.has_value_head, "after_vlm": self.value_after_vlm,
+            "critic": {"after_vlm": self.value_after_vlm,
                        "vlm_mode": self.value_vlm_mode, "detach_input": self.detach_critic_input,
                        "chunk_input": self.chunk_critic_input, "hidden_sizes": hidden},
             "inputs": {"num_images_in_input": self.num_images_in_input, "asset_id": self.asset_id,

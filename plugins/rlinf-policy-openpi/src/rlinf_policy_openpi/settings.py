@@ -50,10 +50,10 @@ class NoiseConfig:
 
 @dataclass(frozen=True)
 class CriticConfig:
-    """The value head (YAML group ``critic:``).
+    """Where the value head reads and what it is (YAML group ``critic:``; whether there is one is the policy's
+    ``add_value_head``, the key every policy shares).
 
     Args:
-        enabled: add the critic (None: whatever the checkpoint has; RLinf's ``add_value_head``).
         after_vlm: read the VLM's prefix output (RLinf's π0.5 MetaWorld setting, ``value_after_vlm``) instead of
             the action expert's.
         vlm_mode: with ``after_vlm``: ``mean_token`` (the fed camera slots' tokens and all ``max_token_len``
@@ -63,7 +63,6 @@ class CriticConfig:
         hidden_sizes: MLP widths (default: the checkpoint's ``value_head.*``, else (512, 256, 128)).
     """
 
-    enabled: bool | None = None
     after_vlm: bool = False
     vlm_mode: ValueVLMMode = "mean_token"
     detach_input: bool = False
@@ -112,7 +111,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "noise_method": ("noise", "method"), "noise_level": ("noise", "level"), "noise_anneal": ("noise", "anneal"),
     "noise_params": ("noise", "anneal_params"), "noise_logvar_range": ("noise", "logvar_range"),
     "joint_logprob": ("noise", "joint_logprob"), "ignore_last": ("noise", "ignore_last"),
-    "add_value_head": ("critic", "enabled"), "value_after_vlm": ("critic", "after_vlm"),
+    "value_after_vlm": ("critic", "after_vlm"),
     "value_vlm_mode": ("critic", "vlm_mode"), "detach_critic_input": ("critic", "detach_input"),
     "chunk_critic_input": ("critic", "chunk_input"), "value_hidden_sizes": ("critic", "hidden_sizes"),
     **{f.name: ("inputs", f.name) for f in fields(InputConfig)},
