@@ -127,7 +127,7 @@ def test_vlm_critic_reads_the_prefix_output(ckpt):
     obs = _obs()
     cache = policy._prefix(obs)
     T, L = policy.config.num_image_tokens, policy.config.max_token_len
-    P = T * 3 + L  # openpi's three camera slots (two masked) + all language positions
+    P = T * 3 + L  # the critic reads the prefix output: openpi's three camera slots (two masked) + all language
     assert cache.prefix_out.shape[1] == P
     fed = torch.cat([cache.prefix_out[:, :T], cache.prefix_out[:, 3 * T:]], dim=1)  # the masked slots left out
     expected = policy.openpi.value_head(fed.float().mean(1))
@@ -173,6 +173,17 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
         ref_actions = model.sample_actions([base], [on], tokens, token_masks, state, num_steps=3,
                                            noise=policy._initial_noise(B, do_sample=False))
     torch.testing.assert_close(policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
+                               rtol=1e-5, atol=1e-5)
+    # nothing reads the prefix output (expert critic): only the fed slot, the same actions and expert values
+    expert = _policy(ckpt(True), add_value_head=True, discrete_state_input=False)
+    assert expert.num_prefix_slots == 1 and policy.num_prefix_slots == 3
+    with torch.no_grad():
+        ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
+        x = torch.zeros(B, cfg.action_horizon, cfg.action_dim)
+        _, suffix = expert.openpi.suffix_forward(ref_cache, None, x, torch.ones(B))
+    torch.testing.assert_close(expert.value(obs), expert.openpi.value_head(suffix.float().mean(1)).float(),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(expert.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
                                rtol=1e-5, atol=1e-5)
 
 

@@ -1,9 +1,10 @@
 """rlinf :class:`~rlinf_core.contracts.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
 
-Every one of the model's camera slots (3) is built, as openpi and RLinf do: the ``num_images_in_input`` fed
-cameras, then black masked slots. Valid tokens never attend to a masked slot, but padded language positions
-(fully masked attention rows) attend uniformly over every key, masked cameras included, and RLinf's π0.5 critic
-after the VLM averages those positions: dropping the masked slots would change the critic's input.
+The model's camera slots (3) are built as openpi and RLinf do: the ``num_images_in_input`` fed cameras, then
+black masked slots. Valid tokens never attend to a masked slot, so the velocities (and the expert critic) are the
+same without them; but padded language positions (fully masked attention rows) attend uniformly over every key,
+masked cameras included, and RLinf's π0.5 critic after the VLM averages those positions. ``num_slots`` lets the
+policy drop the masked slots when nothing reads the prefix output (up to 3× less prefix compute).
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ class ObservationInputs:
             )
         return normalize(obs.states.to(device).float(), self.stats["state"], self.quantile)
 
-    def __call__(self, obs: Observation, num_images: int, device: torch.device) -> ModelBatch:
-        """``num_images`` fed cameras (main, then wrist views) in the first slots, the model's other slots black and
-        masked."""
+    def __call__(self, obs: Observation, num_images: int, device: torch.device, num_slots: int | None = None
+                 ) -> ModelBatch:
+        """``num_images`` fed cameras (main, then wrist views) in the first slots, then black masked slots up to
+        ``num_slots`` (default: all the model's, as openpi)."""
         views: list[torch.Tensor | None] = [obs.main_images]
         if num_images > 1:
             wrist = obs.wrist_images
@@ -96,7 +98,7 @@ class ObservationInputs:
                     f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
                 )
             views += [wrist[:, i] for i in range(num_images - 1)]
-        images, masks = camera_slots([v.to(device) for v in views], self.config.num_images,
+        images, masks = camera_slots([v.to(device) for v in views], num_slots or self.config.num_images,
                                      self.config.vision.image_size, resize=self.image_resize)
         state = self._state(obs, device)
         discrete = self.config.pi05 and self.config.discrete_state_input

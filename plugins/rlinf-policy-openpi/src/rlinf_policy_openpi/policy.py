@@ -213,9 +213,16 @@ class OpenPIPolicy(Policy):
         return self
 
     # ------------------------------------------------------------------ inputs
+    @property
+    def num_prefix_slots(self) -> int:
+        """Camera slots in the prefix: all the model's (the unfed ones black and masked, as openpi / RLinf) when
+        the critic reads the VLM's output, whose padded language positions attend to masked slots too; else only
+        the fed ones, which gives the same velocities and expert values (no valid token attends to a masked slot)."""
+        return self.config.num_images if self.has_value_head and self.value_after_vlm else self.num_images_in_input
+
     def _prefix(self, obs: Observation):
         """The prefix KV cache of ``obs`` (images + prompt) and the normalised padded state ``[B, 32]``."""
-        batch = self.inputs(obs, self.num_images_in_input, self.device)
+        batch = self.inputs(obs, self.num_images_in_input, self.device, self.num_prefix_slots)
         cache = self.openpi.prefix_cache(batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state)
         return cache
 
@@ -347,7 +354,7 @@ class OpenPIPolicy(Policy):
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
-        images = cfg.num_images * cfg.num_image_tokens  # every slot runs, masked ones too (as openpi)
+        images = self.num_prefix_slots * cfg.num_image_tokens
         prefix = images + cfg.max_token_len
         stacks = []
         if self.is_lora or not self.train_expert_only:
