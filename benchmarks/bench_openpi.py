@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from rlinf_core.contracts.observation import Observation
     from rlinf_policy_openpi.policy import OpenPIPolicy
+    from rlinf_policy_openpi.settings import CriticConfig
     from rlinf_policy_openpi.testing import tiny_checkpoint
 
     path = tiny_checkpoint(pi05=args.pi05, image_size=args.image_size, layout="rlinf")
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         main_images=torch.randint(0, 256, (args.batch, 64, 64, 3), generator=gen, dtype=torch.uint8),
         task_descriptions=["press the button"] * args.batch, states=torch.randn(args.batch, 4, generator=gen),
     )
-    policies = {n: OpenPIPolicy(str(path), num_steps=n, value_after_vlm=args.pi05).eval() for n in args.steps}
+    critic = CriticConfig(after_vlm=args.pi05)
+    policies = {n: OpenPIPolicy(str(path), num_steps=n, critic=critic).eval() for n in args.steps}
 
     def uncached(policy):
         """The policy with a denoiser that re-runs the whole joint forward at every step (no prefix cache)."""
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
             return denoise
 
-        clone = OpenPIPolicy(str(path), num_steps=policy.num_steps, value_after_vlm=args.pi05).eval()
+        clone = OpenPIPolicy(str(path), num_steps=policy.num_steps, critic=CriticConfig(after_vlm=args.pi05)).eval()
         clone._denoiser = denoiser
         return clone
 
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = first.config
     params = sum(p.numel() for p in first.parameters()) / 1e6
     print(f"tiny {'π0.5' if cfg.pi05 else 'π0'} policy: {params:.2f} M parameters, batch {args.batch}, "
-          f"{cfg.num_image_tokens} image + {cfg.max_token_len} text prefix tokens, H={cfg.action_horizon}, "
+          f"{cfg.num_images} × {cfg.num_image_tokens} image + {cfg.max_token_len} text prefix tokens, "
+          f"H={cfg.action_horizon}, "
           f"flow_sde + critic, {args.threads} thread(s)")
     print("  num_steps   act ms (cache)   act ms (no cache)   no cache / cache   act / act(1 step)")
     base = times[f"cached/{args.steps[0]}"]

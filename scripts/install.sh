@@ -37,9 +37,9 @@ fi
 args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
 "${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true
-# openpi's websocket client, the real client of the `rlinf serve` tests: it pins numpy<2 (and dm-tree) for openpi's
-# JAX stack, but the client (msgpack + websockets) runs on numpy 2, so it comes without its pins and pip check
-# passes over its lines
+# openpi-client, the real reference of the `rlinf serve` tests (WebsocketClientPolicy) and of the openpi plugin's
+# resize parity test (image_tools): it pins numpy<2 (and dm-tree) for openpi's JAX stack, but what we use of it
+# (msgpack + websockets, numpy + pillow) runs on numpy 2, so it comes without its pins and pip check passes over its lines
 "${PIP[@]}" --no-deps "openpi-client==0.1.2" 2>&1 | grep -v "is ignored" || true
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }

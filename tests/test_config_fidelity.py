@@ -227,6 +227,12 @@ def _load(rel: str) -> dict:
     return yaml.safe_load((CONFIGS / rel).read_text())
 
 
+def _openpi_flat_keys() -> dict[str, tuple[str, str]]:
+    from rlinf_policy_openpi.settings import FLAT_KEYS
+
+    return FLAT_KEYS
+
+
 def _value(cfg: dict, key: str):
     """Read ``key`` (``section.name``, ``total_envs`` or a top-level RLModule argument) from a config."""
     args = cfg["model"]["init_args"]
@@ -239,7 +245,10 @@ def _value(cfg: dict, key: str):
     block = args.get(section, {})
     if name == "class_path":
         return block.get("class_path")
-    if "class_path" in block:
+    if block.get("class_path") == "OpenPIPolicy" and name in _openpi_flat_keys():
+        group, name = _openpi_flat_keys()[name]  # RLinf's flat name → OpenPIPolicy's config group
+        block = block.get("init_args", {}).get(group) or {}
+    elif "class_path" in block:
         block = block.get("init_args", {})
     if name == "is_lora":  # RLinf's names for our policy's ``lora`` group
         return block.get("lora") is not None

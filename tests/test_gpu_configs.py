@@ -199,7 +199,7 @@ def test_openpi_gpu_config_builds_the_released_architecture(config, built_policy
     base = sum(p.numel() for n, p in model.named_parameters() if not n.startswith(heads))
     assert base == (PI05_PARAMETERS if spec.pi05 else PI0_PARAMETERS)
     assert policy.has_value_head
-    assert model.value_head.mlp[0].in_features == (2048 if init.get("value_after_vlm") else 1024)
+    assert model.value_head.mlp[0].in_features == (2048 if (init.get("critic") or {}).get("after_vlm") else 1024)
     assert (policy.num_action_chunks, policy.action_dim, policy.config.action_horizon) == (5, 4, spec.action_horizon)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and not [n for n in trainable if n.startswith("paligemma_with_expert.paligemma.")]

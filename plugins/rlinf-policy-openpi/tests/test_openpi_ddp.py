@@ -12,7 +12,7 @@ HERE = Path(__file__).parent
 
 def test_two_rank_ddp_update(tiny, tmp_path):
     path = tiny(pi05=False, layout="rlinf", max_token_len=24)
-    settings = {"lora": {"rank": 4}, "noise_method": "flow_noise"}
+    settings = {"lora": {"rank": 4}, "noise": {"method": "flow_noise"}}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(HERE / "ddp_probe.py"), str(path), str(tmp_path), json.dumps(settings)]

@@ -16,7 +16,7 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "metaworld" / "mt50_p
 
 
 POLICY = "--model.init_args.policy.init_args"
-PI05 = [f"{POLICY}.value_after_vlm=true", f"{POLICY}.detach_critic_input=false", "--trainer.max_epochs=1",
+PI05 = [f"{POLICY}.critic.after_vlm=true", f"{POLICY}.critic.detach_input=false", "--trainer.max_epochs=1",
         "--trainer.check_val_every_n_epoch=1"]  # one RL step and the eval: π0.5 trains through the same loop
 
 

@@ -88,13 +88,14 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
 @pytest.mark.parametrize("algo", list(SETUPS))
 def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     from rlinf_policy_openpi.policy import OpenPIPolicy
+    from rlinf_policy_openpi.settings import CriticConfig
 
     setup = SETUPS[algo]
     path = tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=12, value_head=False)
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=setup["critic"],
-                          detach_critic_input=True)
+    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2,
+                          add_value_head=setup["critic"], critic=CriticConfig(detach_input=True))
     _imitate_weak_expert(policy, step_size=env.step_size, radius=env.radius)
     start, end = _rl_success(policy, env, setup, algo, tmp_path)
     assert end > start + 0.1, (start, end)
@@ -107,7 +108,8 @@ def pi05_sft_checkpoint(tiny, tmp_path_factory):
 
     path = tiny(pi05=True, layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False)
     torch.manual_seed(0)
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False, train_expert_only=False)
+    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False,
+                          train_expert_only=False)
     _imitate_weak_expert(policy, steps=600, lr=3e-3)
     out = tmp_path_factory.mktemp("pi05-sft")
     policy.save_pretrained(out)
@@ -117,13 +119,14 @@ def pi05_sft_checkpoint(tiny, tmp_path_factory):
 @pytest.mark.parametrize("algo", list(SETUPS))
 def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_path, algo):
     from rlinf_policy_openpi.policy import OpenPIPolicy
+    from rlinf_policy_openpi.settings import CriticConfig
 
     setup = SETUPS[algo]
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM
-        pi05_sft_checkpoint, add_value_head=setup["critic"], value_after_vlm=setup["critic"], train_expert_only=True,
-        detach_critic_input=True,
+        pi05_sft_checkpoint, train_expert_only=True,
+        add_value_head=setup["critic"], critic=CriticConfig(after_vlm=setup["critic"], detach_input=True),
     )
     assert policy.is_pi05
     start, end = _rl_success(policy, env, setup, algo, tmp_path)

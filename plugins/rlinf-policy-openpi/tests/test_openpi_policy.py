@@ -10,6 +10,7 @@ from rlinf_core.contracts.observation import Observation
 from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.policy import OpenPIPolicy
+from rlinf_policy_openpi.settings import NoiseConfig, grouped
 
 VLM = "paligemma_with_expert.paligemma."
 
@@ -32,7 +33,7 @@ def _obs(B=3, seed=1, states=True):
 def _policy(path, **kw):
     torch.manual_seed(0)
     kw.setdefault("num_steps", 3)
-    return OpenPIPolicy(str(path), **kw).eval()
+    return OpenPIPolicy(str(path), **grouped(kw)).eval()  # RLinf's flat names → the config groups
 
 
 class TestPi0Conformance(PolicyPluginTests):
@@ -125,13 +126,86 @@ def test_vlm_critic_reads_the_prefix_output(ckpt):
     assert policy.openpi.value_head.mlp[0].in_features == policy.config.vlm_width
     obs = _obs()
     cache = policy._prefix(obs)
-    P = policy.config.num_image_tokens * 1 + policy.config.max_token_len  # one fed camera slot + all language
+    T, L = policy.config.num_image_tokens, policy.config.max_token_len
+    P = T * 3 + L  # the critic reads the prefix output: openpi's three camera slots (two masked) + all language
     assert cache.prefix_out.shape[1] == P
-    expected = policy.openpi.value_head(cache.prefix_out.float().mean(1))
+    fed = torch.cat([cache.prefix_out[:, :T], cache.prefix_out[:, 3 * T:]], dim=1)  # the masked slots left out
+    expected = policy.openpi.value_head(fed.float().mean(1))
     torch.testing.assert_close(policy.value(obs), expected)
     for mode, pos in (("first_token", 0), ("last_token", P - 1)):
         policy.value_vlm_mode = mode
         torch.testing.assert_close(policy.value(obs), policy.openpi.value_head(cache.prefix_out[:, pos].float()))
+
+
+def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
+    """openpi / RLinf always feed three camera slots, a missing camera black and masked (RLinf v0.3
+    ``policies/metaworld_policy.py`` ``MetaworldInputs``); padded language positions attend uniformly over every key,
+    masked cameras included, and RLinf's ``get_value_from_vlm`` (``openpi_action_model.py``) averages the first
+    ``num_images_in_input`` slots' tokens and all ``max_token_len`` language positions. The critic must read exactly
+    that; the actions (valid tokens only) must not move."""
+    from rlinf_policy_openpi.transforms import to_model_image
+
+    policy = _policy(ckpt(True), value_after_vlm=True, value_vlm_mode="mean_token", discrete_state_input=False)
+    model, cfg = policy.openpi, policy.config
+    obs = _obs()  # prompts shorter than max_token_len: padded language positions
+    B, T, L, S = len(obs), cfg.num_image_tokens, cfg.max_token_len, cfg.vision.image_size
+    base = to_model_image(obs.main_images, S, policy.image_resize)
+    black = torch.full_like(base, -1.0)  # np.zeros_like(base_image) → [-1, 1]
+    on, off = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
+    batch = policy.inputs(obs, 1, policy.device)  # prompt tokens and state only
+    tokens, token_masks, state = batch.tokens, batch.token_masks, batch.state
+    assert not token_masks.all()
+    with torch.no_grad():
+        ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
+        one_slot = model.prefix_cache([base], [on], tokens, token_masks, state).prefix_out.float().mean(1)
+    rlinf_mask = [True] * T * 1 + [False] * T * 2 + [True] * L  # get_value_from_vlm, mean_token
+    reference = {"mean_token": ref_cache.prefix_out[:, rlinf_mask].float().mean(1),
+                 "first_token": ref_cache.prefix_out[:, 0].float(), "last_token": ref_cache.prefix_out[:, -1].float()}
+    assert not torch.allclose(one_slot, reference["mean_token"], atol=1e-4)  # the slots matter to padded positions
+    seen = []
+    hook = model.value_head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].float()))
+    for mode, ref in reference.items():
+        policy.value_vlm_mode = mode
+        policy.value(obs)
+        torch.testing.assert_close(seen[-1], ref, rtol=1e-5, atol=1e-5)
+    hook.remove()
+    with torch.no_grad():  # valid tokens never attend to masked slots: the same actions as one fed slot
+        ref_actions = model.sample_actions([base], [on], tokens, token_masks, state, num_steps=3,
+                                           noise=policy._initial_noise(B, do_sample=False))
+    torch.testing.assert_close(policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
+                               rtol=1e-5, atol=1e-5)
+    # nothing reads the prefix output (expert critic): only the fed slot, the same actions and expert values
+    expert = _policy(ckpt(True), add_value_head=True, discrete_state_input=False)
+    assert expert.num_prefix_slots == 1 and policy.num_prefix_slots == 3
+    with torch.no_grad():
+        ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
+        x = torch.zeros(B, cfg.action_horizon, cfg.action_dim)
+        _, suffix = expert.openpi.suffix_forward(ref_cache, None, x, torch.ones(B))
+    torch.testing.assert_close(expert.value(obs), expert.openpi.value_head(suffix.float().mean(1)).float(),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(expert.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_image_resize_follows_the_checkpoint_kind(ckpt, tiny, tmp_path):
+    """openpi / RLinf checkpoints see frames resized as openpi's ``openpi_client.image_tools.resize_with_pad``
+    (PIL), lerobot ones as lerobot's float ``F.interpolate``; the choice is a setting that save_pretrained keeps."""
+    from openpi_client import image_tools
+
+    policy = _policy(ckpt(False))
+    assert policy.image_resize == "pil"
+    gen = torch.Generator().manual_seed(3)
+    obs = Observation(main_images=torch.randint(0, 256, (2, 48, 40, 3), generator=gen, dtype=torch.uint8),
+                      task_descriptions=["push the block"] * 2, states=torch.zeros(2, 4))
+    S = policy.config.vision.image_size
+    openpi = torch.from_numpy(image_tools.resize_with_pad(obs.main_images.numpy(), S, S))
+    assert torch.equal(policy.inputs(obs, 1, policy.device).images[0],
+                       openpi.permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0)
+    lerobot = _policy(tiny(pi05=False, layout="lerobot", max_token_len=24))
+    assert lerobot.image_resize == "lerobot"
+    assert not torch.equal(lerobot.inputs(obs, 1, lerobot.device).images[0], policy.inputs(obs, 1, "cpu").images[0])
+    lerobot.save_pretrained(tmp_path / "saved")  # an rlinf-style directory now: the setting must survive
+    assert OpenPIPolicy.from_pretrained(tmp_path / "saved").image_resize == "lerobot"
 
 
 def test_value_head_weights_load_from_the_checkpoint(ckpt):
@@ -185,7 +259,7 @@ def test_save_load_round_trip_with_heads(ckpt, tmp_path):
     with torch.no_grad():
         policy.openpi.noise_head.mlp_logvar.moduleList[0].linear_1.bias.add_(0.3)
     policy.save_pretrained(tmp_path / "out")
-    loaded = OpenPIPolicy.from_pretrained(tmp_path / "out", noise_method="flow_noise", num_steps=3).eval()
+    loaded = OpenPIPolicy.from_pretrained(tmp_path / "out", noise=NoiseConfig(method="flow_noise"), num_steps=3).eval()
     assert (loaded.num_action_chunks, loaded.action_dim) == (2, 3)
     obs = _obs()
     torch.manual_seed(1)
@@ -207,9 +281,10 @@ def test_bad_settings_are_one_line_errors(ckpt):
         ({"num_images_in_input": 4}, "num_images_in_input must be 1..3"),
         ({"ignore_last": True, "num_steps": 1}, "ignore_last needs num_steps >= 2"),
         ({"precision": "fp8"}, "precision 'fp8' not supported"),
+        ({"image_resize": "jax"}, "image_resize 'jax' not supported; use pil or lerobot"),
     ):
         with pytest.raises(ValueError, match=match) as exc:
-            OpenPIPolicy(str(path), **kw)
+            OpenPIPolicy(str(path), **grouped(kw))
         assert "\n" not in str(exc.value)
     policy = _policy(path, num_images_in_input=2)
     with pytest.raises(ValueError, match="needs wrist_images"):

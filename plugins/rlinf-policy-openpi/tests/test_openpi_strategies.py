@@ -27,8 +27,8 @@ from rlinf_core.testing.multirank import check_ranks, exported_weights, reach_co
 from rlinf_core.builtin.toy_env import ReachEnv
 
 VARIANTS = {
-    "pi05_vlm_critic": ({"pi05": True}, {"value_after_vlm": True, "train_expert_only": False}),
-    "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "detach_critic_input": False}),
+    "pi05_vlm_critic": ({"pi05": True}, {"critic": {"after_vlm": True}, "train_expert_only": False}),
+    "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "critic": {"detach_input": False}}),
 }
 STRATEGIES = {
     "fsdp2": {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
@@ -47,7 +47,7 @@ def _checkpoint(tiny, variant: str):
 def _fit(tmp_path, tiny, variant: str, strategy) -> list[dict]:
     policy = {"class_path": "OpenPIPolicy", "init_args": {
         "model_path": str(_checkpoint(tiny, variant)), "action_dim": 2, "num_action_chunks": 2, "num_steps": 3,
-        "add_value_head": True, "noise_method": "flow_sde", **VARIANTS[variant][1],
+        "add_value_head": True, "noise": {"method": "flow_sde"}, **VARIANTS[variant][1],
     }}
     records = run_fit(tmp_path, reach_config(tmp_path, strategy, "PPO", policy, model_extra={"optim": OPTIM}))
     check_ranks(records)

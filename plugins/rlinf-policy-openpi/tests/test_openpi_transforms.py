@@ -15,7 +15,9 @@ from rlinf_policy_openpi.transforms import (
     find_tokenizer,
     normalize,
     pad_to_dim,
+    default_image_resize,
     resize_with_pad,
+    to_model_image,
     unnormalize,
 )
 
@@ -31,16 +33,45 @@ def test_resize_with_pad_keeps_aspect_and_pads_black():
         resize_with_pad(img.float(), 224)
 
 
-def test_resize_matches_pil_antialiased_bilinear():
-    """jax.image.resize (openpi) antialiases like PIL's bilinear reduce: same triangle filter (PIL rounds in fixed
-    point, so ±1 level)."""
-    from PIL import Image
+SHAPES = [(256, 256), (480, 480), (300, 400), (480, 640), (120, 60), (224, 224), (200, 224), (100, 90)]
 
-    gen = torch.Generator().manual_seed(0)
-    img = (torch.rand(1, 300, 400, 3, generator=gen) * 255).to(torch.uint8)
-    ours = resize_with_pad(img, 224)[0].numpy().astype(int)
-    pil = np.asarray(Image.fromarray(img[0].numpy()).resize((224, 168), Image.BILINEAR)).astype(int)
-    assert np.abs(ours[28:196] - pil).max() <= 1 and not ours[:28].any() and not ours[196:].any()
+
+@pytest.mark.parametrize("h,w", SHAPES, ids=[f"{h}x{w}" for h, w in SHAPES])
+def test_pil_resize_is_bit_exact_to_openpi_client(h, w):
+    """openpi's and RLinf's input transforms resize with ``openpi_client.image_tools.resize_with_pad`` (PIL
+    bilinear, 8-bit): the default mode must be bit-identical to the real package."""
+    from openpi_client import image_tools
+
+    gen = torch.Generator().manual_seed(h * 1000 + w)
+    img = (torch.rand(3, h, w, 3, generator=gen) * 256).to(torch.uint8)
+    img[1] = torch.linspace(0, 255, w).round().to(torch.uint8)[None, :, None]  # smooth ramps round differently
+    theirs = image_tools.resize_with_pad(img.numpy(), 224, 224)
+    ours = resize_with_pad(img, 224)
+    assert ours.dtype == torch.uint8 and np.array_equal(ours.numpy(), theirs)
+    chw = resize_with_pad(img.permute(0, 3, 1, 2).contiguous(), 224)  # channels-first input too
+    assert np.array_equal(chw.numpy(), theirs)
+    expected = torch.from_numpy(theirs).permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0
+    assert torch.equal(to_model_image(img, 224), expected)
+
+
+def test_lerobot_resize_is_float_bilinear_without_antialias():
+    """lerobot's π0 / π0.5 (``resize_with_pad_torch`` of ``policies/common/vla_utils.py``): float [0, 1] frames,
+    ``F.interpolate`` bilinear without antialias, no 8-bit rounding, black (0) padding, then ``· 2 − 1``."""
+    img = torch.zeros(1, 112, 56, 3, dtype=torch.uint8)
+    img[0, 0::2, :, 0], img[0, 1::2, :, 0] = 10, 25  # alternating rows: a 2× shrink samples between them
+    out = to_model_image(img, 56, "lerobot")
+    assert out.shape == (1, 3, 56, 56) and out.dtype == torch.float32
+    inner = out[0, 0, :, 14:42]
+    torch.testing.assert_close(inner, torch.full_like(inner, 17.5 / 255.0 * 2.0 - 1.0))  # 17.5: not rounded
+    assert (out[0, :, :, :14] == -1).all() and (out[0, :, :, 42:] == -1).all()
+    pil = to_model_image(img, 56, "pil")[0, 0, :, 14:42]
+    assert not torch.allclose(pil, inner)  # PIL antialiases (and rounds) the same shrink
+    with pytest.raises(ValueError, match="image_resize 'jax' not supported; use pil or lerobot"):
+        to_model_image(img, 56, "jax")
+
+
+def test_default_image_resize_follows_the_checkpoint_layout():
+    assert [default_image_resize(k) for k in ("openpi", "rlinf", "lerobot")] == ["pil", "pil", "lerobot"]
 
 
 def test_camera_slots_mask_missing_cameras():

@@ -380,6 +380,12 @@ class OpenPIModel(nn.Module):
             self.action_time_mlp_in = nn.Linear(2 * width, width)
             self.action_time_mlp_out = nn.Linear(width, width)
         self.gradient_checkpointing = False
+        self.prefix_output_read = False  # True when a head reads the VLM's prefix output (π0.5 critic after the VLM)
+
+    def unused_parameter_prefixes(self) -> tuple[str, ...]:
+        """Parameters the forward runs but no gradient reaches (``rlinf_core.models.lora`` puts no adapters there;
+        DDP must not wait for them): see :func:`unused_vlm_prefixes`."""
+        return unused_vlm_prefixes(self.config.vlm.depth, self.prefix_output_read)
 
     # ---- embeddings ----
     def embed_images(self, images: list[Tensor]) -> list[Tensor]:
@@ -598,7 +604,19 @@ class OpenPIModel(nn.Module):
         return {k: v for k, v in self.state_dict().items() if k != EMBED_KEY}
 
 
+def unused_vlm_prefixes(depth: int, prefix_output_read: bool) -> tuple[str, ...]:
+    """Unless a head reads the VLM's prefix output, no gradient reaches the last VLM layer's query / output
+    projections, MLP and post-attention norm, nor the final norm: the expert reads only the VLM layers' keys and
+    values."""
+    if prefix_output_read:
+        return ()
+    vlm = "paligemma_with_expert.paligemma.model.language_model."
+    last = f"{vlm}layers.{depth - 1}."
+    return tuple(last + m for m in ("self_attn.q_proj.", "self_attn.o_proj.", "mlp.", "post_attention_layernorm.")) + (
+        f"{vlm}norm.",)
+
+
 __all__ = [
     "AdaRMSNorm", "MASK_VALUE", "OpenPIDecoderLayer", "OpenPIModel", "PrefixCache", "additive_mask", "attention",
-    "make_att_2d_masks", "sinusoidal_time_embedding",
+    "make_att_2d_masks", "sinusoidal_time_embedding", "unused_vlm_prefixes",
 ]

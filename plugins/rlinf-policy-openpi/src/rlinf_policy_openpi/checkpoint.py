@@ -25,10 +25,15 @@ from pathlib import Path
 import torch
 
 from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError
-from rlinf_policy_openpi.config import EMBED_KEY, TINY_HINT, OpenPIConfig, read_config, variant_from_keys
-
-LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
-UNUSED_KEYS = ("paligemma_with_expert.gemma_expert.lm_head.weight",)  # present in released files, never used
+from rlinf_policy_openpi.config import (
+    EMBED_KEY,
+    LM_HEAD_KEY,
+    TINY_HINT,
+    UNUSED_KEYS,
+    OpenPIConfig,
+    read_config,
+    variant_from_keys,
+)
 HEAD_PREFIXES = ("value_head.", "noise_head.")
 FULL_WEIGHTS = ("model_state_dict/full_weights.pt", "actor/model_state_dict/full_weights.pt")
 NORM_STATS_FILE = "norm_stats.json"

@@ -29,6 +29,10 @@ PALIGEMMA_VOCAB = 257152
 LANGUAGE_PAD_LEN = {False: 48, True: 200}  # openpi Pi0Config.max_token_len default, keyed by pi05
 IMAGE_KEYS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's three camera slots, in order
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openpi.make_tiny DIR`"
+# Weight names the model and the checkpoint readers share (here, so that neither imports the other).
+EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"  # tied to LM_HEAD_KEY
+LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
+UNUSED_KEYS = ("paligemma_with_expert.gemma_expert.lm_head.weight",)  # present in released files, never used
 
 
 class OpenPIConfigError(ValueError):
@@ -325,6 +329,7 @@ def read_config(model_path: str | Path, *, keys_pi05: bool | None = None, **over
 
 
 __all__ = [
+    "EMBED_KEY", "LM_HEAD_KEY", "UNUSED_KEYS",
     "GemmaDims", "IMAGE_KEYS", "LANGUAGE_PAD_LEN", "OpenPIConfig", "OpenPIConfigError", "PALIGEMMA_VOCAB",
     "SiglipDims", "VARIANTS", "config_from_json", "read_config", "variant_dims", "variant_from_keys",
 ]

@@ -1,8 +1,10 @@
 """rlinf :class:`~rlinf_core.contracts.observation.Observation` ⇄ π0 / π0.5 model tensors (openpi's transforms).
 
-Only the cameras a policy feeds (``num_images_in_input``) become prefix slots: openpi always builds three and
-masks the missing ones, which gives the same outputs for every valid token (masked tokens are padding: no
-token attends to them and they do not move positions) at up to 3× less prefix compute.
+The model's camera slots (3) are built as openpi and RLinf do: the ``num_images_in_input`` fed cameras, then
+black masked slots. Valid tokens never attend to a masked slot, so the velocities (and the expert critic) are the
+same without them; but padded language positions (fully masked attention rows) attend uniformly over every key,
+masked cameras included, and RLinf's π0.5 critic after the VLM averages those positions. ``num_slots`` lets the
+policy drop the masked slots when nothing reads the prefix output (up to 3× less prefix compute).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import torch
 from rlinf_core.contracts import Observation
 from rlinf_policy_openpi.checkpoint import NormStats
 from rlinf_policy_openpi.config import OpenPIConfig
-from rlinf_policy_openpi.transforms import PromptTokenizer, camera_slots, normalize, pad_to_dim, unnormalize
+from rlinf_policy_openpi.transforms import (
+    ImageResize,
+    PromptTokenizer,
+    camera_slots,
+    normalize,
+    pad_to_dim,
+    unnormalize,
+)
 
 
 @dataclass
@@ -23,7 +32,7 @@ class ModelBatch:
     """Model inputs of B observations.
 
     Attributes:
-        images: per fed camera slot ``[B, 3, S, S]`` in [-1, 1].
+        images: per camera slot (all the model's, fed or masked) ``[B, 3, S, S]`` in [-1, 1].
         image_masks: per slot bool ``[B]``.
         tokens: ``[B, max_token_len]`` prompt ids; token_masks: bool ``[B, max_token_len]``.
         state: ``[B, 32]`` normalised, zero-padded state (zeros without ``Observation.states``).
@@ -43,12 +52,16 @@ class ObservationInputs:
         config: the model's architecture (π0 / π0.5 decides z-score vs quantile normalisation).
         norm_stats: ``{"state": NormStats, "actions": NormStats}`` of the checkpoint.
         tokenizer_path: the local ``paligemma_tokenizer.model`` (None only for meta-device builds).
+        image_resize: ``pil`` (openpi / RLinf checkpoints) or ``lerobot`` (see
+            :func:`~rlinf_policy_openpi.transforms.default_image_resize`).
     """
 
     def __init__(
-        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None
+        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None,
+        image_resize: ImageResize = "pil",
     ) -> None:
         self.config = config
+        self.image_resize = image_resize
         self.stats = norm_stats
         self.quantile = bool(config.pi05)  # openpi: quantile normalisation for every model but π0
         # None: a meta-device build (architecture only), which never tokenises
@@ -70,7 +83,10 @@ class ObservationInputs:
             )
         return normalize(obs.states.to(device).float(), self.stats["state"], self.quantile)
 
-    def __call__(self, obs: Observation, num_images: int, device: torch.device) -> ModelBatch:
+    def __call__(self, obs: Observation, num_images: int, device: torch.device, num_slots: int | None = None
+                 ) -> ModelBatch:
+        """``num_images`` fed cameras (main, then wrist views) in the first slots, then black masked slots up to
+        ``num_slots`` (default: all the model's, as openpi)."""
         views: list[torch.Tensor | None] = [obs.main_images]
         if num_images > 1:
             wrist = obs.wrist_images
@@ -82,7 +98,8 @@ class ObservationInputs:
                     f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
                 )
             views += [wrist[:, i] for i in range(num_images - 1)]
-        images, masks = camera_slots([v.to(device) for v in views], num_images, self.config.vision.image_size)
+        images, masks = camera_slots([v.to(device) for v in views], num_slots or self.config.num_images,
+                                     self.config.vision.image_size, resize=self.image_resize)
         state = self._state(obs, device)
         discrete = self.config.pi05 and self.config.discrete_state_input
         if discrete and state is None:

@@ -8,10 +8,8 @@ normalised actions, un-normalised. The record holds the chain, the stochastic st
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
@@ -32,8 +30,8 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
+from rlinf_policy_openpi.settings import CriticConfig, InputConfig, NoiseConfig, grouped
 
-ValueVLMMode = Literal["mean_token", "last_token", "first_token"]
 VLM_PREFIX = "paligemma_with_expert.paligemma."
 RLINF_KEY = "rlinf"  #: config.json entry with the policy settings save_pretrained wrote
 GREEDY_SEED = 0  #: the fixed initial noise of do_sample=False (deterministic ODE)
@@ -52,37 +50,18 @@ class OpenPIPolicy(Policy):
         num_action_chunks: C, actions executed per chunk: the first C of the H predicted (default H).
         num_steps: N denoise steps of every act.
         add_value_head: add the critic (default: whatever the checkpoint has).
-        noise_method: the stochastic step's kernel: ``flow_sde`` (SDE with the ODE's marginals),
-            ``flow_noise`` (ODE mean, std from a learned explore-noise head), ``flow_cps`` (coefficient-preserving),
-            ``flow_ode`` (no noise: log-probs 0, for evaluation only).
-        noise_level: flow_sde / flow_cps noise level.
-        noise_anneal: move the noise level linearly per RL step as ``noise_params`` say.
-        noise_params: ``[start, end, anneal_steps]`` of ``noise_anneal``.
-        noise_logvar_range: ``[min_std, max_std]`` of the flow_noise head.
-        joint_logprob: every denoise step stochastic; the log-prob is the mean over ``log N(x_1; 0, I)`` and the
-            N transitions (designed for flow_noise).
-        ignore_last: never inject noise at the last denoise step.
-        detach_critic_input: the critic reads detached features (no critic gradient into the expert / VLM).
-        chunk_critic_input: the expert critic averages the first C action tokens instead of all H.
-        value_after_vlm: the critic reads the VLM's prefix output (RLinf's π0.5 MetaWorld setting) instead of the
-            action expert's.
-        value_vlm_mode: with ``value_after_vlm``: ``mean_token`` (the real camera slots' tokens and all
-            ``max_token_len`` language positions, padding included), ``last_token`` or ``first_token``.
-        value_hidden_sizes: critic MLP widths (default: the checkpoint's ``value_head.*``, else (512, 256, 128)).
+        noise: the stochastic denoise step (:class:`~rlinf_policy_openpi.settings.NoiseConfig`: method, level,
+            anneal, ...).
+        critic: where the critic reads and its widths (:class:`~rlinf_policy_openpi.settings.CriticConfig`:
+            after_vlm, vlm_mode, detach_input, ...).
+        inputs: what the model is fed (:class:`~rlinf_policy_openpi.settings.InputConfig`: num_images_in_input,
+            asset_id, discrete_state_input, tokenizer_path, image_resize).
         train_expert_only: freeze PaliGemma (SigLIP + projector + Gemma-2B); the action expert, the action /
             state / time projections and the heads train (RLinf's default).
-        num_images_in_input: cameras fed: the main image, then ``wrist_images`` (openpi slots base, left
-            wrist, right wrist); the other slots are masked.
-        asset_id: norm stats directory name (may contain a slash, e.g. ``lerobot/metaworld_mt50``; default: the
-            only one in the checkpoint).
-        discrete_state_input: π0.5 only: write the state into the prompt as 256-bin tokens (default: the
-            checkpoint's config; RLinf's π0.5 MetaWorld / LIBERO fine-tunes use False).
-        tokenizer_path: the PaliGemma ``paligemma_tokenizer.model`` (default: in ``model_path``, else openpi's cache
-            ``~/.cache/openpi/big_vision/``; never downloaded).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
-        precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with ``bf16`` the
-            frozen VLM is stored in bf16 and trainable weights stay fp32.
+        precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with
+            ``bf16`` the frozen VLM is stored in bf16 and trainable weights stay fp32.
         gradient_checkpointing: recompute every VLM / expert layer in the backward (train mode).
     """
 
@@ -93,56 +72,27 @@ class OpenPIPolicy(Policy):
         num_action_chunks: int | None = None,
         num_steps: int = 10,
         add_value_head: bool | None = None,
-        noise_method: flow.NoiseMethod = "flow_sde",
-        noise_level: float = 0.5,
-        noise_anneal: bool = False,
-        noise_params: tuple[float, float, int] = (0.7, 0.3, 400),
-        noise_logvar_range: tuple[float, float] = (0.08, 0.16),
-        joint_logprob: bool = False,
-        ignore_last: bool = False,
-        detach_critic_input: bool = False,
-        chunk_critic_input: bool = False,
-        value_after_vlm: bool = False,
-        value_vlm_mode: ValueVLMMode = "mean_token",
-        value_hidden_sizes: tuple[int, ...] | None = None,
+        noise: NoiseConfig = NoiseConfig(),
+        critic: CriticConfig = CriticConfig(),
+        inputs: InputConfig = InputConfig(),
         train_expert_only: bool = True,
-        num_images_in_input: int = 1,
-        asset_id: str | None = None,
-        discrete_state_input: bool | None = None,
-        tokenizer_path: str | None = None,
         lora: LoRAConfig | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
-        from rlinf_policy_openpi.checkpoint import load_model, read_norm_stats
-        from rlinf_policy_openpi.transforms import find_tokenizer
+        from rlinf_policy_openpi.checkpoint import load_model
 
         prec = resolve_precision(precision)
         path = Path(model_path)
-        saved = _saved_settings(path)
-        if value_vlm_mode not in ("mean_token", "last_token", "first_token"):
-            raise ValueError(
-                f"value_vlm_mode {value_vlm_mode!r} not supported; use mean_token, last_token or first_token"
-            )
-        if len(noise_params) != 3:
-            raise ValueError(f"noise_params must be [start, end, anneal_steps], got {list(noise_params)}")
-        self.sampler = FlowSampler(num_steps, noise_method, joint_logprob, ignore_last)
+        self.sampler = FlowSampler(num_steps, noise.method, noise.joint_logprob, noise.ignore_last)
         self.model_path = str(path)
-        overrides = {} if discrete_state_input is None else {"discrete_state_input": bool(discrete_state_input)}
+        overrides = {} if inputs.discrete_state_input is None else {
+            "discrete_state_input": bool(inputs.discrete_state_input)}
         model, ckpt = load_model(path, **overrides)
-        config = model.config
-        self.asset_id = asset_id
-        try:
-            self.tokenizer_path = str(find_tokenizer(path, tokenizer_path))
-        except CheckpointError:
-            if not is_meta_init():
-                raise
-            self.tokenizer_path = None  # architecture only (rlinf memory, config checks): no prompt is tokenised
-        self.inputs = ObservationInputs(config, read_norm_stats(path, asset_id), self.tokenizer_path)
-        self.config = config
+        self.config = config = model.config
         self.is_pi05 = config.pi05
-
+        self._set_inputs(path, inputs, ckpt.layout)
         self.action_dim = int(action_dim or self.inputs.action_dim)
         if not 1 <= self.action_dim <= config.action_dim:
             raise ValueError(
@@ -154,61 +104,80 @@ class OpenPIPolicy(Policy):
                 f"num_action_chunks must be 1..{config.action_horizon} (the checkpoint's action_horizon), "
                 f"got {self.num_action_chunks}"
             )
-        if not 1 <= num_images_in_input <= config.num_images:
-            raise ValueError(f"num_images_in_input must be 1..{config.num_images}, got {num_images_in_input}")
-        self.num_images_in_input = int(num_images_in_input)
-        self.noise_level = float(noise_level)
-        self.noise_anneal = bool(noise_anneal)
-        self.noise_params = (float(noise_params[0]), float(noise_params[1]), int(noise_params[2]))
-        self.noise_logvar_range = (float(noise_logvar_range[0]), float(noise_logvar_range[1]))
-        self.detach_critic_input = bool(detach_critic_input)
-        self.chunk_critic_input = bool(chunk_critic_input)
-        self.value_after_vlm = bool(value_after_vlm)
-        self.value_vlm_mode = value_vlm_mode
+        self.noise_level = noise.level
+        self.noise_anneal = noise.anneal
+        self.noise_params = noise.anneal_params
+        self.noise_logvar_range = noise.logvar_range
+        self.detach_critic_input = critic.detach_input
+        self.chunk_critic_input = critic.chunk_input
+        self.value_after_vlm = critic.after_vlm
+        self.value_vlm_mode = critic.vlm_mode
         self.train_expert_only = bool(train_expert_only)
         self.rl_step = 0
-
-        # --- heads (RLinf names, optional tensors of the checkpoint)
-        heads = ckpt.heads
-        has_saved_value = bool(heads.get("value_head"))
-        if add_value_head is None:
-            add_value_head = saved.get("add_value_head", has_saved_value)
-        self.has_value_head = bool(add_value_head)
-        if self.has_value_head:
-            saved_hidden = value_hidden_sizes_from(heads.get("value_head", {}))
-            hidden = tuple(value_hidden_sizes or saved_hidden or DEFAULT_VALUE_HIDDEN)
-            width = config.vlm_width if self.value_after_vlm else config.expert_width
-            model.value_head = ValueHead(width, hidden)
-            if has_saved_value and not is_meta_init():
-                load_head(model.value_head, heads["value_head"], "value_head", str(path))
-        if noise_method == "flow_noise":
-            model.noise_head = ExploreNoiseNet(config.expert_width, config.action_dim,
-                                               noise_logvar_range=self.noise_logvar_range)
-            if heads.get("noise_head") and not is_meta_init():
-                load_head(model.noise_head, heads["noise_head"], "noise_head", str(path))
-
-        # --- what trains, LoRA, precision
-        unused = unused_vlm_prefixes(config.vlm.depth, self.value_after_vlm)
-        model.unused_parameter_prefixes = functools.partial(tuple, unused)  # rlinf_core.models.lora: no adapters there
-        for name, p in model.named_parameters():
-            if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
-                p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
+        self._add_heads(model, ckpt, critic, add_value_head, _saved_settings(path))
         self.gradient_checkpointing = bool(gradient_checkpointing)
-        model.gradient_checkpointing = self.gradient_checkpointing
         self.lora = lora
-        if lora is not None:
-            from rlinf_core.models.lora import apply_lora
-
-            wrapped = apply_lora(model, lora, default_targets=default_lora_targets())
-            for name, p in model.named_parameters():  # RLinf wraps only PaliGemma: the rest trains in full
-                if not name.startswith(VLM_PREFIX) and ".lora_" not in name and not name.startswith(unused):
-                    p.requires_grad_(True)
-            self.model = wrapped
-        else:
-            self.model = model
+        self.model = self._set_trainable(model)
         apply_precision(self.model, prec)
         self.precision = prec.name
         self.compute_dtype = prec.compute
+
+    def _set_inputs(self, path: Path, inputs: InputConfig, layout: str) -> None:
+        from rlinf_policy_openpi.checkpoint import read_norm_stats
+        from rlinf_policy_openpi.transforms import default_image_resize, find_tokenizer
+
+        if not 1 <= inputs.num_images_in_input <= self.config.num_images:
+            raise ValueError(
+                f"num_images_in_input must be 1..{self.config.num_images}, got {inputs.num_images_in_input}")
+        self.num_images_in_input = int(inputs.num_images_in_input)
+        self.asset_id = inputs.asset_id
+        try:
+            self.tokenizer_path = str(find_tokenizer(path, inputs.tokenizer_path))
+        except CheckpointError:
+            if not is_meta_init():
+                raise
+            self.tokenizer_path = None  # architecture only (rlinf memory, config checks): no prompt is tokenised
+        self.image_resize = inputs.image_resize or default_image_resize(layout)
+        self.inputs = ObservationInputs(self.config, read_norm_stats(path, inputs.asset_id), self.tokenizer_path,
+                                        self.image_resize)
+
+    def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, enabled: bool | None, saved: dict) -> None:
+        """The value / explore-noise heads (RLinf names), loaded from the checkpoint's optional tensors."""
+        config, heads = self.config, ckpt.heads
+        has_saved_value = bool(heads.get("value_head"))
+        if enabled is None:  # a save_pretrained directory says whether it had one; else the tensors do
+            enabled = saved.get("add_value_head", has_saved_value)
+        self.has_value_head = bool(enabled)
+        if self.has_value_head:
+            saved_hidden = value_hidden_sizes_from(heads.get("value_head", {}))
+            hidden = tuple(critic.hidden_sizes or saved_hidden or DEFAULT_VALUE_HIDDEN)
+            width = config.vlm_width if self.value_after_vlm else config.expert_width
+            model.value_head = ValueHead(width, hidden)
+            if has_saved_value and not is_meta_init():
+                load_head(model.value_head, heads["value_head"], "value_head", str(ckpt.path))
+        if self.noise_method == "flow_noise":
+            model.noise_head = ExploreNoiseNet(config.expert_width, config.action_dim,
+                                               noise_logvar_range=self.noise_logvar_range)
+            if heads.get("noise_head") and not is_meta_init():
+                load_head(model.noise_head, heads["noise_head"], "noise_head", str(ckpt.path))
+
+    def _set_trainable(self, model: nn.Module) -> nn.Module:
+        """Freeze what does not train, wrap PaliGemma with LoRA; returns the module ``self.model`` holds."""
+        model.prefix_output_read = self.value_after_vlm
+        model.gradient_checkpointing = self.gradient_checkpointing
+        unused = model.unused_parameter_prefixes()
+        for name, p in model.named_parameters():
+            if name.startswith(unused) or (self.train_expert_only and name.startswith(VLM_PREFIX)):
+                p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
+        if self.lora is None:
+            return model
+        from rlinf_core.models.lora import apply_lora
+
+        wrapped = apply_lora(model, self.lora, default_targets=default_lora_targets())
+        for name, p in model.named_parameters():  # RLinf wraps only PaliGemma: the rest trains in full
+            if not name.startswith(VLM_PREFIX) and ".lora_" not in name and not name.startswith(unused):
+                p.requires_grad_(True)
+        return wrapped
 
     # ------------------------------------------------------------------ structure
     @property
@@ -244,9 +213,16 @@ class OpenPIPolicy(Policy):
         return self
 
     # ------------------------------------------------------------------ inputs
+    @property
+    def num_prefix_slots(self) -> int:
+        """Camera slots in the prefix: all the model's (the unfed ones black and masked, as openpi / RLinf) when
+        the critic reads the VLM's output, whose padded language positions attend to masked slots too; else only
+        the fed ones, which gives the same velocities and expert values (no valid token attends to a masked slot)."""
+        return self.config.num_images if self.has_value_head and self.value_after_vlm else self.num_images_in_input
+
     def _prefix(self, obs: Observation):
         """The prefix KV cache of ``obs`` (images + prompt) and the normalised padded state ``[B, 32]``."""
-        batch = self.inputs(obs, self.num_images_in_input, self.device)
+        batch = self.inputs(obs, self.num_images_in_input, self.device, self.num_prefix_slots)
         cache = self.openpi.prefix_cache(batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state)
         return cache
 
@@ -277,7 +253,7 @@ class OpenPIPolicy(Policy):
             return None
         model = self.openpi
         if self.value_after_vlm:
-            feats = self._vlm_value_features(cache.prefix_out)
+            feats = self._vlm_value_features(cache)
         else:
             B = cache.pad_mask.shape[0]
             x = torch.zeros(B, self.config.action_horizon, self.config.action_dim, device=self.device)
@@ -289,15 +265,19 @@ class OpenPIPolicy(Policy):
             feats = feats.detach()
         return model.value_head(feats.to(model.value_head.mlp[0].weight.dtype)).float()
 
-    def _vlm_value_features(self, prefix_out: torch.Tensor) -> torch.Tensor:
-        """``[B, P, vlm_width]`` → ``[B, vlm_width]`` per ``value_vlm_mode`` (RLinf's ``get_value_from_vlm``).
-
-        The prefix holds the ``num_images_in_input`` fed camera slots then ``max_token_len`` language positions."""
+    def _vlm_value_features(self, cache) -> torch.Tensor:
+        """The VLM's prefix output ``[B, P, vlm_width]`` → ``[B, vlm_width]`` per ``value_vlm_mode``, as RLinf's
+        ``get_value_from_vlm`` (RLinf v0.3 ``rlinf/models/embodiment/openpi/openpi_action_model.py``): the prefix is
+        all the model's camera slots then ``max_token_len`` language positions; ``mean_token`` averages the first
+        ``num_images_in_input`` slots' tokens and every language position (padding included), ``first_token`` /
+        ``last_token`` read prefix position 0 / P - 1."""
+        out = cache.prefix_out
         if self.value_vlm_mode == "first_token":
-            return prefix_out[:, 0].float()
+            return out[:, 0].float()
         if self.value_vlm_mode == "last_token":
-            return prefix_out[:, -1].float()
-        return prefix_out.float().mean(dim=1)
+            return out[:, -1].float()
+        fed = self.num_images_in_input * self.config.num_image_tokens
+        return torch.cat([out[:, :fed], out[:, cache.image_len:]], dim=1).float().mean(dim=1)
 
     @torch.no_grad()
     def value(self, obs: Observation) -> torch.Tensor:
@@ -374,7 +354,7 @@ class OpenPIPolicy(Policy):
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
-        images = self.num_images_in_input * cfg.num_image_tokens
+        images = self.num_prefix_slots * cfg.num_image_tokens
         prefix = images + cfg.max_token_len
         stacks = []
         if self.is_lora or not self.train_expert_only:
@@ -406,22 +386,16 @@ class OpenPIPolicy(Policy):
             "num_action_chunks": self.num_action_chunks,
             "num_steps": self.num_steps,
             "add_value_head": self.has_value_head,
-            "noise_method": self.noise_method,
-            "noise_level": self.noise_level,
-            "noise_anneal": self.noise_anneal,
-            "noise_params": list(self.noise_params),
-            "noise_logvar_range": list(self.noise_logvar_range),
-            "joint_logprob": self.sampler.joint_logprob,
-            "ignore_last": self.sampler.ignore_last,
-            "detach_critic_input": self.detach_critic_input,
-            "chunk_critic_input": self.chunk_critic_input,
-            "value_after_vlm": self.value_after_vlm,
-            "value_vlm_mode": self.value_vlm_mode,
-            "value_hidden_sizes": hidden,
+            "noise": {"method": self.noise_method, "level": self.noise_level, "anneal": self.noise_anneal,
+                      "anneal_params": list(self.noise_params), "logvar_range": list(self.noise_logvar_range),
+                      "joint_logprob": self.sampler.joint_logprob, "ignore_last": self.sampler.ignore_last},
+            "critic": {"after_vlm": self.value_after_vlm,
+                       "vlm_mode": self.value_vlm_mode, "detach_input": self.detach_critic_input,
+                       "chunk_input": self.chunk_critic_input, "hidden_sizes": hidden},
+            "inputs": {"num_images_in_input": self.num_images_in_input, "asset_id": self.asset_id,
+                       "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
+                       "image_resize": self.image_resize},
             "train_expert_only": self.train_expert_only,
-            "num_images_in_input": self.num_images_in_input,
-            "asset_id": self.asset_id,
-            "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
         }
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
@@ -458,12 +432,10 @@ class OpenPIPolicy(Policy):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides) -> "OpenPIPolicy":
-        """Load a checkpoint directory; ``overrides`` are constructor settings. Settings a :meth:`save_pretrained`
-        directory recorded (``action_dim``, ``num_action_chunks``, ``value_after_vlm``, ...) are the defaults."""
-        saved = {k: v for k, v in _saved_settings(Path(path)).items() if k != "policy"}
-        for key in ("noise_params", "noise_logvar_range", "value_hidden_sizes"):
-            if saved.get(key) is not None:
-                saved[key] = tuple(saved[key])
+        """Load a checkpoint directory; ``overrides`` are constructor arguments (a group given here replaces the
+        saved group). Settings a :meth:`save_pretrained` directory recorded (``action_dim``, ``num_action_chunks``,
+        ``critic.after_vlm``, ...; RLinf's flat names in older directories) are the defaults."""
+        saved = grouped({k: v for k, v in _saved_settings(Path(path)).items() if k != "policy"})
         return cls(model_path=str(path), **{**saved, **overrides})
 
 
@@ -477,17 +449,6 @@ def _saved_settings(path: Path) -> dict:
         return {}
 
 
-def unused_vlm_prefixes(depth: int, value_after_vlm: bool) -> tuple[str, ...]:
-    """Parameters the forward runs but no gradient reaches unless the critic reads the VLM's output: the last VLM
-    layer's query / output projections, MLP and post-attention norm, and the final norm (the expert reads only the
-    VLM layers' keys and values)."""
-    if value_after_vlm:
-        return ()
-    last = f"{VLM_PREFIX}model.language_model.layers.{depth - 1}."
-    return tuple(last + m for m in ("self_attn.q_proj.", "self_attn.o_proj.", "mlp.", "post_attention_layernorm.")) + (
-        f"{VLM_PREFIX}model.language_model.norm.",)
-
-
 def default_lora_targets() -> str:
     """PaliGemma's linears on the forward path: Gemma attention / MLP, SigLIP attention / MLP, the projector."""
     return (
@@ -498,4 +459,4 @@ def default_lora_targets() -> str:
     )
 
 
-__all__ = ["OpenPIPolicy", "default_lora_targets", "unused_vlm_prefixes"]
+__all__ = ["OpenPIPolicy", "default_lora_targets"]

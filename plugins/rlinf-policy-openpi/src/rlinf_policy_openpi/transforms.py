@@ -1,8 +1,10 @@
 """openpi's input / output pipeline for π0 / π0.5, in torch (``openpi/transforms.py``, ``image_tools.py``,
 ``models/tokenizer.py``).
 
-- images: uint8 ``[B, H, W, 3]`` → :func:`resize_with_pad` to 224 (linear, antialiased like ``jax.image.resize``,
-  black padding) → [-1, 1] ``[B, 3, 224, 224]``; up to 3 camera slots, a missing camera is black with mask False;
+- images: uint8 ``[B, H, W, 3]`` → resized with padding to 224 the checkpoint's way (:func:`default_image_resize`:
+  PIL bilinear as openpi's ``openpi_client.image_tools.resize_with_pad`` for openpi / RLinf checkpoints, lerobot's
+  float ``F.interpolate`` for lerobot ones) → [-1, 1] ``[B, 3, 224, 224]``; 3 camera slots, a missing camera is
+  black with mask False;
 - state / actions: normalised (z-score for π0, quantile for π0.5, the 1e-6 epsilons), then zero-padded to 32;
 - prompt: PaliGemma SentencePiece ``encode(clean(text), add_bos) + encode("\\n")`` padded with id 0 to
   ``max_token_len`` (48 π0 / 200 π0.5); π0.5 with ``discrete_state_input`` writes the state as 256-bin tokens.
@@ -13,6 +15,9 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -26,34 +31,79 @@ EPS = 1e-6
 
 
 # ---- images ------------------------------------------------------------------------------------------
-def resize_with_pad(images: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 ``[B, H, W, 3]`` (or ``[B, 3, H, W]``) → uint8 ``[B, size, size, 3]``: aspect-preserving linear resize
-    (antialiased when shrinking, as ``jax.image.resize``), rounded, centred on black padding."""
+ImageResize = Literal["pil", "lerobot"]
+IMAGE_RESIZES: tuple[str, ...] = ("pil", "lerobot")
+
+
+def default_image_resize(layout: str) -> ImageResize:
+    """The resize a checkpoint was trained with, from its layout (``checkpoint.OpenPICheckpoint.layout``):
+    openpi (JAX and PyTorch alike) and RLinf resize in the data transforms with PIL (openpi ``ResizeImages`` →
+    ``openpi_client.image_tools.resize_with_pad``; the models' own resize is then a no-op), lerobot inside the
+    policy with ``F.interpolate`` on float frames (``policies/common/vla_utils.py`` ``resize_with_pad_torch``)."""
+    return "lerobot" if layout == "lerobot" else "pil"
+
+
+def check_image_resize(resize: str) -> None:
+    if resize not in IMAGE_RESIZES:
+        raise ValueError(f"image_resize {resize!r} not supported; use {' or '.join(IMAGE_RESIZES)}")
+
+
+def _channels_last(images: torch.Tensor) -> torch.Tensor:
     if images.dtype != torch.uint8:
         raise ValueError(f"images must be uint8, got {images.dtype}")
     if images.ndim != 4:
         raise ValueError(f"images must be [B, H, W, 3], got shape {tuple(images.shape)}")
-    chw = images if images.shape[1] == 3 and images.shape[-1] != 3 else images.permute(0, 3, 1, 2)
-    h, w = chw.shape[-2:]
-    if (h, w) == (size, size):
-        return chw.permute(0, 2, 3, 1).contiguous()
+    return images.permute(0, 2, 3, 1) if images.shape[1] == 3 and images.shape[-1] != 3 else images
+
+
+def _fitted(h: int, w: int, size: int) -> tuple[int, int, int, int]:
+    """Aspect-preserving size inside ``size × size`` and the top / left padding (tf ``resize_with_pad``)."""
     ratio = max(w / size, h / size)
     rh, rw = int(h / ratio), int(w / ratio)
-    resized = F.interpolate(chw.float(), size=(rh, rw), mode="bilinear", align_corners=False,
-                            antialias=ratio > 1).round().clamp(0, 255).to(torch.uint8)
-    top, left = (size - rh) // 2, (size - rw) // 2
-    padded = F.pad(resized, (left, size - rw - left, top, size - rh - top), value=0)
-    return padded.permute(0, 2, 3, 1).contiguous()
+    return rh, rw, (size - rh) // 2, (size - rw) // 2
 
 
-def to_model_image(images: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 ``[B, H, W, 3]`` → float32 ``[B, 3, size, size]`` in [-1, 1]."""
-    resized = resize_with_pad(images, size)
-    return resized.permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0
+def resize_with_pad(images: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` (or ``[B, 3, H, W]``) → uint8 ``[B, size, size, 3]``: PIL bilinear to the
+    aspect-preserving size, pasted centred on black, bit-identical to openpi's
+    ``openpi_client.image_tools.resize_with_pad`` (tested against the package)."""
+    from PIL import Image
+
+    hwc = _channels_last(images)
+    h, w = hwc.shape[1:3]
+    if (h, w) == (size, size):
+        return hwc.contiguous()
+    rh, rw, top, left = _fitted(h, w, size)
+    out = torch.zeros(hwc.shape[0], size, size, hwc.shape[-1], dtype=torch.uint8)
+    for i, frame in enumerate(hwc.cpu().numpy()):
+        resized = Image.fromarray(frame).resize((rw, rh), resample=Image.BILINEAR)
+        out[i, top:top + rh, left:left + rw] = torch.from_numpy(np.array(resized))
+    return out.to(images.device)
 
 
-def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, batch_size: int | None = None
-                 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def resize_with_pad_lerobot(images: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` → float ``[B, 3, size, size]`` in [0, 1] as lerobot's π0 / π0.5: bilinear
+    ``F.interpolate`` (no antialias) on ``/255`` frames, unrounded, clamped, centred on 0 padding."""
+    chw = _channels_last(images).permute(0, 3, 1, 2).float() / 255.0
+    h, w = chw.shape[-2:]
+    if (h, w) == (size, size):
+        return chw
+    rh, rw, top, left = _fitted(h, w, size)
+    resized = F.interpolate(chw, size=(rh, rw), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+    return F.pad(resized, (left, size - rw - left, top, size - rh - top), value=0.0)
+
+
+def to_model_image(images: torch.Tensor, size: int, resize: ImageResize = "pil") -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` → float32 ``[B, 3, size, size]`` in [-1, 1], resized the checkpoint's way
+    (:func:`default_image_resize`)."""
+    check_image_resize(resize)
+    if resize == "lerobot":
+        return resize_with_pad_lerobot(images, size) * 2.0 - 1.0
+    return resize_with_pad(images, size).permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0
+
+
+def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, batch_size: int | None = None,
+                 resize: ImageResize = "pil") -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Cameras in openpi's slot order (base, left wrist, right wrist) → (images, masks) of ``num_slots`` slots.
 
     Args:
@@ -61,6 +111,7 @@ def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, b
         num_slots: slots to return (1..3); cameras beyond it are an error, missing ones are black + mask False.
         size: model resolution (224).
         batch_size: B when every given camera is None.
+        resize: ``pil`` (openpi / RLinf) or ``lerobot`` (see :func:`default_image_resize`).
     """
     given = [i for i in images if i is not None]
     if len(images) > num_slots:
@@ -76,7 +127,7 @@ def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, b
             out.append(torch.full((bsz, 3, size, size), -1.0, device=device))
             masks.append(torch.zeros(bsz, dtype=torch.bool, device=device))
         else:
-            out.append(to_model_image(img, size))
+            out.append(to_model_image(img, size, resize))
             masks.append(torch.ones(bsz, dtype=torch.bool, device=device))
     return out, masks
 
@@ -204,6 +255,8 @@ class PromptTokenizer:
 
 
 __all__ = [
-    "PromptTokenizer", "TOKENIZER_FILE", "camera_slots", "clean_prompt", "discretize_state", "find_tokenizer",
-    "normalize", "pad_to_dim", "resize_with_pad", "to_model_image", "unnormalize",
+    "IMAGE_RESIZES", "ImageResize", "PromptTokenizer", "TOKENIZER_FILE", "camera_slots", "check_image_resize",
+    "clean_prompt",
+    "default_image_resize", "discretize_state", "find_tokenizer", "normalize", "pad_to_dim", "resize_with_pad",
+    "resize_with_pad_lerobot", "to_model_image", "unnormalize",
 ]
