@@ -3,7 +3,7 @@
 Runs every env id of the seeds' table once with RLinf's modules (loaded from a checkout: ``git clone -b v0.3
 https://github.com/RLinf/RLinf``; only ``rlinf/envs/maniskill/tasks`` is imported, its package ``__init__`` files
 are skipped) and once with ``rlinf_env_maniskill.rl4vla``, in two processes, on the same assets (real, or the
-stand-ins of ``python -m rlinf_env_maniskill.assets synthesize DIR``), and compares per episode id: the decoded
+stand-ins of ``rlinf maniskill-assets synthesize DIR``), and compares per episode id: the decoded
 picks, the instruction, the green-screened first image, the object / plate / robot poses after reset and after
 steps, the ``evaluate`` flags, and success after placing the carrot on the plate::
 

@@ -10,7 +10,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from rlinf_core.cli.main import check_config_class_paths, main
+from rlinf_core.cli.class_paths import check_config_class_paths
+from rlinf_core.cli.main import main
 from rlinf_core.plugins.manager import PluginError, Registry
 
 ROOT = Path(__file__).resolve().parents[2]

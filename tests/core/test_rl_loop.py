@@ -361,7 +361,7 @@ def test_the_loop_tells_the_policy_each_rl_step_before_its_rollout(tmp_path):
 
 
 def test_suite_columns_give_the_seeds_one_row_layout():
-    from rlinf_core.rl.evaluation import suite_columns
+    from rlinf_core.callbacks.eval_report import suite_columns
 
     suites = {"Vision": {"success_once": 0.82, "num_trajectories": 5},
               "Semantic": {"success_once": 0.806, "num_trajectories": 5},

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlinf_env_maniskill import assets
+from rlinf_env_maniskill import assets, assets_cli
 from rlinf_env_maniskill.synthetic_assets import N_CARROTS, N_PLATES, N_TABLES, write_synthetic_assets
 
 
@@ -23,7 +23,7 @@ def test_synthetic_assets_are_complete_in_upstream_layout(synthetic, capsys):
     entry = next(iter(json.loads((root / "more_carrot" / "model_db.json").read_text()).values()))
     assert {"bbox", "scale", "density", "name"} <= set(entry)
     assets.require(synthetic, plates=17)
-    rc = assets.main(["check", str(synthetic.asset_dir), "--bridge-dir", str(synthetic.bridge_dir)])
+    rc = assets_cli.main(["check", str(synthetic.asset_dir), "--bridge-dir", str(synthetic.bridge_dir)])
     assert rc == 0 and capsys.readouterr().out.strip().endswith("0 missing")
 
 
@@ -37,7 +37,7 @@ def test_a_missing_file_is_one_line_naming_it_and_where_to_get_it(synthetic, cap
     synthetic.stage.unlink()
     with pytest.raises(assets.AssetError, match="bridge_table_1_v1.glb.*and 1 more.*download_asset bridge_v2_real2sim"):
         assets.require(synthetic)
-    rc = assets.main(["check", str(synthetic.asset_dir), "--bridge-dir", str(synthetic.bridge_dir)])
+    rc = assets_cli.main(["check", str(synthetic.asset_dir), "--bridge-dir", str(synthetic.bridge_dir)])
     out = capsys.readouterr().out
     assert rc == 1 and f"MISSING  {photo}" in out and "2 missing" in out
 

@@ -8,7 +8,6 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.callbacks.progress import console_lines
-from rlinf_core.rl.evaluation import suite_columns
 
 
 def _short(name: str, max_len: int) -> str:
@@ -59,6 +58,20 @@ def eval_headline(last_eval: dict[str, Any], step: int | None) -> str:
     if "time/eval" in m:
         text += f" ({m['time/eval']:.1f} s)"
     return text
+
+
+
+def suite_columns(per_suite: dict[str, dict[str, float]]) -> list[str]:
+    """With two or more suites, the seeds' one-row layout: a column per suite, then their unweighted Average
+    (e.g. ``| Vision | Semantic | Position | Average |`` or LIBERO's ``| Spatial | ... | Average |``)."""
+    if len(per_suite) < 2:
+        return []
+    values = [100 * row["success_once"] for row in per_suite.values()]
+    return [
+        "| " + " | ".join([*per_suite, "Average"]) + " |",
+        "|" + "---|" * (len(values) + 1),
+        "| " + " | ".join(f"{v:.1f}%" for v in [*values, sum(values) / len(values)]) + " |",
+    ]
 
 
 class EvalReport(Callback):

@@ -185,7 +185,7 @@ _ARGV: list[str] = []
 
 def _unknown_plugin_classes_first() -> None:
     """An unknown env / policy class is the more useful line (the plugin registry names the choices)."""
-    from rlinf_core.cli.main import check_config_class_paths
+    from rlinf_core.cli.class_paths import check_config_class_paths
     from rlinf_core.plugins.manager import PluginError, load_plugins
 
     try:
@@ -217,7 +217,7 @@ def _check_config(config: Any) -> None:
         save_dir = ((item or {}).get("init_args") or {}).get("save_dir") if isinstance(item, dict) else None
         if save_dir and Path(str(save_dir)).is_file():
             raise ValueError(f"trainer.logger.init_args.save_dir {save_dir} is an existing file, not a directory")
-    check_machine(trainer)
+    check_machine(trainer, warn)
     check_signature_values(cfg)
     check_combinations(cfg, warn)
     check_memory(cfg)

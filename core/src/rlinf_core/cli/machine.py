@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 TORCHRUN = ("torchrun --nnodes N --nproc-per-node D --node-rank $NODE_RANK --rdzv-backend c10d "
             "--rdzv-endpoint $MASTER_ADDR:29500 -m rlinf_core.cli.main fit ... on every node, or srun rlinf fit "
@@ -44,8 +44,9 @@ def _device_count(accelerator: str) -> int | None:
     return None
 
 
-def check_machine(trainer: dict[str, Any]) -> None:
-    """Raise ``ValueError`` for what this machine or launcher cannot give (one line, with what to run)."""
+def check_machine(trainer: dict[str, Any], warn: Callable[[str], None]) -> None:
+    """Raise ``ValueError`` for what this machine or launcher cannot give (one line, with what to run); ``warn``
+    takes what is legal but pointless."""
     import torch
 
     accelerator = str(trainer.get("accelerator") or "auto").lower()
@@ -77,7 +78,7 @@ def check_machine(trainer: dict[str, Any]) -> None:
     if isinstance(nodes, int) and nodes > 1 and launcher() is None:
         raise ValueError(f"trainer.num_nodes: {nodes} needs a launcher that starts every node (this process "
                          f"would wait forever for the others): {TORCHRUN}")
-    _check_precision_and_strategy(trainer, accelerator)
+    _check_precision_and_strategy(trainer, accelerator, warn)
     for key, instead in IGNORED_FLAGS.items():
         if trainer.get(key) not in (None, 1) if key == "accumulate_grad_batches" else trainer.get(key) is not None:
             raise ValueError(f"trainer.{key}: rlinf's RL loop optimizes manually and does not use Lightning's "
@@ -88,9 +89,7 @@ def check_machine(trainer: dict[str, Any]) -> None:
                          "or a class_path of a lightning.pytorch.profilers class")
 
 
-def _check_precision_and_strategy(trainer: dict[str, Any], accelerator: str) -> None:
-    from rlinf_core.cli.checks import warn
-
+def _check_precision_and_strategy(trainer: dict[str, Any], accelerator: str, warn: Callable[[str], None]) -> None:
     precision = str(trainer.get("precision") or "32-true")
     if precision in ("64", "64-true", "double"):
         raise ValueError(f"trainer.precision: {precision} is not supported: policies and envs compute in float32 "

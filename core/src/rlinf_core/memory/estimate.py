@@ -174,7 +174,7 @@ class MemoryTarget:
     world_size: int | None = None
 
     def __post_init__(self) -> None:
-        from rlinf_core.rl.validation import check_number
+        from rlinf_core.contracts.validation import check_number
 
         check_number("memory.gpu_memory_gb", self.gpu_memory_gb, low=0, low_open=True)
         check_number("memory.world_size", self.world_size, low=1, optional=True)

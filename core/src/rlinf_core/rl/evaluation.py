@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from rlinf_core.callbacks.eval_report import suite_columns
 from rlinf_core.rl.algorithms.base import Reducer
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
@@ -74,19 +75,6 @@ def per_suite(per_task: dict[str, dict[str, float]]) -> dict[str, dict[str, floa
             sums[suite][0] += row["success_once"] * row["num_trajectories"]
             sums[suite][1] += row["num_trajectories"]
     return {k: {"success_once": s / c, "num_trajectories": int(c)} for k, (s, c) in sums.items() if c}
-
-
-def suite_columns(per_suite: dict[str, dict[str, float]]) -> list[str]:
-    """With two or more suites, the seeds' one-row layout: a column per suite, then their unweighted Average
-    (e.g. ``| Vision | Semantic | Position | Average |`` or LIBERO's ``| Spatial | ... | Average |``)."""
-    if len(per_suite) < 2:
-        return []
-    values = [100 * row["success_once"] for row in per_suite.values()]
-    return [
-        "| " + " | ".join([*per_suite, "Average"]) + " |",
-        "|" + "---|" * (len(values) + 1),
-        "| " + " | ".join(f"{v:.1f}%" for v in [*values, sum(values) / len(values)]) + " |",
-    ]
 
 
 def write_eval_table(directory: Path, epoch: int, result: dict[str, Any]) -> None:

@@ -46,7 +46,8 @@ from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summ
 from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.rl.schedule import batch_split_error
 from rlinf_core.rl.update import optimizer_step, precision_context, recompute_old_logprobs
-from rlinf_core.rl.validation import check_rl_sizes, first_non_finite
+from rlinf_core.contracts.validation import first_non_finite
+from rlinf_core.rl.validation import check_rl_sizes
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.

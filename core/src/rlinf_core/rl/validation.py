@@ -1,61 +1,7 @@
-"""Parse-time checks of config values against their allowed ranges (one-line ``ValueError`` each).
-
-Called from the ``__init__`` / ``__post_init__`` of the config classes, so a bad value fails while jsonargparse
-builds the run, before anything is written; :mod:`rlinf_core.cli.errors` prints the message as the one-line cause.
-"""
+"""Parse-time checks of an RL run's pieces against each other (one-line ``ValueError``); single values are checked by
+:func:`rlinf_core.contracts.validation.check_number`."""
 
 from __future__ import annotations
-
-import math
-from typing import Any
-
-import torch
-
-
-def check_number(
-    name: str,
-    value: float | int | None,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    optional: bool = False,
-    hint: str = "",
-) -> None:
-    """Raise ``ValueError`` unless ``value`` is a finite number in ``[low, high]`` (``(`` / ``)`` when open).
-
-    Args:
-        name: the config key, as the user writes it (``optim.lr``).
-        value: the value given.
-        low: smallest allowed value (``None``: unbounded).
-        high: largest allowed value (``None``: unbounded).
-        low_open: ``low`` itself is not allowed.
-        high_open: ``high`` itself is not allowed.
-        optional: ``None`` is allowed.
-        hint: appended to the message (what the value means, what to use).
-    """
-    if value is None and optional:
-        return
-    lo = "(" if low_open else "["
-    hi = ")" if high_open else "]"
-    allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
-    tail = f" ({hint})" if hint else ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number in {allowed}, got {value!r}{tail}")
-    if (low is not None and (value < low or (low_open and value == low))) or (
-        high is not None and (value > high or (high_open and value == high))
-    ):
-        raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
-
-
-def first_non_finite(module: torch.nn.Module) -> str | None:
-    """Name of the first parameter or buffer holding NaN / inf (``None``: all finite)."""
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        t: Any = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t.detach()).all()):
-            return name
-    return None
 
 
 def check_rl_sizes(env, policy, algorithm, rollout, global_batch_size: int, micro_batch_size: int) -> None:

@@ -10,15 +10,13 @@ Two folders, in upstream's layouts:
 - ``bridge_dir``: ManiSkill's data folder (``$MS_ASSET_DIR/data``) with its ``bridge_v2_real2sim`` (table stage)
   and ``widowx250s`` (robot) downloads.
 
-Check a setup with ``python -m rlinf_env_maniskill.assets check [ASSET_DIR] [--bridge-dir DIR]``.
+Check a setup with ``rlinf maniskill-assets check [ASSET_DIR] [--bridge-dir DIR]`` (:mod:`rlinf_env_maniskill.assets_cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,43 +105,5 @@ def require(paths: AssetPaths, plates: int = 1) -> None:
     missing = [(p, hint) for p, ok, hint in listing(paths, plates) if not ok]
     if missing:
         first, hint = missing[0]
-        more = f" (and {len(missing) - 1} more: python -m rlinf_env_maniskill.assets check)" if len(missing) > 1 else ""
+        more = f" (and {len(missing) - 1} more: rlinf maniskill-assets check)" if len(missing) > 1 else ""
         raise AssetError(f"PutOnPlateInScene25 asset missing: {first}{more}; get it with: {hint}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlinf_env_maniskill.assets", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="list the files present and missing")
-    check.add_argument("asset_dir", nargs="?", default=None, help="default: $MANISKILL_ASSET_DIR")
-    check.add_argument("--bridge-dir", default=None, help="ManiSkill's data folder (default: $MS_ASSET_DIR/data)")
-    check.add_argument("--plates", type=int, default=17, help="plates needed (17: every variant)")
-    synth = sub.add_parser("synthesize", help="write small stand-in assets (tests / CI) into DIR")
-    synth.add_argument("dir")
-    args = parser.parse_args(argv)
-    if args.command == "synthesize":
-        from rlinf_env_maniskill.synthetic_assets import write_synthetic_assets
-
-        out = write_synthetic_assets(Path(args.dir))
-        print(f"synthetic assets in {out.asset_dir} (MANISKILL_ASSET_DIR) and {out.bridge_dir} (bridge_dir)")
-        return 0
-    try:
-        bridge = args.bridge_dir or (Path(os.environ["MS_ASSET_DIR"]) / "data" if "MS_ASSET_DIR" in os.environ
-                                     else Path.home() / ".maniskill" / "data")
-        paths = resolve(args.asset_dir, bridge)
-    except AssetError as exc:
-        print(f"rlinf: error: {exc}", file=sys.stderr)
-        return 2
-    rows = listing(paths, args.plates)
-    missing = [r for r in rows if not r[1]]
-    for path, ok, _ in rows:
-        if not ok or len(rows) <= 40:
-            print(f"{'present' if ok else 'MISSING'}  {path}")
-    print(f"{len(rows) - len(missing)} present, {len(missing)} missing")
-    for hint in dict.fromkeys(h for _, _, h in missing):
-        print(f"get them with: {hint}")
-    return 1 if missing else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

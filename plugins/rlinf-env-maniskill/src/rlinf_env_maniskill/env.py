@@ -89,7 +89,7 @@ class ManiSkillEnv(Env):
         task_modules: Python modules imported before the simulator starts, to register more
             ManiSkill tasks. RL4VLA's PutOnPlateInScene25 family (``rlinf_env_maniskill.rl4vla``) is imported
             by itself when a task id needs it; its assets: ``make_kwargs: {asset_dir: ...}`` or
-            ``MANISKILL_ASSET_DIR`` (see ``python -m rlinf_env_maniskill.assets check``).
+            ``MANISKILL_ASSET_DIR`` (see ``rlinf maniskill-assets check``).
         cache_dir: holds ManiSkill assets (``maniskill/``, used as ``MS_ASSET_DIR``) and the Mesa
             shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
             ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).

@@ -4,7 +4,7 @@
 cylinder plates, 21 overlay photos with textures: the :mod:`rlinf_env_maniskill.assets` layout) and
 ``root/ms_data/`` (a box table stage at the Bridge stage path, and a primitive-geometry WidowX URDF with the real
 robot's joint and link names, standing in for ManiSkill's ``widowx250s`` download). CLI:
-``python -m rlinf_env_maniskill.assets synthesize DIR``.
+``rlinf maniskill-assets synthesize DIR``.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def load_dit_state(root: Path, hint: str) -> tuple[dict[str, torch.Tensor], str]
     shards = sorted(p for p in root.iterdir() if SHARD_PATTERN.fullmatch(p.name))
     if not shards:
         return load_weights(root, hint=hint), ""  # raises the one-line "no weights" error
-    from rlinf_core.run.checkpoint_files import load_safetensors
+    from rlinf_core.models.weights import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for shard in shards:

@@ -1,1 +1,0 @@
-"""Lightning callbacks for rollout lifecycle work (videos)."""

@@ -1,1 +1,0 @@
-"""The contracts plugins implement: observations, envs, policies, world models and reward models."""

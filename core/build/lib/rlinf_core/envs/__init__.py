@@ -1,1 +1,0 @@
-"""Env contract and helpers."""

@@ -1,1 +1,0 @@
-"""The RL loop: the LightningModule, rollout collection and storage, evaluation, metrics and algorithms."""

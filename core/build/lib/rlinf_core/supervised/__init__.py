@@ -1,1 +1,0 @@
-"""Supervised training through ``rlinf fit``: SFT of a policy on demos, world-model and reward-model training."""

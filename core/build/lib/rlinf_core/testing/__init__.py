@@ -1,1 +1,0 @@
-"""Test doubles and conformance test classes for rlinf and its plugins."""
