@@ -22,7 +22,7 @@ from rlinf_core.serve.mapping import PRESETS, load_mapping, to_observation
 from tests.serve.conftest import libero_request, serving
 
 ROOT = Path(__file__).resolve().parents[2]
-RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli import main; sys.exit(main())"]
+RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main())"]
 WebsocketClientPolicy = pytest.importorskip(
     "openpi_client.websocket_client_policy", reason="scripts/install.sh installs openpi-client"
 ).WebsocketClientPolicy

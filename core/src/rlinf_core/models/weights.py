@@ -51,7 +51,8 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         return load_state_dict_from_file(path, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        root = exc.__cause__ or exc  # huggingface_hub re-raises safetensors' own error inside a long pickle hint
+        first = str(root).strip().splitlines()[0][:160] if str(root).strip() else type(root).__name__
         raise CheckpointError(
             f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
         ) from None
