@@ -220,6 +220,20 @@ TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "added_tokens.json")
 
 
+def kind_of_path(model_path: str | Path) -> str | None:
+    """The released kind whose repo a (placeholder) ``model_path`` names by its last component
+    (``/path/to/Openvla-oft-SFT-libero-spatial-traj1`` -> ``openvla-oft-sft-libero``), else None."""
+    name = Path(str(model_path)).name
+    return next((kind for kind, spec in RELEASED.items() if any(r.split("/")[-1] == name for r in spec.repos)), None)
+
+
+def write_released_standin(model_path: str | Path, directory: str | Path) -> Path | None:
+    """A weightless released-form directory under ``directory`` for the checkpoint a placeholder ``model_path``
+    names (``rlinf memory`` builds the architecture from it on the meta device), else None."""
+    kind = kind_of_path(model_path)
+    return None if kind is None else write_released_dir(Path(directory) / kind, kind)
+
+
 def write_released_dir(path: str | Path, kind: str, tokenizer_from: str | Path | None = None) -> Path:
     """Write a weightless directory in the layout of the released ``kind`` (see :data:`RELEASED`).
 
