@@ -50,7 +50,7 @@ def test_the_tutorial_package_installs_passes_its_tests_and_trains(tmp_path):
     assert re.search(r"\b2[0-9] passed", tests.stdout), tests.stdout[-500:]
     cli = [sys.executable, "-m", "rlinf_core.cli.main"]
     listed = subprocess.run([*cli, "configs"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert re.search(r"^slide/grpo\.yaml +rlinf_slide$", listed.stdout, re.M), listed.stdout
+    assert re.search(r"^rlinf_slide:\n  slide/grpo\.yaml\b", listed.stdout, re.M), listed.stdout
     fit = subprocess.run([*cli, "fit", "--config", "slide/grpo.yaml", "--trainer.default_root_dir", str(tmp_path),
                           "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")],
                          cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip

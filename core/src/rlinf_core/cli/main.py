@@ -67,11 +67,15 @@ def configs_command(argv: list[str]) -> int:
     opts = parser.parse_args(argv)
     found = shipped_configs()
     if opts.json:
-        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path)} for c in found], indent=2))
+        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
+                          for c in found], indent=2))  # fmt: skip
         return 0
-    width = max((len(c.name) for c in found), default=0)
-    for c in found:
-        print(f"{c.name:<{width}}  {c.package}")
+    for package in dict.fromkeys(c.package for c in found):
+        print(f"{package}:")
+        mine = [c for c in found if c.package == package]
+        width = max(len(c.name) for c in mine)
+        for c in mine:
+            print(f"  {c.name:<{width}}  {c.description}")
     return 0
 
 
