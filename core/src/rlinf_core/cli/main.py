@@ -84,7 +84,7 @@ def plot_command(argv: list[str]) -> int:
                                      "TensorBoard events.")  # fmt: skip
     parser.add_argument("run_dir", help="the run's log dir (e.g. runs/reach_grpo/version_0)")
     parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
-    parser.add_argument("--title", default=None, help="figure title (default RUN_DIR)")
+    parser.add_argument("--title", default=None, help="figure title (default <name>/<version> of RUN_DIR)")
     opts = parser.parse_args(argv)
     from rlinf_core.cli.plot import PlotError, plot_learning_curve
 
