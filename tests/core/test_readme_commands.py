@@ -62,3 +62,23 @@ def test_readme_commands_run(tmp_path, monkeypatch, capsys):
         assert rc in (0, None), f"`{command}` exited {rc}: {out.err[-1500:]}"
     assert (tmp_path / "runs/reach_grpo/version_0/learning_curve.png").is_file()
     assert (tmp_path / "runs/short_name/version_0/config.yaml").is_file()
+
+
+def test_every_placeholder_model_path_names_a_released_checkpoint():
+    """`rlinf memory` works on every shipped config without weights: each placeholder ``model_path`` names a
+    released checkpoint whose weightless stand-in the policy's plugin writes."""
+    import yaml
+
+    pytest.importorskip("rlinf_policy_openvla")
+    pytest.importorskip("rlinf_policy_openpi")
+    from rlinf_policy_openpi.released import RELEASED as OPENPI
+    from rlinf_policy_openvla.released import kind_of_path
+
+    unknown = []
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+        policy = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args", {}).get("policy")
+        model_path = (policy or {}).get("init_args", {}).get("model_path") if isinstance(policy, dict) else None
+        if isinstance(model_path, str) and model_path.startswith("/path/to/"):
+            if kind_of_path(model_path) is None and Path(model_path).name not in OPENPI:
+                unknown.append(f"{path.relative_to(ROOT)}: {model_path}")
+    assert not unknown, unknown

@@ -220,10 +220,18 @@ TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "added_tokens.json")
 
 
+# runs of shipped configs whose exported policy (``<run>/policy``) other shipped configs evaluate: their base kind
+EXPORTED_RUNS = {"libero_130_grpo_openvlaoft": "rlinf-openvla-oft-libero-130"}
+
+
 def kind_of_path(model_path: str | Path) -> str | None:
     """The released kind whose repo a (placeholder) ``model_path`` names by its last component
-    (``/path/to/Openvla-oft-SFT-libero-spatial-traj1`` -> ``openvla-oft-sft-libero``), else None."""
-    name = Path(str(model_path)).name
+    (``/path/to/Openvla-oft-SFT-libero-spatial-traj1`` -> ``openvla-oft-sft-libero``), or whose exported
+    policy it is (``/path/to/libero_130_grpo_openvlaoft/policy``), else None."""
+    path = Path(str(model_path))
+    if path.name == "policy" and path.parent.name in EXPORTED_RUNS:
+        return EXPORTED_RUNS[path.parent.name]
+    name = path.name
     return next((kind for kind, spec in RELEASED.items() if any(r.split("/")[-1] == name for r in spec.repos)), None)
 
 
