@@ -136,6 +136,8 @@ def _draw_panel(ax, name: str, data: list, scale: float, baseline: dict[str, flo
             if tag in baseline:
                 xs, ys = [0, *xs], [scale * baseline[tag], *ys]
             handles += target.plot(xs, ys, "o-", color=color, label=label, markersize=4)
+            if target is not ax and min(ys) >= 0:
+                target.set_ylim(bottom=0)  # a right axis from 0: a small eval change does not look steep
         else:
             target.plot(xs, ys, color=color, alpha=0.3)
             handles += target.plot(xs, _smooth(ys), color=color, label=f"{label} (5-step mean)")
