@@ -103,7 +103,7 @@ def _build_on_meta(cls, node: dict, name: str):
     parser.add_class_arguments(cls, name)
     parsed = parser.parse_object({name: _init_args(node)})
     with _meta_init():
-        return getattr(parser.instantiate_classes(parsed), name)
+        return getattr(parser.instantiate(parsed), name)
 
 
 def _build_component(registry, node: Any, what: str):
