@@ -8,6 +8,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RLINF_VENV:-$ROOT/.venv}"
 cd "$ROOT"
+START=$SECONDS
+say() { printf 'install.sh [%d:%02d] %s\n' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 60)) "$*"; }
 
 plugins=("$@")
 if [ ${#plugins[@]} -eq 0 ] || [ "${plugins[0]}" = "all" ]; then
@@ -20,6 +22,7 @@ done
 
 # System libraries for headless MuJoCo rendering (EGL / OSMesa); ManiSkill's Vulkan comes below.
 if [ "${RLINF_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null; then
+  say "system packages for headless rendering (apt-get)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
@@ -27,26 +30,31 @@ if [ "${RLINF_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null; then
     libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgles2 libosmesa6 libglvnd0 libvulkan1 >/dev/null
 fi
 
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+[ -x "$VENV/bin/python" ] || { say "virtual environment $VENV"; python3 -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # The CPU build of torch first, pinned: anything unpinned later would pull the CUDA build.
 CONSTRAINTS="$(mktemp)"; echo "torch==2.13.0" > "$CONSTRAINTS"
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  say "torch 2.13.0 (pinned; the largest download)"
   "${PIP[@]}" "torch==2.13.0"
 fi
 args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
+say "rlinf-core and plugins: ${plugins[*]} (with their dependencies: Lightning, transformers, simulators...)"
 "${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true
 # openpi-client, the real reference of the `rlinf serve` tests (WebsocketClientPolicy) and of the openpi plugin's
 # resize parity test (image_tools): it pins numpy<2 (and dm-tree) for openpi's JAX stack, but what we use of it
 # (msgpack + websockets, numpy + pillow) runs on numpy 2, so it comes without its pins and pip check passes over its lines
+say "openpi-client (the serve tests' websocket client, the openpi resize reference) and pip check"
 "${PIP[@]}" --no-deps "openpi-client==0.1.2" 2>&1 | grep -v "is ignored" || true
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }
 
 for p in "${plugins[@]}"; do
   if [ -x "plugins/$p/scripts/install_system_deps.sh" ]; then
+    say "system dependencies of $p"
     bash "plugins/$p/scripts/install_system_deps.sh"
   fi
 done
+say "done; installed plugins:"
 "$VENV/bin/rlinf" plugins

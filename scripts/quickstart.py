@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rl-steps", type=int, default=64, help="GRPO steps (one rollout + update each)")
     p.add_argument("--eval-trials", type=int, default=20, help="held-out scenes per task")
     p.add_argument("--seed", type=int, default=0, help="seed_everything of SFT and RL")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite results.md (and its README row) from the finished run in --out")
     p.add_argument("--rl-arg", action="append", default=[], metavar="ARG",
                    help="extra rlinf option for the RL stage (repeatable), e.g. --rl-arg=--model.init_args.optim.lr=1e-4")
     return p.parse_args(argv)
@@ -84,6 +86,7 @@ class Runner:
                     echo = False
             proc.wait()
         self.times[name] = time.perf_counter() - t
+        (self.out / "times.json").write_text(json.dumps(self.times, indent=1))
         if proc.returncode != 0:
             tail = log.read_text().splitlines()[-25:]
             print("\n".join(tail), file=sys.stderr)
@@ -138,6 +141,9 @@ def eval_sampling(run_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        out = Path(args.out).resolve()
+        return report(args, out, json.loads((out / "times.json").read_text()), None)
     out = fresh_results_dir(Path(args.out).resolve())
     run = Runner(out)
     py, rlinf = sys.executable, str(run.bin / "rlinf")
@@ -175,8 +181,32 @@ def main(argv: list[str] | None = None) -> int:
                       f"--trainer.max_epochs={rl_steps}", f"--trainer.check_val_every_n_epoch={max(1, rl_steps // 2)}",
                       f"--model.init_args.eval_env.init_args.video_cfg.video_base_dir={out / 'videos' / 'rl'}",
                       "--trainer.logger.init_args.name=rl", *args.rl_arg])  # fmt: skip
+    return report(args, out, run.times, run)
 
-    # ---------------------------------------------------------------- results
+
+def fmt_duration(seconds: float) -> str:
+    return f"{int(seconds) // 60} min {int(seconds) % 60} s"
+
+
+def readme_row(seed: int, tasks: list[str], sft: dict, rl: dict, seconds: float) -> tuple[str, str]:
+    """The README's quickstart table header and this run's row (one source for the numbers)."""
+    cells = []
+    for task in tasks:
+        a = sft["per_task"].get(task, {}).get("success_once", float("nan"))
+        b = rl["per_task"].get(task, {}).get("success_once", float("nan"))
+        cells.append(f"{100 * a:.0f}% → {100 * b:.0f}%")
+    a, b = sft["metrics"]["eval/success_once"], rl["metrics"]["eval/success_once"]
+    names = [t.removesuffix("-v3") for t in tasks]
+    header = ("| seed | " + " | ".join(f"{n}: SFT → SFT+GRPO" for n in names)
+              + " | **all: SFT → SFT+GRPO** | change | time (after install) |\n|" + "---|" * (len(tasks) + 4))
+    row = (f"| {seed} | " + " | ".join(cells) + f" | **{100 * a:.1f}% → {100 * b:.1f}%** | **{100 * (b - a):+.1f}** | "
+           f"{fmt_duration(seconds)} |")
+    return header, row
+
+
+def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Runner | None) -> int:
+    """Write ``results.md`` (per-task table, README row, stage times) from a finished run in ``out``."""
+    rl_steps = args.rl_steps
     sft_dir, rl_dir = out / "tensorboard" / "sft_eval" / "version_0", out / "tensorboard" / "rl" / "version_0"
     sft, rl = eval_results(sft_dir)[-1], eval_results(rl_dir)[-1]
     train = [v for _, v in by_rl_step(read_scalars(rl_dir), "env/success_once")]
@@ -194,16 +224,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * sum(train[-k:]) / k:.0f}% over the last {k}." if k else "")  # fmt: skip
     curve = learning_curve(rl_dir, sft, out / "learning_curve.png")
     videos = sorted((out / "videos").rglob("*.mp4"))
-    total = time.perf_counter() - run.t0
-    timing = "\n".join(f"- {k}: {v:.0f} s" for k, v in run.times.items()) + f"\n- total: {total:.0f} s"
-    report = (
+    total = sum(times.values())
+    timing = "\n".join(f"- {k}: {v:.0f} s" for k, v in times.items()) + f"\n- total: {total:.0f} s"
+    header, row = readme_row(args.seed, args.tasks, sft, rl, total)
+    text = (
         f"# rlinf CPU quickstart\n\nTasks: {', '.join(args.tasks)}; {args.demos_per_task} scripted demos per task "
         f"(trial seed 0); {rl_steps} GRPO steps; seed {args.seed}; evaluated on {args.eval_trials} held-out scenes per task "
         f"(trial seed 1, {n} episodes, {eval_sampling(rl_dir)}).\n\n## Held-out success\n\n{table}\n\n{train_line}\n\n"
-        f"## Time\n\n{timing}\n"
+        f"## Time\n\n{timing}\n\n## README row\n\n{header}\n{row}\n"
     )
-    (out / "results.md").write_text(report)
-    print(f"\n[{run.elapsed()}] done.\n\n{table}\n\n{train_line}\n")
+    (out / "results.md").write_text(text)
+    print(f"\n[{run.elapsed() if run else fmt_duration(total)}] done.\n\n{table}\n\n{train_line}\n")
+    print(f"README row (seed {args.seed}):\n{header}\n{row}\n")
     print(f"success table:   {out / 'results.md'}")
     if curve:
         print(f"learning curve:  {curve}")

@@ -5,7 +5,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+echo "quickstart: installing rlinf-core + the MetaWorld and OpenVLA plugins (scripts/install.sh) ..."
+START=$SECONDS
 bash scripts/install.sh rlinf-env-metaworld rlinf-policy-openvla
+echo "quickstart: install took $(((SECONDS - START) / 60)) min $(((SECONDS - START) % 60)) s; now the quickstart itself"
 VENV="${RLINF_VENV:-$ROOT/.venv}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" HF_HUB_OFFLINE=1 MUJOCO_GL="${MUJOCO_GL:-egl}"
 "$VENV/bin/python" scripts/quickstart.py "$@"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,49 +258,63 @@ def _value(cfg: dict, key: str):
     return block[name]
 
 
-@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
-def test_config_carries_the_upstream_values(rel):
-    upstream_file, expected = UPSTREAM[rel]
-    cfg = _load(rel)
-    wrong = {}
-    for key, want in expected.items():
-        try:
-            got = _value(cfg, key)
-        except KeyError:
-            got = "<missing>"
-        if got != want and not (isinstance(want, float) and isinstance(got, (int, float)) and abs(got - want) <= 1e-12):
-            wrong[key] = (got, want)
-    assert not wrong, f"{rel} drifted from {upstream_file} (got, upstream): {wrong}; see docs/configs.md"
-
-
-@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
-def test_config_header_and_docs_name_the_upstream_file(rel):
-    upstream_file, _ = UPSTREAM[rel]
-    header = "".join(line for line in (CONFIGS / rel).read_text().splitlines(keepends=True) if line.startswith("#"))
-    name = Path(upstream_file).name
-    assert name.replace(".yaml", "") in header.replace("\n# ", ""), f"{rel}'s header does not name {name}"
-    docs = (ROOT / "docs" / "configs.md").read_text()
-    assert f"`configs/{rel}`" in docs, f"docs/configs.md has no row for configs/{rel}"
-
-
-def test_every_seeds_config_is_in_the_table():
-    shipped = {str(p.relative_to(CONFIGS)) for d in SEED_DIRS for p in (CONFIGS / d).rglob("*.yaml")}
-    missing = sorted(shipped - set(UPSTREAM) - NOT_SEEDS)
-    assert not missing, f"add the upstream values of {missing} to tests/test_config_fidelity.py and docs/configs.md"
-
-
 def _env_blocks(cfg: dict, class_path: str) -> list[tuple[str, dict]]:
     args = cfg["model"]["init_args"]
     return [(k, args[k].get("init_args", {})) for k in ("env", "eval_env")
             if isinstance(args.get(k), dict) and args[k].get("class_path") == class_path]  # fmt: skip
 
 
-@pytest.mark.parametrize("rel", sorted(UPSTREAM), ids=sorted(UPSTREAM))
-def test_simulators_start_their_episodes_as_rlinfs_envs(rel):
-    """LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
-    steps before the first frame. Every real-simulator env of a seeds' config does the same."""
-    cfg = _load(rel)
+def _same(got, want) -> bool:
+    return got == want or (isinstance(want, float) and isinstance(got, (int, float)) and abs(got - want) <= 1e-12)
+
+
+def drift(rel: str, cfg: dict, text: str, docs: str) -> list[str]:
+    """Every way the shipped config ``rel`` (parsed ``cfg``, raw ``text``) drifted from its row of ``UPSTREAM``:
+    one line per key naming the config, the key, the shipped and the upstream value."""
+    upstream_file, expected = UPSTREAM[rel]
+    out = []
+    for key, want in expected.items():
+        try:
+            got = _value(cfg, key)
+        except KeyError:
+            got = "<missing>"
+        if not _same(got, want):
+            out.append(f"{rel}: {key} = {got!r}, upstream {Path(upstream_file).name} has {want!r}")
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    name = Path(upstream_file).name
+    if name.replace(".yaml", "") not in header.replace("\n# ", ""):
+        out.append(f"{rel}: header does not name {name}")
+    if f"`configs/{rel}`" not in docs:
+        out.append(f"{rel}: docs/configs.md has no row for configs/{rel}")
+    # LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
+    # steps before the first frame. Every real-simulator env of a seeds' config does the same.
     for section, args in _env_blocks(cfg, "LiberoEnv"):
-        assert args.get("placement_seed") == "rlinf", f"{rel}: {section} needs placement_seed: rlinf"
+        if args.get("placement_seed") != "rlinf":
+            out.append(f"{rel}: {section}.placement_seed = {args.get('placement_seed')!r}, needs 'rlinf'")
     for section, args in _env_blocks(cfg, "MetaWorldEnv"):
-        assert args.get("settle_steps") == 16, f"{rel}: {section} needs settle_steps: 16"
+        if args.get("settle_steps") != 16:
+            out.append(f"{rel}: {section}.settle_steps = {args.get('settle_steps')!r}, needs 16")
+    return out
+
+
+def test_no_shipped_config_drifted_from_upstream():
+    """One table-driven check over every seeds' config: the failure lists each drifted config and key."""
+    docs = (ROOT / "docs" / "configs.md").read_text()
+    drifted = [line for rel in sorted(UPSTREAM)
+               for line in drift(rel, _load(rel), (CONFIGS / rel).read_text(), docs)]  # fmt: skip
+    assert not drifted, "configs drifted from upstream RLinf (fix the config, or document the difference in " \
+        "docs/configs.md and update UPSTREAM):\n" + "\n".join(drifted)
+
+
+def test_the_drift_check_names_config_and_key():
+    rel = "libero/spatial.yaml"
+    cfg = _load(rel)
+    cfg["model"]["init_args"]["optim"]["lr"] = 1e-3
+    lines = drift(rel, cfg, (CONFIGS / rel).read_text(), f"`configs/{rel}`")
+    assert lines == [f"{rel}: optim.lr = 0.001, upstream libero_spatial_grpo_openvlaoft.yaml has 2e-05"]
+
+
+def test_every_seeds_config_is_in_the_table():
+    shipped = {str(p.relative_to(CONFIGS)) for d in SEED_DIRS for p in (CONFIGS / d).rglob("*.yaml")}
+    missing = sorted(shipped - set(UPSTREAM) - NOT_SEEDS)
+    assert not missing, f"add the upstream values of {missing} to tests/test_config_fidelity.py and docs/configs.md"

@@ -120,7 +120,7 @@ def _instantiate_policy(policy_cfg: dict):
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--policy", type=Policy)
     with meta_init():
-        return parser.instantiate_classes(parser.parse_object({"policy": policy_cfg})).policy
+        return parser.instantiate(parser.parse_object({"policy": policy_cfg})).policy
 
 
 _BUILT: dict = {}

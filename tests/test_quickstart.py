@@ -1,5 +1,6 @@
 """The CPU quickstart pipeline end to end, at toy scale: demos -> SFT -> held-out eval -> GRPO -> report."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,6 @@ def test_quickstart_pipeline_writes_table_curve_videos_and_logs(tmp_path):
     assert (out / "sft_policy" / "config.json").is_file()
     assert (out / "tensorboard" / "rl" / "version_0" / "policy" / "config.json").is_file()
     assert "success table:" in proc.stdout and str(out / "learning_curve.png") in proc.stdout
+    assert "## README row" in report and re.search(r"^\| 0 \| \d+% → \d+% \| \*\*", report, re.M), report
+    again = subprocess.run([*cmd, "--report-only"], capture_output=True, text=True, timeout=600)  # same numbers
+    assert again.returncode == 0 and (out / "results.md").read_text() == report, again.stderr[-2000:]

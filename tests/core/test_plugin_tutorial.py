@@ -50,7 +50,7 @@ def test_the_tutorial_package_installs_passes_its_tests_and_trains(tmp_path):
     assert re.search(r"\b2[0-9] passed", tests.stdout), tests.stdout[-500:]
     cli = [sys.executable, "-m", "rlinf_core.cli.main"]
     listed = subprocess.run([*cli, "configs"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert re.search(r"^slide/grpo\.yaml +rlinf_slide$", listed.stdout, re.M), listed.stdout
+    assert re.search(r"^rlinf_slide:\n  slide/grpo\.yaml\b", listed.stdout, re.M), listed.stdout
     hello = subprocess.run([*cli, "slide-hello", "now"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert hello.returncode == 0 and hello.stdout == "slide the block onto the line now\n", hello.stderr[-2000:]
     fit = subprocess.run([*cli, "fit", "--config", "slide/grpo.yaml", "--trainer.default_root_dir", str(tmp_path),

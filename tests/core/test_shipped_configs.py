@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -65,3 +66,16 @@ def test_a_non_editable_wheel_ships_its_configs_and_they_resolve_from_it(tmp_pat
     assert path.is_relative_to(site) and path.read_text().startswith(
         (ROOT / "configs" / "metaworld" / "quickstart_grpo.yaml").read_text()[:40]
     )
+
+
+def test_rlinf_configs_describes_each_config_by_its_header(capsys):
+    from rlinf_core.cli.configs import shipped_configs
+
+    found = shipped_configs()
+    assert all(c.description for c in found), [c.name for c in found if not c.description]
+    assert all(len(c.description) <= 110 for c in found)
+    assert main(["configs"]) == 0
+    listed = capsys.readouterr().out
+    assert re.search(r"^  toy/reach_grpo\.yaml +GRPO on the built-in ReachEnv with the built-in TinyVLAPolicy", listed, re.M)
+    rows = json.loads((main(["configs", "--json"]), capsys.readouterr().out)[1])
+    assert all(r["description"] for r in rows)

@@ -181,8 +181,13 @@ def test_fsdp2_units(tiny):
     import sys
     from pathlib import Path
 
+    import socket
+
     probe = Path(__file__).with_name("fsdp2_probe.py")
-    env = {**os.environ, "MASTER_PORT": str(29500 + os.getpid() % 400)}
+    with socket.socket() as s:  # a free port: pytest-xdist workers run this test side by side
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_PORT": str(port)}
     out = subprocess.run([sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]

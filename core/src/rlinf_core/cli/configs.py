@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
-CORE_PACKAGE = "rlinf_core"
+CORE_PACKAGE = "rlinf_core"  # the import package (upstream RLinf installs a package named rlinf)
 CONFIG_FLAGS = ("--config", "-c")
 
 
@@ -31,6 +31,20 @@ class ShippedConfig:
     name: str
     package: str
     path: Path
+
+    @property
+    def description(self) -> str:
+        """The first sentence of the file's header comment (what it runs), at most 110 characters."""
+        header = []
+        with open(self.path) as f:
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                header.append(line.strip("# \n"))
+        text = " ".join(h for h in header if h)
+        end = next((i + 1 for i, ch in enumerate(text) if ch == "." and text[i + 1 : i + 2] in (" ", "")), len(text))
+        text = text[:end]
+        return text if len(text) <= 110 else text[:109].rstrip() + "…"
 
 
 def _package_dir(package: str) -> Path | None:

@@ -70,11 +70,15 @@ def configs_command(argv: list[str]) -> int:
     opts = parser.parse_args(argv)
     found = shipped_configs()
     if opts.json:
-        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path)} for c in found], indent=2))
+        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
+                          for c in found], indent=2))  # fmt: skip
         return 0
-    width = max((len(c.name) for c in found), default=0)
-    for c in found:
-        print(f"{c.name:<{width}}  {c.package}")
+    for package in dict.fromkeys(c.package for c in found):
+        print(f"{package}:")
+        mine = [c for c in found if c.package == package]
+        width = max(len(c.name) for c in mine)
+        for c in mine:
+            print(f"  {c.name:<{width}}  {c.description}")
     return 0
 
 
@@ -83,7 +87,7 @@ def plot_command(argv: list[str]) -> int:
                                      "TensorBoard events.")  # fmt: skip
     parser.add_argument("run_dir", help="the run's log dir (e.g. runs/reach_grpo/version_0)")
     parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
-    parser.add_argument("--title", default=None, help="figure title (default RUN_DIR)")
+    parser.add_argument("--title", default=None, help="figure title (default <name>/<version> of RUN_DIR)")
     opts = parser.parse_args(argv)
     from rlinf_core.cli.plot import PlotError, plot_learning_curve
 

@@ -7,9 +7,12 @@ the strategy, precision, batch sizes and env sizes are read from the same YAML.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +77,20 @@ def build_policy(model_args: dict):
     if not isinstance(node, dict) or "class_path" not in node:
         raise NoPolicyError("the config has no model.init_args.policy.class_path: rlinf memory estimates RL / SFT "
                             "configs of a policy (world-model and reward-model fine-tuning are not estimated)")
-    return _build_on_meta(registry.resolve("policy", node["class_path"]), node, "policy")
+    cls = registry.resolve("policy", node["class_path"])
+    model_path = _init_args(node).get("model_path")
+    standin = getattr(cls, "released_standin", None)
+    if isinstance(model_path, str) and not Path(model_path).exists() and standin is not None:
+        # a placeholder path (/path/to/<released repo name>): the architecture is the released checkpoint's, so
+        # a weightless released-form directory stands in for it (the policy class knows its released kinds)
+        scratch = tempfile.mkdtemp(prefix="rlinf-memory-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        path = standin(model_path, scratch)
+        if path is not None:
+            print(f"rlinf memory: {model_path} is not on disk; estimating the released checkpoint it names "
+                  f"({Path(path).name}, weightless stand-in)", file=sys.stderr)
+            node = {**node, "init_args": {**_init_args(node), "model_path": path}}
+    return _build_on_meta(cls, node, "policy")
 
 
 def _build_on_meta(cls, node: dict, name: str):
@@ -87,7 +103,7 @@ def _build_on_meta(cls, node: dict, name: str):
     parser.add_class_arguments(cls, name)
     parsed = parser.parse_object({name: _init_args(node)})
     with _meta_init():
-        return getattr(parser.instantiate_classes(parsed), name)
+        return getattr(parser.instantiate(parsed), name)
 
 
 def _build_component(registry, node: Any, what: str):

@@ -65,6 +65,15 @@ class OpenPIPolicy(Policy):
         gradient_checkpointing: recompute every VLM / expert layer in the backward (train mode).
     """
 
+    @staticmethod
+    def released_standin(model_path: str, directory: str) -> str | None:
+        """For ``rlinf memory``: a weightless released-form directory of the checkpoint a placeholder
+        ``model_path`` names (:func:`rlinf_policy_openpi.released.write_released_standin`), else None."""
+        from rlinf_policy_openpi.released import write_released_standin
+
+        path = write_released_standin(model_path, directory)
+        return None if path is None else str(path)
+
     def __init__(
         self,
         model_path: str,

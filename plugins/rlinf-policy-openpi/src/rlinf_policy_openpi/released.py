@@ -190,6 +190,15 @@ def _spec(name: str) -> ReleasedModel:
     return RELEASED[name]
 
 
+def write_released_standin(model_path: str | Path, directory: str | Path) -> Path | None:
+    """A weightless released-form directory under ``directory`` for the checkpoint a placeholder ``model_path``
+    names by its last component (``/path/to/RLinf-Pi0-MetaWorld-SFT``), else None (for ``rlinf memory``)."""
+    name = Path(str(model_path)).name
+    if name not in RELEASED:
+        return None
+    return write_released_dir(Path(directory) / name, name)
+
+
 def write_released_dir(path: str | Path, name: str, tokenizer: bool = True) -> Path:
     """Write a weightless directory in the layout of released checkpoint ``name`` (see :data:`RELEASED`).
 

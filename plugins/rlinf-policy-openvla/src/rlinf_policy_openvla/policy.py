@@ -38,6 +38,15 @@ class _PrismaticPolicy(Policy):
     model_type: str
     default_chunks: int
 
+    @staticmethod
+    def released_standin(model_path: str, directory: str) -> str | None:
+        """For ``rlinf memory``: a weightless released-form directory of the checkpoint a placeholder
+        ``model_path`` names (:func:`rlinf_policy_openvla.released.write_released_standin`), else None."""
+        from rlinf_policy_openvla.released import write_released_standin
+
+        path = write_released_standin(model_path, directory)
+        return None if path is None else str(path)
+
     # ------------------------------------------------------------------ construction
     def _setup(
         self,

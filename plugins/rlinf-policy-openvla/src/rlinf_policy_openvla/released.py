@@ -244,6 +244,28 @@ TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "added_tokens.json")
 
 
+# runs of shipped configs whose exported policy (``<run>/policy``) other shipped configs evaluate: their base kind
+EXPORTED_RUNS = {"libero_130_grpo_openvlaoft": "rlinf-openvla-oft-libero-130"}
+
+
+def kind_of_path(model_path: str | Path) -> str | None:
+    """The released kind whose repo a (placeholder) ``model_path`` names by its last component
+    (``/path/to/Openvla-oft-SFT-libero-spatial-traj1`` -> ``openvla-oft-sft-libero``), or whose exported
+    policy it is (``/path/to/libero_130_grpo_openvlaoft/policy``), else None."""
+    path = Path(str(model_path))
+    if path.name == "policy" and path.parent.name in EXPORTED_RUNS:
+        return EXPORTED_RUNS[path.parent.name]
+    name = path.name
+    return next((kind for kind, spec in RELEASED.items() if any(r.split("/")[-1] == name for r in spec.repos)), None)
+
+
+def write_released_standin(model_path: str | Path, directory: str | Path) -> Path | None:
+    """A weightless released-form directory under ``directory`` for the checkpoint a placeholder ``model_path``
+    names (``rlinf memory`` builds the architecture from it on the meta device), else None."""
+    kind = kind_of_path(model_path)
+    return None if kind is None else write_released_dir(Path(directory) / kind, kind)
+
+
 def write_released_dir(path: str | Path, kind: str, tokenizer_from: str | Path | None = None) -> Path:
     """Write a weightless directory in the layout of the released ``kind`` (see :data:`RELEASED`).
 
