@@ -6,6 +6,7 @@ that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point mod
 """
 
 from rlinf_core.plugins.hookspecs import hookimpl
+from rlinf_core.plugins.lazy import lazy_getattr
 
 # public name -> module that defines it
 _LAZY = {
@@ -25,18 +26,10 @@ _LAZY = {
     "require": "rlinf_core.plugins.imports",
 }
 
-__all__ = sorted([*_LAZY, "hookimpl"])
+__all__ = sorted([*_LAZY, "hookimpl", "lazy_getattr"])
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlinf_core' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

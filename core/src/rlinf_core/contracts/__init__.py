@@ -1,6 +1,6 @@
 """The plugin contracts: what an env, a policy, a world model and a reward model implement."""
 
-import importlib
+from rlinf_core.plugins.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
@@ -24,10 +24,4 @@ _LAZY = {
 __all__ = ['ActOutput', 'ChunkStepResult', 'ConditionSpec', 'Env', 'EvaluateOutput', 'MemoryProfile', 'Observation', 'Policy', 'RewardModel', 'Stack', 'VideoConfig', 'WorldModel', 'WorldModelMemory', 'module_bytes', 'peak_bytes']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

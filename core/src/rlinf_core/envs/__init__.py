@@ -1,6 +1,6 @@
 """Env helpers for plugins: the world-model env, worker processes, headless GL for MuJoCo."""
 
-import importlib
+from rlinf_core.plugins.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
@@ -15,10 +15,4 @@ _LAZY = {
 __all__ = ['EnvWorkerError', 'WorkerEnv', 'WorldModelEnv', 'gl_import_error', 'setup_gl', 'vectorize']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

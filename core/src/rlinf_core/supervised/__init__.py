@@ -1,6 +1,6 @@
 """Supervised training: SFT on demos, and the demo format plugins write (DemoWriter)."""
 
-import importlib
+from rlinf_core.plugins.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
@@ -13,10 +13,4 @@ _LAZY = {
 __all__ = ['DemoDataset', 'DemoWriter', 'SFTModule', 'read_meta']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

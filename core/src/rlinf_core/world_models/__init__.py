@@ -1,6 +1,6 @@
 """World-model helpers for plugins: initial-state data, conditioning, reward models."""
 
-import importlib
+from rlinf_core.plugins.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
@@ -18,10 +18,4 @@ _LAZY = {
 __all__ = ['ConditionSpec', 'LIBERO_TASKS', 'ResnetRewardModel', 'TaskEmbedResnetRewardModel', 'UPSTREAM_SUCCESS_THRESHOLD', 'condition_inputs', 'instruction_of', 'load_init_trajectory', 'save_init_trajectory']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

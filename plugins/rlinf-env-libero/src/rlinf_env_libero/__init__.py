@@ -1,7 +1,8 @@
 """rlinf-env-libero: the LIBERO suites (spatial / object / goal / 10 / 90 / 130) on robosuite for rlinf."""
 
-import importlib
 import sys
+
+from rlinf_core import lazy_getattr
 
 
 def clear_sim_cache() -> None:
@@ -25,10 +26,4 @@ _LAZY = {
 __all__ = ['LIBERO_130_PARTS', 'LiberoEnv', 'MAX_EPISODE_STEPS', 'SUITES', 'TaskInfo', 'clear_sim_cache', 'load_tasks']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """ManiSkill3 environments for rlinf (CPU via Mesa lavapipe, or GPU)."""
 
-import importlib
+from rlinf_core import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -12,10 +12,4 @@ _LAZY = {
 __all__ = ['ManiSkillEnv']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """rlinf-env-metaworld: MetaWorld (MT1 / MT10 / MT50 / ML45) for rlinf, plus scripted-expert demos."""
 
-import importlib
+from rlinf_core import lazy_getattr
 
 # public name -> module: imported on first use, so that the rlinf entry point (plugin.py) stays light
 _LAZY = {
@@ -16,10 +16,4 @@ _LAZY = {
 __all__ = ['DIFFICULTY', 'INSTRUCTIONS', 'ML45_TEST', 'ML45_TRAIN', 'MT10', 'MT50', 'MetaWorldEnv']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """OpenVLA and OpenVLA-OFT policies for rlinf (real checkpoint layouts, LoRA, value head)."""
 
-import importlib
+from rlinf_core import lazy_getattr
 
 # public name -> module: imported on first use, so that the rlinf entry point (plugin.py) stays light
 _LAZY = {
@@ -11,10 +11,4 @@ _LAZY = {
 __all__ = ['OpenVLAOFTPolicy', 'OpenVLAPolicy']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

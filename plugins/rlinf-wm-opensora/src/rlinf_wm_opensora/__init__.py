@@ -1,6 +1,6 @@
 """rlinf-wm-opensora: RLinf's action-conditioned OpenSora world model as an rlinf simulator."""
 
-import importlib
+from rlinf_core import lazy_getattr
 
 # public name -> module: imported on first use, so that the rlinf entry point (plugin.py) stays light
 _LAZY = {
@@ -12,10 +12,4 @@ _LAZY = {
 __all__ = ['OpenSoraWorldModel', 'STDiT3', 'STDiT3Config']
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
