@@ -269,6 +269,10 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf_core.cli.coevolve import coevolve_command
 
         return coevolve_command(argv[1:])
+    if argv and argv[0] == "wm-score":
+        from rlinf_core.cli.wm_score import wm_score_command
+
+        return wm_score_command(argv[1:])
     argv, verbose = _pop_verbose(argv)
     if not verbose:
         from rlinf_core.cli.quiet import install_quiet_filters
