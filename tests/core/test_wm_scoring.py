@@ -30,11 +30,13 @@ def simulated_episodes(n: int = 4, steps: int = 17, size: int = 16, seed: int = 
         frame[2:6, 2:6] = 250
         actions = np.zeros((steps, 2), np.float32)
         actions[1:] = rng.integers(-1, 2, (steps - 1, 2))
-        frames = [frame]
-        for a in actions[1:]:
-            frames.append(roll(frames[-1], a))
-        frames = np.stack(frames)
-        success = frames[:, size // 2 - 2 : size // 2 + 2, size // 2 - 2 : size // 2 + 2].mean((1, 2, 3)) >= 128
+        frames, success = [frame], [False]
+        for k in range(1, steps):
+            if success[-1]:  # the task stays solved: the square stays in the centre
+                actions[k] = 0
+            frames.append(roll(frames[-1], actions[k]))
+            success.append(bool(frames[-1][size // 2 - 2 : size // 2 + 2, size // 2 - 2 : size // 2 + 2].mean() >= 128))
+        frames, success = np.stack(frames), np.array(success)
         episodes.append(Episode(frames, actions, success, "reach", True))
     return episodes
 
@@ -98,6 +100,7 @@ def test_spearman_matches_scipy_with_and_without_ties():
 
 def test_reward_on_imagined_frames_against_hand_counts():
     win = cut_windows(simulated_episodes(n=6, seed=3), starts=[0], horizon=12)
+    assert 0 < win.labels.any(1).sum() < len(win)  # successful and failed windows
     rm = ToyRewardModel(patch=4, threshold=128.0)
     exact = reward_on_imagined(ToyWorldModel(pixels_per_unit=2.0).eval(), rm, win, chunk=4)
     # the classifier is the success rule itself on real frames, and the exact model reproduces them
@@ -134,3 +137,11 @@ def test_the_command_scores_recorded_episodes(tmp_path, capsys):
     assert "rlinf: error: no window" in capsys.readouterr().err
     assert main(["wm-score", "actions", "--world_model", "NoSuchModel", "--episodes", str(tmp_path)]) == 2
     assert "unknown world_model class_path 'NoSuchModel'" in capsys.readouterr().err
+
+
+def test_window_labels_stay_positive_after_the_first_success():
+    ep = simulated_episodes(n=1, steps=10)[0]
+    ep.success[:] = False
+    ep.success[5] = True  # a success flag that flickers off again (MetaWorld's per-step success)
+    win = cut_windows([ep], starts=[2], horizon=6)
+    assert win.labels[0].tolist() == [False, False, True, True, True, True]  # frames 3..8, as the classifier's labels

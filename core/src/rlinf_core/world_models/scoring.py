@@ -11,8 +11,8 @@ plugin (``rlinf wm-score``, docs/imagination.md "Measuring a world model"):
 
 Windows are cut from recorded episodes (``RolloutRecorder`` files): start frame ``s`` (the condition, as a one-frame
 init file gives it), then frames ``s + 1 .. s + K`` and the actions that produced them (frame ``k``'s
-``delta_action``). The world model is stepped open loop in chunks, as :class:`~rlinf_core.envs.world_model.WorldModelEnv`
-steps it.
+``delta_action``). The world model is stepped open loop in chunks, as
+:class:`~rlinf_core.envs.world_model.WorldModelEnv` steps it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ VARIANTS = ("recorded", "shuffled", "zero")
 @dataclass
 class Windows:
     """``N`` open-loop test windows: ``start uint8 [N, H, W, 3]`` (frame ``s``), ``actions float32 [N, K, D]``,
-    ``targets uint8 [N, K, H, W, 3]`` (frames ``s + 1 .. s + K``), ``labels bool [N, K]`` (their success flags),
+    ``targets uint8 [N, K, H, W, 3]`` (frames ``s + 1 .. s + K``), ``labels bool [N, K]`` (success: at and after
+    the episode's first success, the classifier's training labels),
     ``instructions`` and ``where`` (episode index, ``s``) of each."""
 
     start: np.ndarray
@@ -64,7 +65,8 @@ def cut_windows(episodes: Sequence[Episode], starts: Sequence[int], horizon: int
         start=np.stack([e.frames[s] for e, (_, s) in zip(ep, picked)]),
         actions=np.stack([e.actions[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]).astype(np.float32),
         targets=np.stack([e.frames[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]),
-        labels=np.stack([e.success[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]),
+        labels=np.stack([np.maximum.accumulate(e.success)[s + 1 : s + 1 + horizon]
+                         for e, (_, s) in zip(ep, picked)]),
         instructions=[e.instruction for e in ep],
         where=picked,
     )
@@ -226,7 +228,8 @@ def _probs(reward_model: RewardModel, frames: np.ndarray, instructions: list[str
 
 
 def reward_on_imagined(world_model: WorldModel, reward_model: RewardModel, windows: Windows, chunk: int,
-                       threshold: float = 0.5, success_frames: int = 1, seed: int = 0, batch: int = 16) -> RewardOnImagined:
+                       threshold: float = 0.5, success_frames: int = 1, seed: int = 0,
+                       batch: int = 16) -> RewardOnImagined:
     """Score the reward model on real frames and on the world model's continuations under the recorded actions."""
     _, scored = imagine(world_model, windows.start, windows.actions, windows.instructions, chunk, seed, batch)
     if scored.dtype != np.uint8:  # float reward frames (OpenSora): the classifier clamps, the test needs uint8
