@@ -53,6 +53,7 @@ def test_an_action_conditioned_model_responds_and_an_action_blind_one_is_blind()
     assert blind.mse["recorded"] == blind.mse["shuffled"] == blind.mse["zero"]
     assert blind.gap == {"shuffled": 0.0, "zero": 0.0}
     assert len(blind.psnr["recorded"]) == 12 and blind.psnr["recorded"][0] < 60
+    assert blind.mse["copy_start"] == pytest.approx(blind.mse["recorded"])  # the blind toy model repeats its start
 
 
 def test_windows_align_frames_with_the_actions_that_produced_them():

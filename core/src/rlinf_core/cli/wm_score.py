@@ -59,10 +59,10 @@ def _actions(a) -> dict:
     res = action_response(wm, win, a.chunk, seed=a.seed, min_gap=a.min_gap, batch=a.batch)
     steps = sorted({0, *range(a.chunk - 1, a.horizon, a.chunk), a.horizon - 1})
     print(f"open-loop error of {res.windows} windows, k = 1..{a.horizon} (MSE in [0, 1] pixels / PSNR dB)")
-    print("k        " + "  ".join(f"{v:>18}" for v in ("recorded", "shuffled", "zero")))
+    columns = ("recorded", "shuffled", "zero", "copy_start")
+    print("k        " + "  ".join(f"{v:>18}" for v in columns))
     for k in steps:
-        print(f"{k + 1:<8} " + "  ".join(f"{res.mse[v][k]:>9.5f} / {res.psnr[v][k]:5.2f}" for v in
-                                       ("recorded", "shuffled", "zero")))
+        print(f"{k + 1:<8} " + "  ".join(f"{res.mse[v][k]:>9.5f} / {res.psnr[v][k]:5.2f}" for v in columns))
     for v in ("shuffled", "zero"):
         print(f"gap {v}: {100 * res.gap[v]:+.1f} % ± {100 * res.gap_se[v]:.1f} of the recorded MSE")
     print(f"verdict: {res.verdict} (responds: both gaps >= {100 * a.min_gap:.0f} %)")

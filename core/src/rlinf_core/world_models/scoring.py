@@ -113,8 +113,9 @@ def action_variants(actions: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]
 @dataclass
 class ActionResponse:
     """Per-step open-loop error of each action variant (``mse`` in [0, 1] pixel units, ``psnr`` in dB, index
-    ``k - 1``), the relative ``gap`` of each variant's mean MSE over the recorded one (with its standard error over
-    windows, ``gap_se``), and the :func:`verdict`."""
+    ``k - 1``; ``copy_start``: the start frame repeated, the error of a model that predicts no motion), the relative
+    ``gap`` of each variant's mean MSE over the recorded one (with its standard error over windows, ``gap_se``),
+    and the :func:`verdict`."""
 
     windows: int
     mse: dict[str, list[float]]
@@ -164,6 +165,8 @@ def action_response(world_model: WorldModel, windows: Windows, chunk: int, seed:
             fp = np.asarray(features(pred.reshape(N * K, *pred.shape[2:])), np.float32).reshape(N, K, -1)
             ft = np.asarray(features(windows.targets.reshape(N * K, *pred.shape[2:])), np.float32).reshape(N, K, -1)
             feats[name] = ((fp - ft) ** 2).mean(axis=(0, 2)).tolist()
+    still = ((windows.start[:, None].astype(np.float32) / 255.0 - target) ** 2).mean(axis=(2, 3, 4))
+    mse["copy_start"] = still.mean(0)  # reference: "nothing moves" (the start frame repeated)
     base = per_window["recorded"].mean()
     gap, gap_se = {}, {}
     for name in ("shuffled", "zero"):
