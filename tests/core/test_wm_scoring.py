@@ -108,6 +108,8 @@ def test_reward_on_imagined_frames_against_hand_counts():
     assert exact.frame_real["precision"] == exact.frame_imagined["precision"] == pytest.approx(1.0)
     assert exact.frame_real["recall"] == exact.frame_imagined["recall"] == pytest.approx(1.0)
     assert exact.imagined_success_rate == exact.real_success_rate == pytest.approx(win.labels.any(1).mean())
+    assert exact.episode_real == exact.episode_imagined == {"precision": 1.0, "recall": 1.0,
+                                                             "positive_rate": pytest.approx(exact.real_success_rate)}
     blind = reward_on_imagined(ToyWorldModel(pixels_per_unit=0.0).eval(), rm, win, chunk=4)
     still = np.repeat(win.start[:, None], 12, 1)  # the blind model repeats the start frame
     centre = still[:, :, 6:10, 6:10].mean((2, 3, 4)) >= 128

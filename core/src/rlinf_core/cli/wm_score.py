@@ -79,7 +79,7 @@ def _reward(a) -> dict:
     print(f"reward model on {res.windows} windows of {a.horizon} frames (p >= {a.threshold}, "
           f"{a.success_frames} frame(s) in a row)")
     for name, d in (("frames, real", res.frame_real), ("frames, imagined", res.frame_imagined),
-                    ("episodes, imagined vs real", res.episode_imagined)):
+                    ("episodes, real frames", res.episode_real), ("episodes, imagined vs real", res.episode_imagined)):
         print(f"{name:<28} precision {_fmt(d['precision'])}  recall {_fmt(d['recall'])}  "
               f"positive rate {_fmt(d['positive_rate'])}")
     print(f"success rate: real {_fmt(res.real_success_rate)}, classifier on real frames "

@@ -205,7 +205,8 @@ def success_of(probs: np.ndarray, threshold: float, frames: int) -> np.ndarray:
 class RewardOnImagined:
     """Frame-level precision / recall of the classifier on the real frames and on the imagined continuations (both
     against the real frames' success flags), and episode-level success (the env's rule) on both: rates, and the
-    precision / recall of imagined success against real success of the same window."""
+    precision / recall of success on the real frames (``episode_real``) and on the imagined ones
+    (``episode_imagined``) against the real success of the same window."""
 
     windows: int
     frame_real: dict[str, float]
@@ -213,6 +214,7 @@ class RewardOnImagined:
     real_success_rate: float
     classifier_on_real_success_rate: float
     imagined_success_rate: float
+    episode_real: dict[str, float]
     episode_imagined: dict[str, float]
 
     def as_dict(self) -> dict:
@@ -251,7 +253,7 @@ def reward_on_imagined(world_model: WorldModel, reward_model: RewardModel, windo
         windows=len(windows), frame_real=pr(p_real >= threshold, windows.labels),
         frame_imagined=pr(p_imag >= threshold, windows.labels), real_success_rate=float(real.mean()),
         classifier_on_real_success_rate=float(on_real.mean()), imagined_success_rate=float(imagined.mean()),
-        episode_imagined=pr(imagined, real),
+        episode_real=pr(on_real, real), episode_imagined=pr(imagined, real),
     )
 
 
