@@ -37,7 +37,7 @@ BUILTIN_COMMANDS = (
                    "rlinf_core.cli.memory:memory_command"),
     BuiltinCommand("coevolve", "Run (or continue) a co-evolution loop: collect, world model, reward model, RL.",
                    "rlinf_core.cli.coevolve:coevolve_command"),
-    BuiltinCommand("wm-score", "Score a world model: action response, reward model on imagined frames, policy ranking.",
+    BuiltinCommand("wm-score", "Score a world model: action response, reward on imagined frames, policy ranking.",
                    "rlinf_core.cli.wm_score:wm_score_command"),
     BuiltinCommand("serve", "Serve a trained policy over openpi's websocket or OpenVLA's REST protocol (docs/serving.md).",
                    "rlinf_core.serve.command:serve_command"),

@@ -1,11 +1,11 @@
-"""The ``rlinf`` command: ``rlinf plugins`` / ``configs`` / ``memory`` / ``plot`` / ``coevolve`` plus LightningCLI's ``fit`` /
-``validate`` / ... .
+"""The ``rlinf`` command: its own commands (``rlinf --help`` lists them, :mod:`rlinf_core.cli.commands`) plus
+LightningCLI's ``fit`` / ``validate`` / ``test`` / ``predict``.
 
-Plugins are loaded before the arguments are parsed, so YAML can name registered classes by
-their short name (``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's
-tips and known library warnings too); the training commands run :class:`rlinf_core.cli.lightning.RLinfCLI`,
-which adds rlinf's progress bar, eval tables and run summary to every trainer. ``--config NAME`` may name a config shipped inside an installed package
-(``libero/spatial.yaml``, see :mod:`rlinf_core.cli.configs`) when no such file exists locally.
+Plugins are loaded before the arguments are parsed, so YAML can name registered classes by their short name
+(``class_path: MetaWorldEnv``). Output is quiet by default (``--verbose``: Lightning's tips and known library
+warnings too); the training commands run :class:`rlinf_core.cli.lightning.RLinfCLI`, which adds rlinf's progress
+bar, eval tables and run summary to every trainer. ``--config NAME`` may name a config shipped inside an installed
+package (``libero/spatial.yaml``, see :mod:`rlinf_core.cli.configs`) when no such file exists locally.
 """
 
 from __future__ import annotations
