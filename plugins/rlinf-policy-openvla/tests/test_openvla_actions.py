@@ -104,7 +104,7 @@ def test_invert_gripper(tiny_oft, obs):
 @pytest.mark.parametrize("cls", [OpenVLAOFTPolicy, OpenVLAPolicy])
 def test_sft_loss_fits_expert_actions(tiny_oft, obs, cls):
     torch.manual_seed(0)
-    policy = cls(model_path=str(tiny_oft), num_action_chunks=1)
+    policy = cls(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=1))
     q01, q99 = policy.action_tokenizer.low.float(), policy.action_tokenizer.high.float()
     expert = (q01 + (q99 - q01) * torch.rand(3, 1, 7)).float()
     expert[..., -1] = torch.tensor([-1.0, 1.0, -1.0]).view(3, 1)  # masked gripper dimension

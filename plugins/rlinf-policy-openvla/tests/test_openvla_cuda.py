@@ -18,7 +18,7 @@ CUDA = torch.device("cuda")
 
 def _policy(cls, path, **kw):
     torch.manual_seed(0)
-    return cls(model_path=str(path), num_action_chunks=2, precision="bf16", **kw).to(CUDA)
+    return cls(model_path=str(path), actions=ActionConfig(num_action_chunks=2), precision="bf16", **kw).to(CUDA)
 
 
 @pytest.mark.parametrize("kind", ["oft", "openvla"])

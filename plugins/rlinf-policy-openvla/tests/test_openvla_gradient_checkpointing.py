@@ -37,7 +37,7 @@ def _grads(cls, path, obs, record, **kw):
 @pytest.mark.parametrize("cls,lora", [(OpenVLAOFTPolicy, False), (OpenVLAOFTPolicy, True), (OpenVLAPolicy, False)])
 def test_same_gradients_and_recomputed(cls, lora, tiny_oft, tiny_openvla, obs):
     path = tiny_oft if cls is OpenVLAOFTPolicy else tiny_openvla
-    kw = {"num_action_chunks": 2, "lora": LoRAConfig() if lora else None}
+    kw = {"actions": ActionConfig(num_action_chunks=2), "lora": LoRAConfig() if lora else None}
     torch.manual_seed(1)
     record = cls(str(path), **kw).act(obs, do_sample=True).record
     loss0, grads0, counts0 = _grads(cls, path, obs, record, **kw)

@@ -101,7 +101,12 @@ def test_attention_modes_differ(tiny_oft, obs):
 
 @pytest.mark.parametrize("cls", [OpenVLAOFTPolicy, OpenVLAPolicy])
 def test_value_head_reads_the_last_prompt_token(tiny_oft, obs, cls):
-    policy = cls(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, value_type="action_level")
+    policy = cls(
+        model_path=str(tiny_oft),
+        add_value_head=True,
+        value_type="action_level",
+        actions=ActionConfig(num_action_chunks=2),
+    )
     a = _act(policy, obs, do_sample=True, temperature=3.0).record
     b = {"action_tokens": torch.flip(a["action_tokens"], dims=[1, 2])}
     va = policy.evaluate(obs, a, compute_values=True).values
@@ -153,11 +158,11 @@ def test_top_k_sampling_and_recompute(request, obs, cls_fixture):
     same top-k distribution (RLinf's TopKLogitsWarper in both places); entropy stays finite."""
     path = str(request.getfixturevalue(cls_fixture))
     cls = OpenVLAOFTPolicy if cls_fixture == "tiny_oft" else OpenVLAPolicy
-    policy = cls(model_path=path, num_action_chunks=2, top_k=3)
+    policy = cls(model_path=path, top_k=3, actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=True, temperature=50.0)  # nearly uniform over the kept bins
     ev = policy.evaluate(obs, out.record, temperature=50.0, compute_entropy=True)
     torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
     assert torch.isfinite(ev.entropy).all() and (ev.entropy <= math.log(3) + 1e-4).all()
     assert (out.logprobs >= math.log(1 / 3) - 0.05).all()  # ~uniform over 3 bins, never over all 256
-    full = cls(model_path=path, num_action_chunks=2)
+    full = cls(model_path=path, actions=ActionConfig(num_action_chunks=2))
     assert (full.evaluate(obs, out.record, temperature=50.0).logprobs < math.log(1 / 3) - 1).all()

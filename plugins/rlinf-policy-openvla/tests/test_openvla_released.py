@@ -55,7 +55,7 @@ def test_released_kind_builds_openvla_7b_on_meta(released, kind):
     stats_key = RELEASED[kind].norm_keys[-1]
     cls = OpenVLAPolicy if kind.startswith("openvla-7b") else OpenVLAOFTPolicy
     with meta_init():
-        policy = cls(model_path=str(path), unnorm_key=stats_key, precision="bf16")
+        policy = cls(model_path=str(path), precision="bf16", actions=ActionConfig(unnorm_key=stats_key))
     state = policy.model.state_dict()
     assert parameter_count(policy.model) == OPENVLA_7B_PARAMETERS
     assert all(t.is_meta for t in state.values())

@@ -9,7 +9,7 @@ temperature-scaled distribution restricted to the action bins.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +27,7 @@ from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
-from rlinf_policy_openvla.settings import ActionConfig, InputConfig, flat, grouped
+from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig, as_group, flat, grouped
 from rlinf_policy_openvla.released import default_image_resize
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
@@ -39,6 +39,7 @@ class _PrismaticPolicy(Policy):
 
     model_type: str
     default_chunks: int
+    FLAT_SETTINGS = FLAT_KEYS  # flat setting names (RLinf's, rlinf serve's --unnorm-key) → (config group, field)
 
     # ------------------------------------------------------------------ construction
     def _setup(
@@ -55,6 +56,7 @@ class _PrismaticPolicy(Policy):
         gradient_checkpointing: bool,
     ) -> None:
         name = type(self).__name__
+        actions, inputs = as_group(ActionConfig, actions), as_group(InputConfig, inputs)
         if model_type is not None and model_type != self.model_type:
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
@@ -458,14 +460,15 @@ class OpenVLAPolicy(_PrismaticPolicy):
         top_k: int = 0,
     ) -> None:
         super().__init__()
+        inputs = as_group(InputConfig, inputs)
         if inputs.use_proprio:
             raise ValueError("OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true")
         if inputs.num_images_in_input not in (None, 1):
             raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for inputs.num_images_in_input > 1")
+        inputs = replace(inputs, use_proprio=False, num_images_in_input=1)  # not the checkpoint's recorded ones
         self.top_k = int(top_k)
         self._setup(
-            model_path=model_path, model_type=model_type, actions=actions,
-            inputs=InputConfig(**{**asdict(inputs), "use_proprio": False, "num_images_in_input": 1}),
+            model_path=model_path, model_type=model_type, actions=actions, inputs=inputs,
             add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
             gradient_checkpointing=gradient_checkpointing,
         )

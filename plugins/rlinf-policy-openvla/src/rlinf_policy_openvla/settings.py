@@ -98,6 +98,11 @@ def grouped(settings: dict) -> dict:
     return out
 
 
+def as_group(cls: type, value):
+    """A group given as a plain dict (a run's saved config.yaml read without jsonargparse) → its dataclass."""
+    return cls(**value) if isinstance(value, dict) else value
+
+
 def flat(settings: dict) -> dict:
     """The inverse view: group dicts spread into flat keys (how the policy reads a checkpoint's recorded
     settings, whichever form wrote them)."""
@@ -107,4 +112,4 @@ def flat(settings: dict) -> dict:
     return out
 
 
-__all__ = ["ActionConfig", "FLAT_KEYS", "GROUPS", "InputConfig", "NORMALIZATION_TYPES", "flat", "grouped"]
+__all__ = ["ActionConfig", "FLAT_KEYS", "GROUPS", "InputConfig", "NORMALIZATION_TYPES", "as_group", "flat", "grouped"]
