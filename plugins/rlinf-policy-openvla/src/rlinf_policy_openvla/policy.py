@@ -76,13 +76,16 @@ class _PrismaticPolicy(Policy):
         self.stats = stats
         vocab = spec.action_vocab_size  # builds text_config's LlamaConfig (its own one-line errors)
         try:
-            self.action_tokenizer = ActionTokenizer(vocab, spec.n_action_bins, stats["action"], actions.normalization_type)
+            self.action_tokenizer = ActionTokenizer(
+                vocab, spec.n_action_bins, stats["action"], actions.normalization_type
+            )
         except (ValueError, TypeError) as exc:  # malformed statistics: name where they come from
             raise CheckpointError(f"norm_stats[{self.unnorm_key!r}]['action'] of {path}: {exc}") from None
         stats_dim = self.action_tokenizer.action_dim
         if actions.action_dim is not None and actions.action_dim != stats_dim:
             raise ValueError(
-                f"actions.action_dim={actions.action_dim} but norm_stats[{self.unnorm_key!r}] has {stats_dim} action dimensions;"
+                f"actions.action_dim={actions.action_dim} but norm_stats[{self.unnorm_key!r}] has {stats_dim} action"
+                " dimensions;"
                 " drop action_dim or pick the matching unnorm_key"
             )
         self.action_dim = stats_dim
@@ -103,7 +106,8 @@ class _PrismaticPolicy(Policy):
         if self.value_type not in ("chunk_level", "action_level"):
             raise ValueError(f"value_type {self.value_type!r} not supported; use 'chunk_level' or 'action_level'")
         value_dim = (1 if self.value_type == "chunk_level" else self.num_action_chunks) if self.has_value_head else None
-        self.use_proprio = bool(inputs.use_proprio if inputs.use_proprio is not None else saved.get("use_proprio", False))
+        use_proprio = inputs.use_proprio if inputs.use_proprio is not None else saved.get("use_proprio", False)
+        self.use_proprio = bool(use_proprio)
         self.proprio_dim = None
         if self.use_proprio:
             guess = saved.get("proprio_dim") or len(stats.get("proprio", {}).get("q01", []))
@@ -114,7 +118,8 @@ class _PrismaticPolicy(Policy):
         # --- tokenizer and prompts
         self.tokenizer = self._load_tokenizer(path)
         self._check_vocab(spec)
-        self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, inputs.max_prompt_length or saved.get("max_prompt_length"))
+        prompt_length = inputs.max_prompt_length or saved.get("max_prompt_length")
+        self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, prompt_length)
 
         # --- network
         from rlinf_policy_openvla._modeling import build_vla
@@ -462,7 +467,9 @@ class OpenVLAPolicy(_PrismaticPolicy):
         super().__init__()
         inputs = as_group(InputConfig, inputs)
         if inputs.use_proprio:
-            raise ValueError("OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true")
+            raise ValueError(
+                "OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true"
+            )
         if inputs.num_images_in_input not in (None, 1):
             raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for inputs.num_images_in_input > 1")
         inputs = replace(inputs, use_proprio=False, num_images_in_input=1)  # not the checkpoint's recorded ones
