@@ -26,6 +26,7 @@ def build(kind: str, chunks: int, grad_ckpt: bool, device: str, model_path: str 
     import rlinf_policy_openvla._modeling as modeling
     from rlinf_policy_openvla import OpenVLAOFTPolicy
     from rlinf_policy_openvla.released import RELEASED, write_released_dir
+    from rlinf_policy_openvla.settings import ActionConfig
 
     # the released-form directory has no weight files: build the network with its own random init on the
     # device instead of on meta, and skip the weight load (the benchmark's only departure from a real load)
@@ -35,8 +36,12 @@ def build(kind: str, chunks: int, grad_ckpt: bool, device: str, model_path: str 
     path = model_path or write_released_dir(tempfile.mkdtemp(), kind)
     unnorm = None if model_path else RELEASED[kind].norm_keys[-1]
     with torch.device(device):
-        policy = OpenVLAOFTPolicy(model_path=str(path), num_action_chunks=chunks, precision="bf16", unnorm_key=unnorm,
-                                  gradient_checkpointing=grad_ckpt)
+        policy = OpenVLAOFTPolicy(
+            model_path=str(path),
+            precision="bf16",
+            gradient_checkpointing=grad_ckpt,
+            actions=ActionConfig(num_action_chunks=chunks, unnorm_key=unnorm),
+        )
     return policy.to(device)
 
 

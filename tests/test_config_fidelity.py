@@ -226,9 +226,14 @@ def _load(rel: str) -> dict:
     return yaml.safe_load((CONFIGS / rel).read_text())
 
 
-def _openpi_flat_keys() -> dict[str, tuple[str, str]]:
-    from rlinf_policy_openpi.settings import FLAT_KEYS
-
+def _flat_keys(class_path: str | None) -> dict[str, tuple[str, str]]:
+    """RLinf's flat policy key → (config group, field) of our policy class, for the policies with groups."""
+    if class_path == "OpenPIPolicy":
+        from rlinf_policy_openpi.settings import FLAT_KEYS
+    elif class_path in ("OpenVLAPolicy", "OpenVLAOFTPolicy"):
+        from rlinf_policy_openvla.settings import FLAT_KEYS
+    else:
+        return {}
     return FLAT_KEYS
 
 
@@ -244,8 +249,8 @@ def _value(cfg: dict, key: str):
     block = args.get(section, {})
     if name == "class_path":
         return block.get("class_path")
-    if block.get("class_path") == "OpenPIPolicy" and name in _openpi_flat_keys():
-        group, name = _openpi_flat_keys()[name]  # RLinf's flat name → OpenPIPolicy's config group
+    if name in _flat_keys(block.get("class_path")):
+        group, name = _flat_keys(block.get("class_path"))[name]  # RLinf's flat name → our policy's config group
         block = block.get("init_args", {}).get(group) or {}
     elif "class_path" in block:
         block = block.get("init_args", {})

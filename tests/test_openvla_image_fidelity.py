@@ -35,5 +35,5 @@ def test_parsed_policy_neither_crops_nor_resizes_like_pil(rel, capsys):
     assert exc.value.code in (0, None), capsys.readouterr().err[-2000:]
     policy = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["policy"]
     assert policy["class_path"].endswith(("OpenVLAPolicy", "OpenVLAOFTPolicy"))
-    args = policy["init_args"]
+    args = policy["init_args"]["inputs"]
     assert (args["center_crop"], args["image_resize"]) == (False, "tensor"), rel

@@ -195,7 +195,7 @@ def _corruptions():
     yield "tokenizer.json corrupt", lambda d: (rm("tokenizer.model")(d), write("tokenizer.json", b"garbage")(d)), [], \
         "cannot load the tokenizer"
     yield "tokenizer_config.json corrupt", write("tokenizer_config.json", b"{oops"), [], "cannot load the tokenizer"
-    yield "wrong unnorm_key", lambda d: None, ["--model.init_args.policy.init_args.unnorm_key=bridge_orig"], \
+    yield "wrong unnorm_key", lambda d: None, ["--model.init_args.policy.init_args.actions.unnorm_key=bridge_orig"], \
         "unnorm_key 'bridge_orig' not in the norm stats of"
     yield "norm stats missing", config(lambda c: c.pop("norm_stats")), [], "has no norm_stats; add them"
     yield "norm stats without action", config(lambda c: c["norm_stats"]["reach"].pop("action")), [], \
@@ -204,7 +204,7 @@ def _corruptions():
         "statistics lack 'q01'/'q99'"
     yield "norm stats wrong length", config(lambda c: c["norm_stats"]["reach"]["action"].update(q01=[0.0])), [], \
         "q01/q99 must be equal-length"
-    yield "norm stats of another action_dim", lambda d: None, ["--model.init_args.policy.init_args.action_dim=7"], \
+    yield "norm stats of another action_dim", lambda d: None, ["--model.init_args.policy.init_args.actions.action_dim=7"], \
         "action_dim=7 but norm_stats['reach'] has 2"
     yield "dataset_statistics.json not JSON", write("dataset_statistics.json", b"{oops"), [], \
         "dataset_statistics.json is not valid JSON"

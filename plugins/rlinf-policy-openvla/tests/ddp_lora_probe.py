@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from rlinf_core import Observation
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 
 
@@ -44,7 +45,10 @@ def main(model_path: str, out: str) -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     policy = OpenVLAOFTPolicy(
-        model_path, lora=LoRAConfig(target_modules=RLINF_LORA_TARGETS), num_action_chunks=2, add_value_head=True
+        model_path,
+        lora=LoRAConfig(target_modules=RLINF_LORA_TARGETS),
+        add_value_head=True,
+        actions=ActionConfig(num_action_chunks=2),
     )
     trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
     ddp = DistributedDataParallel(Loss(policy))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_core.models.norm_stats import resolve_unnorm_key
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 
@@ -53,7 +54,7 @@ def test_policy_actions_follow_the_formula(tmp_path, tiny_oft, obs):
     cfg["norm_stats"] = {"custom_ds": {"action": {**STATS, "mask": STATS["mask"]}}}
     (model / "config.json").write_text(json.dumps(cfg))
     (model / "dataset_statistics.json").unlink()
-    policy = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(num_action_chunks=2))
     assert policy.action_dim == 4 and policy.unnorm_key == "custom_ds"
     with torch.no_grad():
         out = policy.act(obs, do_sample=True, temperature=5.0)
@@ -77,16 +78,22 @@ def test_dataset_statistics_json_is_merged(tmp_path, tiny_oft):
     shutil.copytree(tiny_oft, model)
     extra = {"metaworld_ml45": {"action": {"q01": [-1, -1, -1, -1], "q99": [1, 1, 1, 1], "mask": [True] * 4}}}
     (model / "dataset_statistics.json").write_text(json.dumps(extra))
-    policy = OpenVLAOFTPolicy(model_path=str(model), unnorm_key="metaworld_ml45", num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(model),
+        actions=ActionConfig(unnorm_key="metaworld_ml45", num_action_chunks=2),
+    )
     assert policy.action_dim == 4
     assert set(policy.spec.norm_stats) == {"libero_spatial_no_noops", "metaworld_ml45"}
     # the original key still works via the _no_noops fallback
-    assert OpenVLAOFTPolicy(model_path=str(model), unnorm_key="libero_spatial").unnorm_key == "libero_spatial_no_noops"
+    assert OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(unnorm_key="libero_spatial")).unnorm_key == "libero_spatial_no_noops"
 
 
 def test_invert_gripper(tiny_oft, obs):
-    plain = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
-    inverted = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, invert_gripper=True)
+    plain = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
+    inverted = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        actions=ActionConfig(num_action_chunks=2, invert_gripper=True),
+    )
     with torch.no_grad():
         a = plain.act(obs, do_sample=False).actions
         b = inverted.act(obs, do_sample=False).actions
@@ -97,7 +104,7 @@ def test_invert_gripper(tiny_oft, obs):
 @pytest.mark.parametrize("cls", [OpenVLAOFTPolicy, OpenVLAPolicy])
 def test_sft_loss_fits_expert_actions(tiny_oft, obs, cls):
     torch.manual_seed(0)
-    policy = cls(model_path=str(tiny_oft), num_action_chunks=1)
+    policy = cls(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=1))
     q01, q99 = policy.action_tokenizer.low.float(), policy.action_tokenizer.high.float()
     expert = (q01 + (q99 - q01) * torch.rand(3, 1, 7)).float()
     expert[..., -1] = torch.tensor([-1.0, 1.0, -1.0]).view(3, 1)  # masked gripper dimension
@@ -122,7 +129,7 @@ def test_kv_cache_decode_raises_no_deprecation_warning(tiny_openvla, obs):
     (``past_key_values`` is deprecated for removal in 5.40): no Deprecation / FutureWarning."""
     import warnings
 
-    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=2)
+    policy = OpenVLAPolicy(model_path=str(tiny_openvla), actions=ActionConfig(num_action_chunks=2))
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         warnings.simplefilter("error", FutureWarning)

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_core.models.weights import CheckpointError, load_weights
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla.checkpoint import read_spec
@@ -67,11 +68,15 @@ def test_tiny_checkpoint_has_the_real_layout(tmp_path):
     assert tok.convert_ids_to_tokens(tok.pad_token_id) == "<PAD>"
     prompt = "In: What action should the robot take to stack the cups?\nOut:"
     assert max(tok(prompt, add_special_tokens=False)["input_ids"]) < cfg["pad_token_id"] - 256
-    assert OpenVLAPolicy(model_path=str(path), unnorm_key="bridge_orig").num_action_chunks == 1
+    assert OpenVLAPolicy(model_path=str(path), actions=ActionConfig(unnorm_key="bridge_orig")).num_action_chunks == 1
 
 
 def test_sharded_save_load_round_trip(tmp_path, tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, unnorm_key="libero_spatial")
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        add_value_head=True,
+        actions=ActionConfig(num_action_chunks=2, unnorm_key="libero_spatial"),
+    )
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01 * torch.randn_like(p))  # differ from the source checkpoint
@@ -85,7 +90,8 @@ def test_sharded_save_load_round_trip(tmp_path, tiny_oft, obs):
     assert set(saved) == set(own) and any(k.startswith("value_head.mlp.") for k in saved)
     assert all(torch.equal(saved[k], own[k]) for k in own)
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["rlinf_policy"]["unnorm_key"] == "libero_spatial_no_noops" and "libero_spatial_no_noops" in cfg["norm_stats"]
+    assert cfg["rlinf_policy"]["actions"]["unnorm_key"] == "libero_spatial_no_noops"
+    assert "libero_spatial_no_noops" in cfg["norm_stats"]
     loaded = OpenVLAOFTPolicy(model_path=str(out))
     assert (loaded.num_action_chunks, loaded.has_value_head, loaded.attention_mode) == (2, True, "bidirectional")
     with torch.no_grad():
@@ -104,9 +110,9 @@ def test_bf16_weights_and_precision(tmp_path, tiny_oft, obs):
     for f in model.glob("model*.safetensors*"):
         f.unlink()
     save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, str(model / "model.safetensors"))
-    fp32 = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2)
+    fp32 = OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(num_action_chunks=2))
     assert next(fp32.parameters()).dtype == torch.float32
-    bf16 = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16")
+    bf16 = OpenVLAOFTPolicy(model_path=str(model), precision="bf16", actions=ActionConfig(num_action_chunks=2))
     # bf16 compute, fp32 master weights: trainable parameters fp32, frozen (unused) ones bf16
     assert {p.dtype for p in bf16.parameters() if p.requires_grad} == {torch.float32}
     assert {p.dtype for p in bf16.parameters() if not p.requires_grad} == {torch.bfloat16}
@@ -121,11 +127,15 @@ def test_bf16_weights_and_precision(tmp_path, tiny_oft, obs):
 
     rlinf_core.models.precision._warned.clear()  # the warning is shown once per process
     with pytest.warns(UserWarning, match="bf16-true stores trainable weights"):
-        pure = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16-true")
+        pure = OpenVLAOFTPolicy(
+            model_path=str(model),
+            precision="bf16-true",
+            actions=ActionConfig(num_action_chunks=2),
+        )
     assert {p.dtype for p in pure.parameters()} == {torch.bfloat16}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not twice
-        OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, precision="bf16-true")
+        OpenVLAOFTPolicy(model_path=str(model), precision="bf16-true", actions=ActionConfig(num_action_chunks=2))
 
 
 def test_v4_style_text_config_and_timm_presets(tmp_path, tiny_oft):
@@ -139,7 +149,7 @@ def test_v4_style_text_config_and_timm_presets(tmp_path, tiny_oft):
                    "_name_or_path": "meta-llama/Llama-2-7b-hf", "architectures": ["LlamaForCausalLM"]})
 
     _edit_config(model, v4)
-    assert OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=1).vla.text_config.rope_parameters["rope_theta"] == 10000.0
+    assert OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(num_action_chunks=1)).vla.text_config.rope_parameters["rope_theta"] == 10000.0
 
     def real_ids(cfg):
         cfg.pop("timm_model_configs")
@@ -166,15 +176,56 @@ def test_official_proprio_projector_file(tmp_path, obs):
         f.unlink()
     save_file({k: v for k, v in state.items() if not k.startswith("proprio_projector.")}, str(model / "model.safetensors"))
     torch.save(proprio, model / "proprio_projector--50000_checkpoint.pt")
-    a = OpenVLAOFTPolicy(model_path=str(src), num_action_chunks=2, use_proprio=True)
-    b = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, use_proprio=True)
+    a = OpenVLAOFTPolicy(
+        model_path=str(src),
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(use_proprio=True),
+    )
+    b = OpenVLAOFTPolicy(
+        model_path=str(model),
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(use_proprio=True),
+    )
     assert b.image_resize == "pil"  # official OFT side files: the official pipeline's PIL resize
     b.image_resize = a.image_resize  # compare the weights alone
     with torch.no_grad():
         torch.testing.assert_close(a.act(obs, do_sample=False).logprobs, b.act(obs, do_sample=False).logprobs)
     (model / "proprio_projector--50000_checkpoint.pt").unlink()
     with pytest.raises(CheckpointError, match="no proprio projector weights"):
-        OpenVLAOFTPolicy(model_path=str(model), use_proprio=True)
+        OpenVLAOFTPolicy(model_path=str(model), inputs=InputConfig(use_proprio=True))
+
+
+FLAT_SETTINGS = {  # config.json's rlinf_policy as save_pretrained wrote it before the config groups
+    "policy": "OpenVLAOFTPolicy", "unnorm_key": "libero_spatial_no_noops", "num_action_chunks": 3,
+    "num_images_in_input": 2, "add_value_head": True, "value_type": "action_level", "use_proprio": False,
+    "proprio_dim": None, "max_prompt_length": 40, "image_resize": "pil", "attention_mode": "causal",
+}
+
+
+def test_directories_saved_with_flat_names_still_load(tmp_path, tiny_oft):
+    policy = OpenVLAOFTPolicy.from_pretrained(  # flat overrides are grouped, as the flat YAML names were
+        tiny_oft, num_action_chunks=3, num_images_in_input=2, add_value_head=True, value_type="action_level",
+        max_prompt_length=40, image_resize="pil", attention_mode="causal",
+    )
+    policy.save_pretrained(tmp_path / "grouped")
+    grouped = json.loads((tmp_path / "grouped" / "config.json").read_text())["rlinf_policy"]
+    assert grouped["actions"] == {"unnorm_key": "libero_spatial_no_noops", "num_action_chunks": 3}
+    assert grouped["inputs"]["max_prompt_length"] == 40 and grouped["inputs"]["image_resize"] == "pil"
+    shutil.copytree(tmp_path / "grouped", tmp_path / "flat")
+    _edit_config(tmp_path / "flat", lambda cfg: cfg.update(rlinf_policy=FLAT_SETTINGS))
+
+    def settings(p):
+        return (p.unnorm_key, p.num_action_chunks, p.num_images_in_input, p.has_value_head, p.value_type,
+                p.prompts.max_prompt_length, p.image_resize, p.attention_mode)
+
+    expected = ("libero_spatial_no_noops", 3, 2, True, "action_level", 40, "pil", "causal")
+    assert settings(policy) == expected
+    for name in ("grouped", "flat"):
+        assert settings(OpenVLAOFTPolicy.from_pretrained(tmp_path / name)) == expected, name
+        assert settings(OpenVLAOFTPolicy(model_path=str(tmp_path / name))) == expected, name
+    again = OpenVLAOFTPolicy.from_pretrained(tmp_path / "flat", inputs=InputConfig(max_prompt_length=50))
+    assert (again.prompts.max_prompt_length, again.num_images_in_input) == (50, 2)  # unset fields: the recorded ones
+    assert OpenVLAOFTPolicy.from_pretrained(tmp_path / "flat", image_resize="tensor").image_resize == "tensor"
 
 
 # ---- errors: one line with the cause and a hint ------------------------------------------------------
@@ -217,9 +268,9 @@ def test_missing_directory_and_files(tmp_path, tiny_oft):
 
 def test_wrong_settings_are_explained(tmp_path, tiny_oft, obs):
     with pytest.raises(ValueError, match="not in the norm stats .*available: libero_spatial_no_noops"):
-        OpenVLAOFTPolicy(model_path=str(tiny_oft), unnorm_key="bridge_orig")
+        OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(unnorm_key="bridge_orig"))
     with pytest.raises(ValueError, match="action_dim=4 but norm_stats.*has 7"):
-        OpenVLAOFTPolicy(model_path=str(tiny_oft), action_dim=4)
+        OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(action_dim=4))
     with pytest.raises(ValueError, match="use class_path: OpenVLAPolicy"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), model_type="openvla")
     with pytest.raises(ValueError, match="has no adapter_config.json"):
@@ -231,11 +282,15 @@ def test_wrong_settings_are_explained(tmp_path, tiny_oft, obs):
     with pytest.raises(ValueError, match="precision 'fp8' not supported"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), precision="fp8")
     with pytest.raises(ValueError, match="no proprio stats; set proprio_dim"):
-        OpenVLAOFTPolicy(model_path=str(tiny_oft), use_proprio=True)
-    short = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=1, max_prompt_length=8)
+        OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(use_proprio=True))
+    short = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        actions=ActionConfig(num_action_chunks=1),
+        inputs=InputConfig(max_prompt_length=8),
+    )
     with pytest.raises(ValueError, match="> max_prompt_length=8; raise max_prompt_length"):
         short.act(obs)
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     with pytest.raises(ValueError, match=r"expected \[B, 2, 7\]"):
         policy.evaluate(obs, {"action_tokens": torch.zeros(3, 3, 7, dtype=torch.long)})
 

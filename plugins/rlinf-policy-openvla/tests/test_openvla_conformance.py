@@ -3,12 +3,17 @@
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.testing import tiny_checkpoint
 
 
 class TestOpenVLAOFTPolicy(PolicyPluginTests):
     def make_policy(self):
-        return OpenVLAOFTPolicy(model_path=str(tiny_checkpoint(kind="oft")), num_action_chunks=3, add_value_head=True)
+        return OpenVLAOFTPolicy(
+            model_path=str(tiny_checkpoint(kind="oft")),
+            add_value_head=True,
+            actions=ActionConfig(num_action_chunks=3),
+        )
 
 
 class TestOpenVLAOFTCausalLoRA(PolicyPluginTests):
@@ -17,12 +22,12 @@ class TestOpenVLAOFTCausalLoRA(PolicyPluginTests):
     def make_policy(self):
         return OpenVLAOFTPolicy(
             model_path=str(tiny_checkpoint(kind="oft", proprio_dim=8)),
-            num_action_chunks=2,
             attention_mode="causal",
-            use_proprio=True,
             add_value_head=True,
             value_type="action_level",
             lora=LoRAConfig(rank=4),
+            actions=ActionConfig(num_action_chunks=2),
+            inputs=InputConfig(use_proprio=True),
         )
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -17,7 +18,7 @@ CUDA = torch.device("cuda")
 
 def _policy(cls, path, **kw):
     torch.manual_seed(0)
-    return cls(model_path=str(path), num_action_chunks=2, precision="bf16", **kw).to(CUDA)
+    return cls(model_path=str(path), actions=ActionConfig(num_action_chunks=2), precision="bf16", **kw).to(CUDA)
 
 
 @pytest.mark.parametrize("kind", ["oft", "openvla"])
@@ -43,7 +44,11 @@ def test_cuda_bf16_update_keeps_fp32_masters(tiny_oft, obs):
 
     def update(precision: str) -> dict[str, torch.Tensor]:
         torch.manual_seed(0)
-        policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, precision=precision).to(CUDA)
+        policy = OpenVLAOFTPolicy(
+            model_path=str(tiny_oft),
+            precision=precision,
+            actions=ActionConfig(num_action_chunks=2),
+        ).to(CUDA)
         params = {n: p for n, p in policy.named_parameters() if p.requires_grad}
         before = {n: p.detach().float().clone() for n, p in params.items()}
         opt = torch.optim.AdamW(params.values(), lr=2e-5, eps=1e-5, weight_decay=0.0)

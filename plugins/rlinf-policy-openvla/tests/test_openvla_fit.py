@@ -8,6 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rlinf_core.cli.main import main
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.testing import tiny_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "openvla"
@@ -51,7 +52,7 @@ def test_grpo_fit_with_tiny_oft(tmp_path):
     assert _scalars(run, "eval/success_once") and (run / "checkpoints" / "last.ckpt").is_file()
     exported = OpenVLAOFTPolicy(model_path=str(run / "policy"))
     assert (exported.num_action_chunks, exported.action_dim, exported.unnorm_key) == (4, 2, "reach")
-    before = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=4)
+    before = OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(num_action_chunks=4))
     changed = [k for k, v in exported.state_dict_for_export().items() if not torch.equal(v, before.state_dict_for_export()[k])]
     assert changed, "training did not change the exported weights"
 

@@ -5,6 +5,7 @@ import torch
 
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 
 
 def _count_calls(policy) -> dict:
@@ -36,7 +37,7 @@ def _grads(cls, path, obs, record, **kw):
 @pytest.mark.parametrize("cls,lora", [(OpenVLAOFTPolicy, False), (OpenVLAOFTPolicy, True), (OpenVLAPolicy, False)])
 def test_same_gradients_and_recomputed(cls, lora, tiny_oft, tiny_openvla, obs):
     path = tiny_oft if cls is OpenVLAOFTPolicy else tiny_openvla
-    kw = {"num_action_chunks": 2, "lora": LoRAConfig() if lora else None}
+    kw = {"actions": ActionConfig(num_action_chunks=2), "lora": LoRAConfig() if lora else None}
     torch.manual_seed(1)
     record = cls(str(path), **kw).act(obs, do_sample=True).record
     loss0, grads0, counts0 = _grads(cls, path, obs, record, **kw)
@@ -51,8 +52,8 @@ def test_same_gradients_and_recomputed(cls, lora, tiny_oft, tiny_openvla, obs):
 
 def test_rollouts_unchanged_in_train_mode(tiny_openvla, obs):
     """Decoding with a KV cache under no_grad: checkpointing must not drop the cache (even in train mode)."""
-    plain = OpenVLAPolicy(str(tiny_openvla), num_action_chunks=2)
-    ckpt = OpenVLAPolicy(str(tiny_openvla), num_action_chunks=2, gradient_checkpointing=True)
+    plain = OpenVLAPolicy(str(tiny_openvla), actions=ActionConfig(num_action_chunks=2))
+    ckpt = OpenVLAPolicy(str(tiny_openvla), gradient_checkpointing=True, actions=ActionConfig(num_action_chunks=2))
     plain.train(), ckpt.train()
     a, b = plain.act(obs, do_sample=False), ckpt.act(obs, do_sample=False)
     assert torch.equal(a.record["action_tokens"], b.record["action_tokens"])

@@ -17,6 +17,7 @@ from PIL import Image
 
 from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openvla.processing import pixel_values, resize_images
+from rlinf_policy_openvla.settings import InputConfig
 
 
 def _images(h: int, w: int, n: int = 3, seed: int = 0) -> torch.Tensor:
@@ -90,7 +91,7 @@ def test_letterbox_checkpoint_is_honoured(tmp_path, obs):
     assert (spec.image_resize_strategy, spec.letterbox_fill) == ("letterbox", (127, 127, 127))
 
     wide = obs.__class__(main_images=_images(40, 60, n=len(obs)), task_descriptions=obs.task_descriptions)
-    policy = OpenVLAOFTPolicy(model_path=str(path), image_resize="pil")
+    policy = OpenVLAOFTPolicy(model_path=str(path), inputs=InputConfig(image_resize="pil"))
     captured = {}
     original = policy.vla.build_prefix
 
@@ -139,8 +140,8 @@ def test_policy_resolves_and_saves_image_resize(tmp_path, tiny_oft):
     from rlinf_policy_openvla import OpenVLAOFTPolicy
 
     assert OpenVLAOFTPolicy(model_path=str(tiny_oft)).image_resize == "tensor"
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), image_resize="pil")
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="pil"))
     policy.save_pretrained(tmp_path / "saved")
     assert OpenVLAOFTPolicy(model_path=str(tmp_path / "saved")).image_resize == "pil"
     with pytest.raises(ValueError, match="image_resize must be one of"):
-        OpenVLAOFTPolicy(model_path=str(tiny_oft), image_resize="lanczos")
+        OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="lanczos"))

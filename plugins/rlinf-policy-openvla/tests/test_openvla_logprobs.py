@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 
 
 def _act(policy, obs, **kw):
@@ -16,7 +17,12 @@ def _act(policy, obs, **kw):
 
 @pytest.mark.parametrize("mode", ["causal", "bidirectional", "action_block"])
 def test_oft_recompute_equals_rollout(tiny_oft, obs, mode):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=4, attention_mode=mode, add_value_head=True)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        attention_mode=mode,
+        add_value_head=True,
+        actions=ActionConfig(num_action_chunks=4),
+    )
     out = _act(policy, obs, do_sample=True, temperature=1.6)
     ev = policy.evaluate(obs, out.record, temperature=1.6, compute_entropy=True, compute_values=True)
     torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
@@ -27,7 +33,11 @@ def test_oft_recompute_equals_rollout(tiny_oft, obs, mode):
 
 @pytest.mark.parametrize("chunks", [1, 2])
 def test_openvla_kv_cache_decode_equals_teacher_forcing(tiny_openvla, obs, chunks):
-    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=chunks, add_value_head=True)
+    policy = OpenVLAPolicy(
+        model_path=str(tiny_openvla),
+        add_value_head=True,
+        actions=ActionConfig(num_action_chunks=chunks),
+    )
     out = _act(policy, obs, do_sample=True, temperature=1.3)
     assert out.actions.shape == (3, chunks, 7)
     ev = policy.evaluate(obs, out.record, temperature=1.3, compute_values=True)
@@ -37,14 +47,14 @@ def test_openvla_kv_cache_decode_equals_teacher_forcing(tiny_openvla, obs, chunk
 
 def test_recompute_with_fixed_prompt_length_and_microbatches(tiny_oft, obs):
     """Micro-batches of the rollout batch give the same log-probs as the whole batch."""
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=True, temperature=1.0)
     parts = [policy.evaluate(obs.index([i]), {"action_tokens": out.record["action_tokens"][i : i + 1]}).logprobs for i in range(3)]
     torch.testing.assert_close(torch.cat(parts), out.logprobs, rtol=0, atol=1e-5)
 
 
 def test_sampled_tokens_stay_in_action_bins(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     tok = policy.action_tokenizer
     out = _act(policy, obs, do_sample=True, temperature=50.0)  # nearly uniform: reaches the whole range
     tokens = out.record["action_tokens"]
@@ -54,7 +64,7 @@ def test_sampled_tokens_stay_in_action_bins(tiny_oft, obs):
 
 
 def test_logprobs_are_temperature_scaled(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=True, temperature=2.0)
     hot = policy.evaluate(obs, out.record, temperature=2.0).logprobs
     cold = policy.evaluate(obs, out.record, temperature=1.0).logprobs
@@ -63,7 +73,7 @@ def test_logprobs_are_temperature_scaled(tiny_oft, obs):
 
 
 def test_greedy_picks_the_most_likely_bin(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=False)
     ev = policy.evaluate(obs, out.record, temperature=1.0, compute_entropy=True)
     torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
@@ -76,7 +86,11 @@ def test_attention_modes_differ(tiny_oft, obs):
     record = None
     logps = {}
     for mode in ("causal", "bidirectional", "action_block"):
-        policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, attention_mode=mode)
+        policy = OpenVLAOFTPolicy(
+            model_path=str(tiny_oft),
+            attention_mode=mode,
+            actions=ActionConfig(num_action_chunks=2),
+        )
         record = record or _act(policy, obs, do_sample=True).record
         logps[mode] = policy.evaluate(obs, record).logprobs
     assert not torch.allclose(logps["causal"], logps["bidirectional"], atol=1e-4)
@@ -87,7 +101,12 @@ def test_attention_modes_differ(tiny_oft, obs):
 
 @pytest.mark.parametrize("cls", [OpenVLAOFTPolicy, OpenVLAPolicy])
 def test_value_head_reads_the_last_prompt_token(tiny_oft, obs, cls):
-    policy = cls(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, value_type="action_level")
+    policy = cls(
+        model_path=str(tiny_oft),
+        add_value_head=True,
+        value_type="action_level",
+        actions=ActionConfig(num_action_chunks=2),
+    )
     a = _act(policy, obs, do_sample=True, temperature=3.0).record
     b = {"action_tokens": torch.flip(a["action_tokens"], dims=[1, 2])}
     va = policy.evaluate(obs, a, compute_values=True).values
@@ -102,7 +121,11 @@ def test_value_head_reads_the_last_prompt_token(tiny_oft, obs, cls):
 def test_proprio_changes_the_actions(obs):
     from rlinf_policy_openvla.testing import tiny_checkpoint
 
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_checkpoint(kind="oft", proprio_dim=8)), num_action_chunks=2, use_proprio=True)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_checkpoint(kind="oft", proprio_dim=8)),
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(use_proprio=True),
+    )
     base = _act(policy, obs, do_sample=False)
     moved = obs.index(slice(None))
     moved.states = obs.states + 1.5
@@ -113,7 +136,11 @@ def test_proprio_changes_the_actions(obs):
 
 
 def test_two_images_use_the_wrist_view(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, num_images_in_input=2)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(num_images_in_input=2),
+    )
     with_wrist = obs.index(slice(None))
     with_wrist.wrist_images = torch.flip(obs.main_images, dims=[1])
     out = _act(policy, with_wrist, do_sample=True)
@@ -131,11 +158,11 @@ def test_top_k_sampling_and_recompute(request, obs, cls_fixture):
     same top-k distribution (RLinf's TopKLogitsWarper in both places); entropy stays finite."""
     path = str(request.getfixturevalue(cls_fixture))
     cls = OpenVLAOFTPolicy if cls_fixture == "tiny_oft" else OpenVLAPolicy
-    policy = cls(model_path=path, num_action_chunks=2, top_k=3)
+    policy = cls(model_path=path, top_k=3, actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=True, temperature=50.0)  # nearly uniform over the kept bins
     ev = policy.evaluate(obs, out.record, temperature=50.0, compute_entropy=True)
     torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
     assert torch.isfinite(ev.entropy).all() and (ev.entropy <= math.log(3) + 1e-4).all()
     assert (out.logprobs >= math.log(1 / 3) - 0.05).all()  # ~uniform over 3 bins, never over all 256
-    full = cls(model_path=path, num_action_chunks=2)
+    full = cls(model_path=path, actions=ActionConfig(num_action_chunks=2))
     assert (full.evaluate(obs, out.record, temperature=50.0).logprobs < math.log(1 / 3) - 1).all()

@@ -9,12 +9,19 @@ from safetensors.torch import load_file
 
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.lora import default_target_modules
 
 
 def _lora_policy(path, lora_path=None, **kw):
     lora = LoRAConfig(rank=4, path=lora_path)
-    return OpenVLAOFTPolicy(model_path=str(path), num_action_chunks=2, add_value_head=True, lora=lora, **kw)
+    return OpenVLAOFTPolicy(
+        model_path=str(path),
+        add_value_head=True,
+        lora=lora,
+        **kw,
+        actions=ActionConfig(num_action_chunks=2),
+    )
 
 
 def _train_step(policy, obs):

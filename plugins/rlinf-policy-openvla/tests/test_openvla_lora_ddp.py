@@ -11,13 +11,14 @@ import torch
 
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 
 HERE = Path(__file__).parent
 
 
 def test_unused_prefixes_are_exactly_the_layers_without_gradients(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(str(tiny_oft), num_action_chunks=2, add_value_head=True)
+    policy = OpenVLAOFTPolicy(str(tiny_oft), add_value_head=True, actions=ActionConfig(num_action_chunks=2))
     for p in policy.parameters():
         p.requires_grad_(True)
     record = policy.act(obs).record

@@ -8,6 +8,7 @@ from rlinf_core import Observation
 from rlinf_core.memory.estimate import activation_bytes, stack_activation_bytes
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 
 
 def saved_activation_bytes(fn, module: torch.nn.Module) -> int:
@@ -56,8 +57,12 @@ def test_activation_estimate_matches_saved_tensors(kind, precision, lora, mode, 
     path = request.getfixturevalue("tiny_oft" if kind == "oft" else "tiny_openvla")
     cls = OpenVLAOFTPolicy if kind == "oft" else OpenVLAPolicy
     policy = cls(
-        model_path=str(path), num_action_chunks=2, precision=precision, lora=LoRAConfig(rank=32) if lora else None, max_prompt_length=24,
+        model_path=str(path),
+        precision=precision,
+        lora=LoRAConfig(rank=32) if lora else None,
         gradient_checkpointing=ckpt,
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(max_prompt_length=24),
     )
     with torch.no_grad():
         record = policy.act(batch).record

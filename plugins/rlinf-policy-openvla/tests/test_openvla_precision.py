@@ -4,13 +4,18 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 
 
 def _update(model_path, precision: str, obs, record, lr: float = 2e-5) -> dict[str, torch.Tensor]:
     """One AdamW step on a teacher-forced log-prob loss, under the trainer's bf16-mixed autocast
     when the policy is not fp32; returns the change of every trainable weight (float32)."""
     torch.manual_seed(0)
-    policy = OpenVLAOFTPolicy(model_path=str(model_path), num_action_chunks=2, precision=precision)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(model_path),
+        precision=precision,
+        actions=ActionConfig(num_action_chunks=2),
+    )
     params = {n: p for n, p in policy.named_parameters() if p.requires_grad}
     before = {n: p.detach().float().clone() for n, p in params.items()}
     opt = torch.optim.AdamW(params.values(), lr=lr, eps=1e-5, weight_decay=0.0)
@@ -31,7 +36,7 @@ def _rel(delta: dict, ref: dict) -> float:
 
 @pytest.mark.filterwarnings("ignore:precision. bf16-true")
 def test_bf16_update_matches_fp32_update(tiny_oft, obs):
-    ref_policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2)
+    ref_policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     with torch.no_grad():
         record = ref_policy.act(obs, do_sample=True).record
     fp32 = _update(tiny_oft, "fp32", obs, record)

@@ -7,6 +7,7 @@ import pytest
 
 from rlinf_core.models.meta import meta_init, parameter_count
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_core.models.weights import INDEX_NAME
 from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.released import (
@@ -54,7 +55,7 @@ def test_released_kind_builds_openvla_7b_on_meta(released, kind):
     stats_key = RELEASED[kind].norm_keys[-1]
     cls = OpenVLAPolicy if kind.startswith("openvla-7b") else OpenVLAOFTPolicy
     with meta_init():
-        policy = cls(model_path=str(path), unnorm_key=stats_key, precision="bf16")
+        policy = cls(model_path=str(path), precision="bf16", actions=ActionConfig(unnorm_key=stats_key))
     state = policy.model.state_dict()
     assert parameter_count(policy.model) == OPENVLA_7B_PARAMETERS
     assert all(t.is_meta for t in state.values())
@@ -73,10 +74,13 @@ def test_meta_build_reads_no_weights(released, tmp_path):
     path = released("openvla-oft-sft-libero")
     # the index names shards that do not exist: a real load fails in one line, a meta build never opens them
     with pytest.raises(ValueError, match="missing"):
-        OpenVLAOFTPolicy(model_path=str(path), unnorm_key="libero_10_no_noops")
+        OpenVLAOFTPolicy(model_path=str(path), actions=ActionConfig(unnorm_key="libero_10_no_noops"))
     with meta_init():
         policy = OpenVLAOFTPolicy(
-            model_path=str(path), unnorm_key="libero_10_no_noops", add_value_head=True, value_type="chunk_level"
+            model_path=str(path),
+            add_value_head=True,
+            value_type="chunk_level",
+            actions=ActionConfig(unnorm_key="libero_10_no_noops"),
         )
     assert policy.vla.value_head.mlp[0].weight.is_meta
 
@@ -84,7 +88,11 @@ def test_meta_build_reads_no_weights(released, tmp_path):
 def test_official_oft_with_proprio_on_meta(released):
     path = released("openvla-oft-official-libero")
     with meta_init():
-        policy = OpenVLAOFTPolicy(model_path=str(path), unnorm_key="libero_spatial", use_proprio=True)
+        policy = OpenVLAOFTPolicy(
+            model_path=str(path),
+            actions=ActionConfig(unnorm_key="libero_spatial"),
+            inputs=InputConfig(use_proprio=True),
+        )
     assert policy.unnorm_key == "libero_spatial_no_noops" and policy.proprio_dim == 8
     assert tuple(policy.vla.proprio_projector.fc1.weight.shape) == (4096, 8)
 

@@ -9,6 +9,7 @@ from rlinf_core.supervised.demos import DemoDataset
 from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_policy_openvla import OpenVLAOFTPolicy
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.testing import tiny_checkpoint
 
 
@@ -16,7 +17,11 @@ def test_sft_module_trains_and_exports(tmp_path):
     collect_reach_demos(tmp_path / "demos", episodes=10, max_episode_steps=12, trials_per_task=4)
     torch.manual_seed(0)
     model = tiny_checkpoint(kind="oft", action_dim=2, norm_keys=["reach"], proprio_dim=4)
-    policy = OpenVLAOFTPolicy(model_path=str(model), num_action_chunks=2, use_proprio=True)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(model),
+        actions=ActionConfig(num_action_chunks=2),
+        inputs=InputConfig(use_proprio=True),
+    )
     ds = DemoDataset(tmp_path / "demos", num_action_chunks=2, only_success=False)
     obs, actions = DemoDataset.collate([ds[i] for i in range(len(ds))])
     with torch.no_grad():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 
 
 def _count_llm_calls(policy):
@@ -19,7 +20,11 @@ def _count_llm_calls(policy):
 
 
 def test_openvla_value_is_one_prefix_forward(tiny_openvla, obs):
-    policy = OpenVLAPolicy(model_path=str(tiny_openvla), num_action_chunks=2, add_value_head=True).eval()
+    policy = OpenVLAPolicy(
+        model_path=str(tiny_openvla),
+        add_value_head=True,
+        actions=ActionConfig(num_action_chunks=2),
+    ).eval()
     calls = _count_llm_calls(policy)
     out = policy.act(obs, do_sample=False)
     assert len(calls) == policy.num_action_tokens  # autoregressive decode: one call per action token
@@ -32,7 +37,10 @@ def test_openvla_value_is_one_prefix_forward(tiny_openvla, obs):
 @pytest.mark.parametrize("mode,slots", [("causal", 0), ("action_block", 0), ("bidirectional", 14)])
 def test_oft_value_reads_the_prefix_unless_the_prompt_sees_the_action_slots(tiny_oft, obs, mode, slots):
     policy = OpenVLAOFTPolicy(
-        model_path=str(tiny_oft), num_action_chunks=2, add_value_head=True, attention_mode=mode
+        model_path=str(tiny_oft),
+        add_value_head=True,
+        attention_mode=mode,
+        actions=ActionConfig(num_action_chunks=2),
     ).eval()
     out = policy.act(obs, do_sample=True)
     calls = _count_llm_calls(policy)
@@ -43,6 +51,10 @@ def test_oft_value_reads_the_prefix_unless_the_prompt_sees_the_action_slots(tiny
 
 
 def test_value_without_value_head_is_one_line(tiny_oft, obs):
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), num_action_chunks=2, add_value_head=False)
+    policy = OpenVLAOFTPolicy(
+        model_path=str(tiny_oft),
+        add_value_head=False,
+        actions=ActionConfig(num_action_chunks=2),
+    )
     with pytest.raises(ValueError, match="no value head"):
         policy.value(obs)

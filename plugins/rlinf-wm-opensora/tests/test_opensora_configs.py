@@ -26,4 +26,4 @@ def test_gpu_config_world_model_settings(suite):
     assert cfg["eval_env"]["class_path"] == "LiberoEnv"  # evaluation in the real simulator, as the seeds
     assert cfg["eval_env"]["init_args"]["task_suite_name"] == f"libero_{suite}"
     policy = cfg["policy"]["init_args"]
-    assert policy["model_path"].endswith(f"Openvla-oft-SFT-libero-{suite}-traj1") and policy["invert_gripper"]
+    assert policy["model_path"].endswith(f"Openvla-oft-SFT-libero-{suite}-traj1") and policy["actions"]["invert_gripper"]

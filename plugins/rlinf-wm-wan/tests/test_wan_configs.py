@@ -32,7 +32,7 @@ def test_libero_config_parses_and_builds_the_5b_world_model_on_meta(suite, capsy
     eval_env = cfg["eval_env"]
     assert eval_env["class_path"] == "LiberoEnv" and eval_env["init_args"]["task_suite_name"] == f"libero_{suite}"
     policy = cfg["policy"]["init_args"]
-    assert policy["unnorm_key"] == f"libero_{suite}_no_noops" and policy["num_action_chunks"] == 8
+    assert policy["actions"]["unnorm_key"] == f"libero_{suite}_no_noops" and policy["actions"]["num_action_chunks"] == 8
     assert Registry().load().resolve("world_model", reward["class_path"])
     with meta_init():  # no file under /path/to is read
         model = WanWorldModel(**wm)

@@ -130,7 +130,9 @@ def _warn_long_warmup(cfg, args, env, policy, algo, rollout, optim, warn) -> Non
     epochs = (cfg.get("trainer") or {}).get("max_epochs")
     if not (isinstance(warmup, int) and warmup > 0 and isinstance(epochs, int) and epochs >= 0):
         return
-    chunks = policy.get("num_action_chunks") or 1
+    actions = policy.get("actions")  # the OpenVLA policies' config group
+    grouped = actions.get("num_action_chunks") if isinstance(actions, dict) else None
+    chunks = policy.get("num_action_chunks") or grouped or 1
     samples = (rollout.get("rollout_epoch") or 1) * (env.get("num_envs") or 1) * max(
         1, (rollout.get("max_steps_per_rollout_epoch") or 100) // chunks)
     per_step = (algo.get("update_epoch") or 1) * math.ceil(samples / max(1, args.get("global_batch_size") or 256))

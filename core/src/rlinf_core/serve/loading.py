@@ -83,10 +83,23 @@ def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
-    unsupported = sorted(set(overrides) - set(params))
+    unsupported = sorted(set(overrides) - set(params) - set(getattr(cls, "FLAT_SETTINGS", {})))
     if unsupported:
         flags = ", ".join("--" + k.replace("_", "-") for k in unsupported)
         raise ServeError(f"{cls.__name__} has no setting {', '.join(unsupported)}; drop {flags}")
+
+
+def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> dict:
+    """``init_args`` with the overrides set; a policy's ``FLAT_SETTINGS`` (flat name → (config group, field)) puts
+    a flat override such as ``unnorm_key`` into its group (``actions: {unnorm_key: ...}``)."""
+    nested = getattr(cls, "FLAT_SETTINGS", {})
+    for key, value in overrides.items():
+        if key in nested and key not in inspect.signature(cls.__init__).parameters:
+            group, field = nested[key]
+            init_args[group] = {**(init_args.get(group) or {}), field: value}
+        else:
+            init_args[key] = value
+    return init_args
 
 
 def recorded_class(export_dir: Path) -> str | None:
@@ -145,7 +158,7 @@ def _load_checkpoint(ckpt: Path, opts: LoadOptions) -> Policy:
     cls = _resolve_class(opts.policy_class or spec["class_path"])
     overrides = opts.overrides()
     _check_overrides(cls, overrides)
-    policy = cls(**{**(spec.get("init_args") or {}), **overrides})
+    policy = cls(**_with_overrides(cls, dict(spec.get("init_args") or {}), overrides))
     checkpoint = torch.load(ckpt, map_location="cpu", weights_only=False)  # a Lightning checkpoint of the user's run
     holder = torch.nn.Module()
     holder.policy = policy  # the RLModule / SFTModule attribute name: state-dict keys "policy.*"

@@ -260,9 +260,8 @@ def make_tiny(
         "torch_dtype": "float32",
         "rlinf_policy": {
             "policy": "OpenVLAOFTPolicy" if kind == "oft" else "OpenVLAPolicy",
-            "num_action_chunks": chunks,
-            "use_proprio": bool(proprio_dim),
-            "proprio_dim": proprio_dim or None,
+            "actions": {"num_action_chunks": chunks},
+            "inputs": {"use_proprio": bool(proprio_dim), "proprio_dim": proprio_dim or None},
         },
     }
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -9,6 +9,7 @@ temperature-scaled distribution restricted to the action bins.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -19,13 +20,14 @@ from rlinf_core.contracts import Observation
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
 from rlinf_core.models.lora import LoRAConfig
-from rlinf_core.models.norm_stats import NormalizationType, bounds, normalize_bounds, resolve_unnorm_key
+from rlinf_core.models.norm_stats import bounds, normalize_bounds, resolve_unnorm_key
 from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
-from rlinf_policy_openvla.processing import IMAGE_RESIZES, ImageResize, PromptEncoder, pixel_values
+from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
+from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig, as_group, flat, grouped
 from rlinf_policy_openvla.released import default_image_resize
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
@@ -37,6 +39,7 @@ class _PrismaticPolicy(Policy):
 
     model_type: str
     default_chunks: int
+    FLAT_SETTINGS = FLAT_KEYS  # flat setting names (RLinf's, rlinf serve's --unnorm-key) → (config group, field)
 
     @staticmethod
     def released_standin(model_path: str, directory: str) -> str | None:
@@ -53,24 +56,16 @@ class _PrismaticPolicy(Policy):
         *,
         model_path: str,
         model_type: str | None,
-        unnorm_key: str | None,
-        action_dim: int | None,
-        num_action_chunks: int | None,
-        use_proprio: bool | None,
-        proprio_dim: int | None,
-        num_images_in_input: int | None,
+        actions: ActionConfig,
+        inputs: InputConfig,
         add_value_head: bool | None,
         value_type: ValueType | None,
         lora: LoRAConfig | None,
-        max_prompt_length: int | None,
         precision: str,
         gradient_checkpointing: bool,
-        center_crop: bool,
-        image_resize: ImageResize | None,
-        normalization_type: NormalizationType,
-        invert_gripper: bool,
     ) -> None:
         name = type(self).__name__
+        actions, inputs = as_group(ActionConfig, actions), as_group(InputConfig, inputs)
         if model_type is not None and model_type != self.model_type:
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
@@ -78,38 +73,41 @@ class _PrismaticPolicy(Policy):
         prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
-        saved = spec.rlinf
+        saved = flat(spec.rlinf)  # recorded by save_pretrained: grouped, or flat in older directories
         self.model_path = str(path)
         self.spec = spec
 
         # --- action statistics, dimensions, chunking
-        self.unnorm_key = resolve_unnorm_key(spec.norm_stats, unnorm_key or saved.get("unnorm_key"), str(path))
+        self.unnorm_key = resolve_unnorm_key(spec.norm_stats, actions.unnorm_key or saved.get("unnorm_key"), str(path))
         stats = spec.norm_stats[self.unnorm_key]
         if "action" not in stats:
             raise CheckpointError(f"norm_stats[{self.unnorm_key!r}] of {path} has no 'action' entry")
         self.stats = stats
         vocab = spec.action_vocab_size  # builds text_config's LlamaConfig (its own one-line errors)
         try:
-            self.action_tokenizer = ActionTokenizer(vocab, spec.n_action_bins, stats["action"], normalization_type)
+            self.action_tokenizer = ActionTokenizer(
+                vocab, spec.n_action_bins, stats["action"], actions.normalization_type
+            )
         except (ValueError, TypeError) as exc:  # malformed statistics: name where they come from
             raise CheckpointError(f"norm_stats[{self.unnorm_key!r}]['action'] of {path}: {exc}") from None
         stats_dim = self.action_tokenizer.action_dim
-        if action_dim is not None and action_dim != stats_dim:
+        if actions.action_dim is not None and actions.action_dim != stats_dim:
             raise ValueError(
-                f"action_dim={action_dim} but norm_stats[{self.unnorm_key!r}] has {stats_dim} action dimensions;"
+                f"actions.action_dim={actions.action_dim} but norm_stats[{self.unnorm_key!r}] has {stats_dim} action"
+                " dimensions;"
                 " drop action_dim or pick the matching unnorm_key"
             )
         self.action_dim = stats_dim
-        self.num_action_chunks = int(num_action_chunks or saved.get("num_action_chunks") or self.default_chunks)
+        self.num_action_chunks = int(actions.num_action_chunks or saved.get("num_action_chunks") or self.default_chunks)
         if self.num_action_chunks < 1:
             raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
-        self.num_images_in_input = int(num_images_in_input or saved.get("num_images_in_input") or 1)
-        self.center_crop = center_crop
-        self.image_resize = image_resize or saved.get("image_resize") or default_image_resize(path)[0]
+        self.num_images_in_input = int(inputs.num_images_in_input or saved.get("num_images_in_input") or 1)
+        self.center_crop = bool(inputs.center_crop)
+        self.image_resize = inputs.image_resize or saved.get("image_resize") or default_image_resize(path)[0]
         if self.image_resize not in IMAGE_RESIZES:
             raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {self.image_resize!r}")
-        self.invert_gripper = invert_gripper
-        self.normalization_type = normalization_type
+        self.invert_gripper = bool(actions.invert_gripper)
+        self.normalization_type = actions.normalization_type
 
         # --- heads
         self.has_value_head = bool(add_value_head if add_value_head is not None else saved.get("add_value_head", False))
@@ -117,18 +115,20 @@ class _PrismaticPolicy(Policy):
         if self.value_type not in ("chunk_level", "action_level"):
             raise ValueError(f"value_type {self.value_type!r} not supported; use 'chunk_level' or 'action_level'")
         value_dim = (1 if self.value_type == "chunk_level" else self.num_action_chunks) if self.has_value_head else None
-        self.use_proprio = bool(use_proprio if use_proprio is not None else saved.get("use_proprio", False))
+        use_proprio = inputs.use_proprio if inputs.use_proprio is not None else saved.get("use_proprio", False)
+        self.use_proprio = bool(use_proprio)
         self.proprio_dim = None
         if self.use_proprio:
             guess = saved.get("proprio_dim") or len(stats.get("proprio", {}).get("q01", []))
-            self.proprio_dim = int(proprio_dim or guess or 0)
+            self.proprio_dim = int(inputs.proprio_dim or guess or 0)
             if not self.proprio_dim:
                 raise ValueError(f"use_proprio=True but norm_stats[{self.unnorm_key!r}] has no proprio stats; set proprio_dim")
 
         # --- tokenizer and prompts
         self.tokenizer = self._load_tokenizer(path)
         self._check_vocab(spec)
-        self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, max_prompt_length or saved.get("max_prompt_length"))
+        prompt_length = inputs.max_prompt_length or saved.get("max_prompt_length")
+        self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, prompt_length)
 
         # --- network
         from rlinf_policy_openvla._modeling import build_vla
@@ -305,9 +305,11 @@ class _PrismaticPolicy(Policy):
     # ------------------------------------------------------------------ Policy API
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides) -> "_PrismaticPolicy":
-        """Load a checkpoint directory (released or written by :meth:`save_pretrained`); ``overrides``
-        are constructor settings (``unnorm_key``, ``lora``, ``add_value_head``, ...)."""
-        return cls(model_path=str(path), **overrides)
+        """Load a checkpoint directory (released or written by :meth:`save_pretrained`, grouped or with the flat
+        names of older versions); ``overrides`` are constructor arguments, groups or their flat field names
+        (``actions=ActionConfig(unnorm_key=...)`` or ``unnorm_key=...``, ``lora``, ``add_value_head``, ...).
+        Settings the directory recorded are the defaults of those not given."""
+        return cls(model_path=str(path), **grouped(overrides))
 
     @torch.no_grad()
     def value(self, obs: Observation) -> torch.Tensor:
@@ -377,17 +379,20 @@ class _PrismaticPolicy(Policy):
 
     # ------------------------------------------------------------------ export
     def _settings(self) -> dict:
+        """Constructor settings :meth:`from_pretrained` restores, in the constructor's groups (runtime ones —
+        LoRA, precision — excluded)."""
         return {
             "policy": type(self).__name__,
-            "unnorm_key": self.unnorm_key,
-            "num_action_chunks": self.num_action_chunks,
-            "num_images_in_input": self.num_images_in_input,
+            "actions": {"unnorm_key": self.unnorm_key, "num_action_chunks": self.num_action_chunks},
+            "inputs": {
+                "num_images_in_input": self.num_images_in_input,
+                "use_proprio": self.use_proprio,
+                "proprio_dim": self.proprio_dim,
+                "max_prompt_length": self.prompts.max_prompt_length,
+                "image_resize": self.image_resize,
+            },
             "add_value_head": self.has_value_head,
             "value_type": self.value_type,
-            "use_proprio": self.use_proprio,
-            "proprio_dim": self.proprio_dim,
-            "max_prompt_length": self.prompts.max_prompt_length,
-            "image_resize": self.image_resize,
         }
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
@@ -433,37 +438,21 @@ class OpenVLAPolicy(_PrismaticPolicy):
         model_path: OpenVLA Hugging Face directory (config.json with norm_stats, safetensors,
             tokenizer files), e.g. ``openvla/openvla-7b`` or ``gen-robot/openvla-7b-rlvla-warmup``.
         model_type: optional check, must be ``openvla`` (the seeds' key).
-        unnorm_key: dataset key of ``norm_stats`` for un-normalising actions (``{key}_no_noops``
-            also tried); may be omitted when the checkpoint has a single key.
-        action_dim: optional check against the norm stats (the action dimension comes from them).
-        num_action_chunks: actions per decoded chunk (``C``; ``C × action_dim`` tokens). Default 1.
-        use_proprio: unused by OpenVLA; kept so shared configs parse (must be false).
-        proprio_dim: unused by OpenVLA.
-        num_images_in_input: camera views fed to the model (OpenVLA: 1).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
+        actions: what one action is (:class:`~rlinf_policy_openvla.settings.ActionConfig`: ``unnorm_key``,
+            ``action_dim``, ``num_action_chunks``, ``normalization_type``, ``invert_gripper``).
+        inputs: what the model is fed (:class:`~rlinf_policy_openvla.settings.InputConfig`: ``num_images_in_input``,
+            ``use_proprio``, ``proprio_dim``, ``max_prompt_length``, ``center_crop``, ``image_resize``).
         lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
             ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
             targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
-        max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
             in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
         gradient_checkpointing: recompute activations in the backward instead of keeping them (train
             mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
             vision towers. Saves most activation memory for about one extra forward pass per update.
-        center_crop: OFT-style 90 % centre crop of the camera images. RLinf never applies it (its YAMLs'
-            ``center_crop: True`` is read by nothing), so RLinf's checkpoints expect ``false``; SimpleVLA-RL's
-            own evaluation of its SFT bases crops (see docs/configs.md).
-        image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
-            one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
-            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
-            config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
-            checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
-        normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
-            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
-            is mapped: envs take env-scale actions (see :mod:`rlinf_core.models.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
@@ -475,37 +464,29 @@ class OpenVLAPolicy(_PrismaticPolicy):
         self,
         model_path: str,
         model_type: str | None = None,
-        unnorm_key: str | None = None,
-        action_dim: int | None = None,
-        num_action_chunks: int | None = None,
-        use_proprio: bool = False,
-        proprio_dim: int | None = None,
-        num_images_in_input: int = 1,
         add_value_head: bool | None = None,
         value_type: ValueType | None = None,
+        actions: ActionConfig = ActionConfig(),
+        inputs: InputConfig = InputConfig(),
         lora: LoRAConfig | None = None,
-        max_prompt_length: int | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
-        center_crop: bool = False,
-        image_resize: ImageResize | None = None,
-        normalization_type: NormalizationType = "bounds_q99",
-        invert_gripper: bool = False,
         top_k: int = 0,
     ) -> None:
         super().__init__()
-        if use_proprio:
-            raise ValueError("OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with use_proprio: true")
-        if num_images_in_input != 1:
-            raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for num_images_in_input > 1")
+        inputs = as_group(InputConfig, inputs)
+        if inputs.use_proprio:
+            raise ValueError(
+                "OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true"
+            )
+        if inputs.num_images_in_input not in (None, 1):
+            raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for inputs.num_images_in_input > 1")
+        inputs = replace(inputs, use_proprio=False, num_images_in_input=1)  # not the checkpoint's recorded ones
         self.top_k = int(top_k)
         self._setup(
-            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
-            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
-            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
-            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
-            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
-            invert_gripper=invert_gripper,
+            model_path=model_path, model_type=model_type, actions=actions, inputs=inputs,
+            add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
+            gradient_checkpointing=gradient_checkpointing,
         )
 
     def _decode(self, obs, *, do_sample, temperature):
@@ -574,19 +555,15 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         model_path: OpenVLA-OFT Hugging Face directory, e.g. ``Haozhan72/Openvla-oft-SFT-libero-spatial-traj1``,
             ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora`` (merged) or a base model for ``lora.path``.
         model_type: optional check, must be ``openvla_oft`` (the seeds' key).
-        unnorm_key: dataset key of ``norm_stats`` (``{key}_no_noops`` also tried), e.g.
-            ``libero_spatial_no_noops``; may be omitted when the checkpoint has a single key.
-        action_dim: optional check against the norm stats (the action dimension comes from them).
-        num_action_chunks: actions per chunk ``C`` (default 8).
-        use_proprio: feed ``Observation.states`` through the proprio projector as one extra token.
-        proprio_dim: state size (default: from the proprio norm stats).
-        num_images_in_input: camera views fed to the model (main + wrist views).
         add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
         value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
+        actions: what one action is (:class:`~rlinf_policy_openvla.settings.ActionConfig`: ``unnorm_key``,
+            ``action_dim``, ``num_action_chunks``, ``normalization_type``, ``invert_gripper``).
+        inputs: what the model is fed (:class:`~rlinf_policy_openvla.settings.InputConfig`: ``num_images_in_input``,
+            ``use_proprio``, ``proprio_dim``, ``max_prompt_length``, ``center_crop``, ``image_resize``).
         lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
             ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
             targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
-        max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
         precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
             trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
             in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
@@ -595,18 +572,6 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             vision towers. Saves most activation memory for about one extra forward pass per update.
         attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
             it) or ``action_block`` (causal prompt, bidirectional action block).
-        center_crop: OFT-style 90 % centre crop of the camera images. RLinf never applies it (its YAMLs'
-            ``center_crop: True`` is read by nothing), so RLinf's checkpoints expect ``false``; SimpleVLA-RL's
-            own evaluation of its SFT bases crops (see docs/configs.md).
-        image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout:
-            one bicubic antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as
-            openvla/openvla's processor; official OFT's processor step). Default: recorded in the checkpoint's
-            config.json, else ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The
-            checkpoint's ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
-        normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
-        invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints'
-            gripper in [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign
-            is mapped: envs take env-scale actions (see :mod:`rlinf_core.models.conventions`).
         top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
             training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
@@ -618,34 +583,22 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         self,
         model_path: str,
         model_type: str | None = None,
-        unnorm_key: str | None = None,
-        action_dim: int | None = None,
-        num_action_chunks: int | None = None,
-        use_proprio: bool | None = None,
-        proprio_dim: int | None = None,
-        num_images_in_input: int | None = None,
         add_value_head: bool | None = None,
         value_type: ValueType | None = None,
+        actions: ActionConfig = ActionConfig(),
+        inputs: InputConfig = InputConfig(),
         lora: LoRAConfig | None = None,
-        max_prompt_length: int | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
         attention_mode: AttentionMode | None = None,
-        center_crop: bool = False,
-        image_resize: ImageResize | None = None,
-        normalization_type: NormalizationType = "bounds_q99",
-        invert_gripper: bool = False,
         top_k: int = 0,
     ) -> None:
         super().__init__()
         self.top_k = int(top_k)
         self._setup(
-            model_path=model_path, model_type=model_type, unnorm_key=unnorm_key, action_dim=action_dim,
-            num_action_chunks=num_action_chunks, use_proprio=use_proprio, proprio_dim=proprio_dim,
-            num_images_in_input=num_images_in_input, add_value_head=add_value_head, value_type=value_type, lora=lora,
-            max_prompt_length=max_prompt_length, precision=precision, gradient_checkpointing=gradient_checkpointing,
-            center_crop=center_crop, image_resize=image_resize, normalization_type=normalization_type,
-            invert_gripper=invert_gripper,
+            model_path=model_path, model_type=model_type, actions=actions, inputs=inputs,
+            add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
+            gradient_checkpointing=gradient_checkpointing,
         )
         self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
