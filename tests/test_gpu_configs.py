@@ -91,7 +91,7 @@ def _parse(config: Path, overrides: list[str]) -> dict:
     """The config as the ``rlinf`` CLI parses it (no class is instantiated)."""
     from rlinf_core.cli import main as cli  # the module
 
-    cli.load_plugins()
+    cli.load_plugins().import_classes()  # YAML short names resolve among imported classes, as in rlinf fit
     import lightning.pytorch as pl
 
     import rlinf_core.rl.algorithms  # noqa: F401 - short names as in cli.main
@@ -103,10 +103,15 @@ def _parse(config: Path, overrides: list[str]) -> dict:
         def instantiate_classes(self) -> None:  # parsing and validation only
             pass
 
-    parsed = ParseOnly(
-        pl.LightningModule, None, subclass_mode_model=True, run=False, args=["--config", str(config), *overrides],
-        seed_everything_default=0, trainer_defaults=trainer_defaults(),
-    )
+    from unittest import mock
+
+    # the configs are written for GPU nodes: every pre-fit check runs except "this machine has the GPUs / the RAM"
+    with mock.patch("rlinf_core.cli.checks.check_machine", lambda trainer, warn: None), \
+            mock.patch("rlinf_core.cli.checks.check_memory", lambda cfg: None):
+        parsed = ParseOnly(
+            pl.LightningModule, None, subclass_mode_model=True, run=False, args=["--config", str(config), *overrides],
+            seed_everything_default=0, trainer_defaults=trainer_defaults(),
+        )
     return parsed.config.as_dict()
 
 

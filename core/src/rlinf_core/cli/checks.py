@@ -174,10 +174,16 @@ def check_config_files(argv: list[str]) -> None:
         if arg.split("=", 1)[0] == "--seed_everything" and arg.partition("=")[2].lower() in ("true", "yes", "on"):
             raise ValueError("--seed_everything true would pick a random seed that no config records: give an "
                              "integer seed")
-    for path in _config_paths(argv):
-        if Path(path).is_file():
-            _ARGV[:] = argv
-            read_config_file(path, any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv))
+    _ARGV[:] = argv
+    given = any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv)
+    files = [(path, read_config_file(path, given_on_command_line=True)) for path in _config_paths(argv)
+             if Path(path).is_file()]
+    models = [(path, data["model"]) for path, data in files if isinstance(data.get("model"), dict)]
+    # layered configs (--config base.yaml --config overrides.yaml): one file naming model.class_path is enough
+    if models and not given and not any("class_path" in model for _, model in models):
+        _unknown_plugin_classes_first()
+        raise ValueError(f"config {models[0][0]}: model: has no class_path (e.g. class_path: RLModule with its "
+                         "init_args)")
 
 
 _ARGV: list[str] = []
