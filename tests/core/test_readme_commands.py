@@ -26,6 +26,8 @@ CHEAP: dict[str, list[str] | str] = {
     "rlinf coevolve --config toy/coevolve.yaml": "tests/core/test_coevolve.py runs the toy loop",
     "rlinf fit --config toy/reach_grpo.yaml": [*SHORT, "--trainer.logger.init_args.name=short_name"],
     "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy": "tests/serve/ start the server on exported policies",
+    "rlinf wm-score actions --world_model ToyWorldModel --episodes DIR":
+        "tests/core/test_wm_scoring.py runs the command on recorded toy episodes",
     "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16": "needs a GPU and the 7 B weights",
 }
 
@@ -46,7 +48,7 @@ def test_every_readme_command_has_a_variant_here():
 
 @pytest.mark.slow
 def test_readme_commands_run(tmp_path, monkeypatch, capsys):
-    from rlinf_core.cli import main
+    from rlinf_core.cli.main import main
 
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     monkeypatch.chdir(tmp_path)  # the README runs them from the repository root; runs/ lands here
