@@ -122,3 +122,15 @@ def test_gripper_convention_round_trip():
     signed = open_fraction_to_signed_gripper(a)
     assert signed[:, -1].tolist() == [1.0, -1.0] and torch.equal(signed[:, :2], a[:, :2])
     torch.testing.assert_close(signed_gripper_to_open_fraction(signed), a)
+
+
+def test_save_weights_writes_views_of_a_flat_buffer(tmp_path):
+    # DeepSpeed / FSDP hand out parameters as views into one flat buffer; huggingface_hub refuses to save a tensor
+    # that does not cover its whole storage, so save_weights copies those (a bug a 2-rank DeepSpeed export found)
+    flat = torch.arange(12, dtype=torch.float32)
+    state = {"a.weight": flat[:6].view(2, 3), "b.weight": flat[6:].view(3, 2), "tied": torch.ones(2)}
+    state["tied_too"] = state["tied"]
+    save_weights(state, tmp_path)
+    loaded = load_weights(tmp_path)
+    assert torch.equal(loaded["a.weight"], flat[:6].view(2, 3)) and torch.equal(loaded["b.weight"], flat[6:].view(3, 2))
+    assert torch.equal(loaded["tied"], torch.ones(2))

@@ -106,6 +106,14 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
     )
 
 
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """``t``, copied if it is a view into a larger buffer (DeepSpeed's flat parameter groups, FSDP shards): the hub
+    refuses to save a tensor that does not cover its whole storage."""
+    if t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size():
+        return t
+    return t.clone()
+
+
 def save_weights(
     state: dict[str, torch.Tensor],
     path: str | Path,
@@ -122,7 +130,7 @@ def save_weights(
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    tensors = {k: _own_storage(v.detach().cpu().contiguous()) for k, v in state.items()}
     if num_shards:
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         low, high = 1, max(total, 1)
