@@ -79,7 +79,7 @@ def _config_paths(argv: list[str]) -> list[str]:
     return paths
 
 
-def read_config_file(path: str | Path, given_on_command_line: bool = False) -> dict:
+def read_config_file(path: str | Path) -> dict:
     """The mapping in a config file, or ``ValueError`` naming the file and what is wrong with it."""
     raw = Path(path).read_bytes()
     name = f"config {path}"
@@ -114,10 +114,6 @@ def read_config_file(path: str | Path, given_on_command_line: bool = False) -> d
     for section in ("trainer", "model", "checkpoint"):
         if section in data and data[section] is not None and not isinstance(data[section], (dict, str)):
             raise ValueError(f"{name}: {section}: is a {type(data[section]).__name__}, expected a mapping")
-    model = data.get("model")
-    if isinstance(model, dict) and "class_path" not in model and not given_on_command_line:
-        _unknown_plugin_classes_first()
-        raise ValueError(f"{name}: model: has no class_path (e.g. class_path: RLModule with its init_args)")
     if isinstance(data.get("seed_everything"), bool) and data["seed_everything"]:
         raise ValueError(f"{name}: seed_everything: true would pick a random seed that no config records: give "
                          "an integer seed (e.g. seed_everything: 0)")
@@ -176,7 +172,7 @@ def check_config_files(argv: list[str]) -> None:
                              "integer seed")
     _ARGV[:] = argv
     given = any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv)
-    files = [(path, read_config_file(path, given_on_command_line=True)) for path in _config_paths(argv)
+    files = [(path, read_config_file(path)) for path in _config_paths(argv)
              if Path(path).is_file()]
     models = [(path, data["model"]) for path, data in files if isinstance(data.get("model"), dict)]
     # layered configs (--config base.yaml --config overrides.yaml): one file naming model.class_path is enough
