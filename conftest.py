@@ -1,6 +1,8 @@
-"""Test-wide settings: one thread per process, no hub access, headless rendering."""
+"""Test-wide settings: one thread per process, no hub access, headless rendering; slow tests first; no test
+leaves files in the checkout."""
 
 import os
+import subprocess
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,3 +45,36 @@ def pytest_collection_modifyitems(config, items):
             continue
         if rel in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    # slow tests first (a stable sort keeps each file's order): pytest-xdist's two workers then end on short tests
+    # instead of one worker finishing a long one alone
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _checkout_changes(root) -> set[str] | None:
+    try:
+        out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+_CHANGES_BEFORE: dict[str, set[str] | None] = {}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        _CHANGES_BEFORE["root"] = _checkout_changes(session.config.rootpath)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when a test left a new file in the checkout: every test writes under its tmp_path."""
+    before = _CHANGES_BEFORE.get("root")
+    after = _checkout_changes(session.config.rootpath) if before is not None else None
+    if before is None or after is None or after <= before:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    new = sorted(after - before)
+    if reporter is not None:
+        reporter.write_line(f"tests left new files in the checkout (write under tmp_path instead): {', '.join(new[:10])}", red=True)
+    session.exitstatus = 1
