@@ -48,6 +48,32 @@ def test_cli_checkpoint_cadence_keep_last_and_linked_last(tmp_path, monkeypatch)
     assert (ckpts / "last.ckpt").is_symlink() and os.readlink(ckpts / "last.ckpt") == "epoch=5-step=24.ckpt"
 
 
+
+def test_a_kill_while_last_ckpt_is_relinked_leaves_the_previous_link(tmp_path, monkeypatch):
+    """last.ckpt moves by a rename over the old link (RLCheckpoint's override of Lightning's private
+    _link_checkpoint: Lightning removes the link, then makes the new one, and has no public hook for this)."""
+    real_replace, relinks = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("last.ckpt"):
+            relinks.append(Path(dst))
+            if len(relinks) == 2:
+                raise KeyboardInterrupt("killed between making the new link and renaming it")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(SystemExit):  # Lightning's shutdown on an interrupt, then rlinf's exit status
+        main([
+            "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=4",
+            "--trainer.check_val_every_n_epoch=100", f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false", "--model.init_args.rollout.show_progress=false",
+            "--model.init_args.env.init_args.num_envs=4", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+            "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.export_policy=false",
+            "--checkpoint.every_n_epochs=2", "--checkpoint.keep_last=2",
+        ])
+    last = relinks[-1]
+    assert os.readlink(last) == "epoch=1-step=8.ckpt" and last.resolve().is_file()
+
 def test_checkpoint_settings_are_checked():
     with pytest.raises(ValueError, match="keep_last"):
         RLCheckpoint(keep_last=0)

@@ -18,6 +18,8 @@ from typing import Any, Callable, TextIO
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from rlinf_core.distributed.trainer import attached_trainer
+
 # (logged metric, label, format): the step's key numbers, in the bar and the plain lines
 KEY_METRICS = [
     ("env/success_once", "success_once", "pct"),
@@ -111,7 +113,8 @@ class RLProgressBar(ProgressBar):
 
     @property
     def is_enabled(self) -> bool:
-        return self._enabled and self._trainer is not None and self.trainer.is_global_zero
+        trainer = attached_trainer(self)
+        return self._enabled and trainer is not None and trainer.is_global_zero
 
     @property
     def timestamped(self) -> bool:

@@ -33,6 +33,8 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
 from torch import nn
 
+from rlinf_core.distributed.trainer import attached_trainer
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -166,7 +168,7 @@ def shard_policy(module) -> None:
     ``evaluate`` / ``sft_loss`` are registered as forward methods so that FSDP's hooks run for them. Keeps a
     parameter-free (meta) copy of the policy for :func:`export_policy`.
     """
-    trainer = module._trainer
+    trainer = attached_trainer(module)
     if trainer is None or not isinstance(trainer.strategy, ModelParallelStrategy):
         return
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
@@ -315,7 +317,7 @@ def rollout_mode(module, offload_optimizer: bool = False) -> Iterator[None]:
     units = _fsdp_units_of(module)
     optimizers = []
     device = getattr(module, "device", torch.device("cpu"))
-    if offload_optimizer and device.type != "cpu" and module._trainer is not None:
+    if offload_optimizer and device.type != "cpu" and attached_trainer(module) is not None:
         if deepspeed_engine(module.trainer.strategy) is None:
             optimizers = list(module.trainer.optimizers)
             for opt in optimizers:
@@ -343,7 +345,8 @@ def _fsdp_units_of(module) -> list[nn.Module]:
 def _reshard_default(module, unit: nn.Module) -> bool:
     if unit is module.policy:
         return True
-    strategy = module._trainer.strategy if module._trainer is not None else None
+    trainer = attached_trainer(module)
+    strategy = trainer.strategy if trainer is not None else None
     return getattr(strategy, "reshard_after_forward", True)
 
 

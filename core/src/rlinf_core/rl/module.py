@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.rl.algorithms.base import Algorithm
+from rlinf_core.distributed.trainer import attached_trainer
 from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
@@ -119,9 +120,10 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
-        if self._trainer is not None:
-            install_atomic_io(self.trainer)  # atomic checkpoint writes, verified weights_only reads
-        rank, world = self.global_rank, self.trainer.world_size if self._trainer is not None else 1
+        trainer = attached_trainer(self)
+        if trainer is not None:
+            install_atomic_io(trainer)  # atomic checkpoint writes, verified weights_only reads
+        rank, world = self.global_rank, trainer.world_size if trainer is not None else 1
         if stage == "fit":
             self.check_world_size(world)
         if not self.algorithm.uses_critic:
@@ -249,7 +251,7 @@ class RLModule(pl.LightningModule):
     def _progress(self, label: str, env_steps_per_chunk: int = 0):
         """Rank 0's ``(done, total, episodes=None)`` callback of a rollout or eval, drawn by rlinf's
         progress bar (``None`` without it or with ``rollout.show_progress: false``)."""
-        if not self.rollout_cfg.show_progress or self._trainer is None:
+        if not self.rollout_cfg.show_progress or attached_trainer(self) is None:
             return None
         from rlinf_core.callbacks.progress import phase_reporter
 
@@ -333,7 +335,7 @@ class RLModule(pl.LightningModule):
         return records
 
     def _write_eval_table(self) -> None:
-        if self._trainer is None:
+        if attached_trainer(self) is None:
             return
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every rank must call it
         if self.global_rank == 0 and log_dir is not None:

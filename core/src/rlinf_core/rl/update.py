@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rlinf_core.distributed.strategies import deepspeed_engine, deepspeed_step
+from rlinf_core.distributed.trainer import attached_trainer
 from rlinf_core.models.precision import compute_context
 from rlinf_core.rl.metrics import MetricSums
 from rlinf_core.rl.trajectory import Samples
@@ -22,9 +23,9 @@ def precision_context(module):
     """The trainer's precision context for rollouts, evals and updates (the same in all three, so rollout and
     update log-probs agree). DeepSpeed's bf16/fp16 mode casts the module but has no autocast; rlinf adds one so
     that float32 observations meet the half-precision weights."""
-    if module._trainer is None:
+    trainer = attached_trainer(module)
+    if trainer is None:
         return nullcontext()
-    trainer = module.trainer
     half = _HALF.get(str(trainer.precision))
     if half is not None and deepspeed_engine(trainer.strategy) is not None:
         return compute_context(module.device, half)

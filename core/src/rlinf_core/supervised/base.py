@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from rlinf_core.rl.optim import configure_adamw
+from rlinf_core.distributed.trainer import attached_trainer
 
 __all__ = ["SupervisedModule"]
 
@@ -42,7 +43,8 @@ class SupervisedModule(pl.LightningModule):
 
     def _loader(self, dataset: Dataset, train: bool, collate_fn: Callable) -> DataLoader:
         """Batches of ``dataset``; under DDP each rank reads its own shard (shuffled per epoch when ``train``)."""
-        world = self.trainer.world_size if self._trainer is not None else 1
+        trainer = attached_trainer(self)
+        world = trainer.world_size if trainer is not None else 1
         sampler = None
         if world > 1:
             sampler = DistributedSampler(dataset, world, self.global_rank, shuffle=train, seed=self.split_seed)
