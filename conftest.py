@@ -1,5 +1,5 @@
-"""Test-wide settings: one thread per process, no hub access, headless rendering; slow tests first; no test
-leaves files in the checkout."""
+"""Test-wide settings: one thread per process, no hub access, headless rendering; no test leaves
+files in the checkout."""
 
 import os
 import subprocess
@@ -45,9 +45,6 @@ def pytest_collection_modifyitems(config, items):
             continue
         if rel in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
-    # slow tests first (a stable sort keeps each file's order): pytest-xdist's two workers then end on short tests
-    # instead of one worker finishing a long one alone
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _checkout_changes(root) -> set[str] | None:
