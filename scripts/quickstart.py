@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="results directory (a previous quickstart's results there are replaced)")
     p.add_argument("--tasks", nargs="+", default=TASKS, help="MetaWorld tasks")
     p.add_argument("--demos-per-task", type=int, default=3, help="scripted-expert demos per task for SFT")
-    p.add_argument("--sft-epochs", type=int, default=20)
+    p.add_argument("--sft-epochs", type=int, default=40)
     p.add_argument("--rl-steps", type=int, default=64, help="GRPO steps (one rollout + update each)")
     p.add_argument("--eval-trials", type=int, default=20, help="held-out scenes per task")
     p.add_argument("--seed", type=int, default=0, help="seed_everything of SFT and RL")
