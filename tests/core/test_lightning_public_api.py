@@ -122,10 +122,12 @@ def test_no_private_lightning_attribute_or_override() -> None:
 
 
 def test_attached_trainer_is_none_until_a_trainer_attaches() -> None:
+    from rlinf_core.callbacks.progress import RLProgressBar
     from rlinf_core.distributed.trainer import attached_trainer
 
-    module = pl.LightningModule()
-    assert attached_trainer(module) is None
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    module, bar = pl.LightningModule(), RLProgressBar()
+    assert attached_trainer(module) is None and attached_trainer(bar) is None and not bar.is_enabled
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, callbacks=[bar])
     module.trainer = trainer  # Lightning's public setter (the Trainer sets it the same way at fit)
-    assert attached_trainer(module) is trainer
+    bar.setup(trainer, module, stage="fit")  # the callback hook in which a progress bar gets its trainer
+    assert attached_trainer(module) is trainer and attached_trainer(bar) is trainer and bar.is_enabled
