@@ -9,7 +9,7 @@ steps, clipping at 1.0, one eval), for two variants of the tiny checkpoint:
   micro-batches per rank and step (gradient accumulation).
 
 Why π0.5 runs without gradient accumulation: with it, DeepSpeed ends 1.2e-4 from DDP (FSDP2: 5e-7), the largest at
-``value_head.mlp.0.weight``, while the first optimizer step's gradient norm is equal to every printed digit and
+``value_head.mlp.0.weight``, while the first RL step's logged gradient norm is equal to every printed digit and
 DeepSpeed's bucket sizes change nothing; without it DeepSpeed is 2.9e-7 from DDP. DeepSpeed reduces each
 micro-batch's gradients and sums the reduced ones, DDP sums locally and reduces once: the same sum in another
 order, whose rounding Adam enlarges where a gradient element is near zero (as for the key biases above; measured
@@ -59,7 +59,8 @@ def _fit(tmp_path, tiny, variant: str, strategy) -> list[dict]:
         "model_path": str(_checkpoint(tiny, variant)), "action_dim": 2, "num_action_chunks": 2, "num_steps": 3,
         "add_value_head": True, "noise": {"method": "flow_sde"}, **VARIANTS[variant][1],
     }}
-    records = run_fit(tmp_path, reach_config(tmp_path, strategy, "PPO", policy, model_extra={"optim": OPTIM, "micro_batch_size": MICRO_BATCH[variant]}))
+    extra = {"optim": OPTIM, "micro_batch_size": MICRO_BATCH[variant]}
+    records = run_fit(tmp_path, reach_config(tmp_path, strategy, "PPO", policy, model_extra=extra))
     check_ranks(records)
     return records
 
