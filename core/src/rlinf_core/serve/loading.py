@@ -93,8 +93,9 @@ def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> di
     """``init_args`` with the overrides set; a policy's ``FLAT_SETTINGS`` (flat name → (config group, field)) puts
     a flat override such as ``unnorm_key`` into its group (``actions: {unnorm_key: ...}``)."""
     nested = getattr(cls, "FLAT_SETTINGS", {})
+    params = inspect.signature(cls.__init__).parameters
     for key, value in overrides.items():
-        if key in nested and key not in inspect.signature(cls.__init__).parameters:
+        if key in nested and key not in params:
             group, field = nested[key]
             init_args[group] = {**(init_args.get(group) or {}), field: value}
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from rlinf_core.models.settings import grouped_settings
 from rlinf_policy_openpi.flow import NOISE_METHODS, NoiseMethod
 from rlinf_policy_openpi.transforms import ImageResize, check_image_resize
 
@@ -121,13 +122,7 @@ GROUPS = {"noise": NoiseConfig, "critic": CriticConfig, "inputs": InputConfig}
 
 def grouped(settings: dict) -> dict:
     """Settings with flat keys (:data:`FLAT_KEYS`) and group dicts → constructor arguments with group objects."""
-    out = {k: v for k, v in settings.items() if k not in FLAT_KEYS and k not in GROUPS}
-    for group, cls in GROUPS.items():
-        values = dict(settings.get(group) or {})
-        values.update({f: settings[k] for k, (g, f) in FLAT_KEYS.items() if g == group and k in settings})
-        if values:
-            out[group] = cls(**values)
-    return out
+    return grouped_settings(settings, GROUPS, FLAT_KEYS)
 
 
 __all__ = [

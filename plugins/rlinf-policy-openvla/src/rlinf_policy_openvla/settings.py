@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from rlinf_core.models.norm_stats import NormalizationType
+from rlinf_core.models.settings import grouped_settings
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, ImageResize
 
 NORMALIZATION_TYPES = ("bounds_q99", "bounds")
@@ -88,14 +89,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
 def grouped(settings: dict) -> dict:
     """Settings with flat keys (:data:`FLAT_KEYS`) and group dicts / objects → constructor arguments with group
     objects; a flat key wins over the same field in a group dict."""
-    out = {k: v for k, v in settings.items() if k not in FLAT_KEYS and k not in GROUPS}
-    for group, cls in GROUPS.items():
-        given = settings.get(group)
-        values = asdict(given) if isinstance(given, cls) else dict(given or {})
-        values.update({f: settings[k] for k, (g, f) in FLAT_KEYS.items() if g == group and k in settings})
-        if values or group in settings:
-            out[group] = cls(**values)
-    return out
+    return grouped_settings(settings, GROUPS, FLAT_KEYS)
 
 
 def as_group(cls: type, value):
