@@ -10,7 +10,8 @@ third-party, is then checked the same way::
         env_kwargs = {"image_size": 64}
 
 Do not override the ``test_*`` methods (a subclass that does fails at class creation); tune the
-class attributes and factory methods instead, and add your own tests under other names.
+class attributes and factory methods instead, and add your own tests under other names. The attributes each kit
+reads are the ones documented with ``#:`` in its class body (docs/plugins.md lists them, generated from here).
 
 The policy tests are neutral about the action distribution: token policies, Gaussians and
 noise-injected (SDE) flow samplers pass the same checks. Log-probs must be finite but may be
@@ -19,9 +20,11 @@ positive (densities); ``do_sample=False`` must be deterministic whatever the ran
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 import tempfile
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -49,8 +52,11 @@ class _KitTests:
 
 
 class EnvPluginTests(_KitTests):
-    """Checks the :class:`rlinf_core.Env` contract on a real instance of the plugin's env."""
+    """Checks the :class:`rlinf_core.Env` contract on a real instance of the plugin's env.
 
+    Reads the class attributes ``env_class``, ``env_kwargs``, ``chunk`` and ``eval_grid_states``."""
+
+    #: the env class under test (required).
     env_class: type[Env]
     #: extra constructor arguments for every env the tests build.
     env_kwargs: dict[str, Any] = {}
@@ -60,10 +66,12 @@ class EnvPluginTests(_KitTests):
     eval_grid_states: int = 4
 
     def make_env(self, **overrides: Any) -> Env:
-        # as the RL loop builds it: in worker processes when env_kwargs set num_workers > 0
+        """``env_class(**env_kwargs, **overrides)``, as the RL loop builds it (in worker processes when
+        ``env_kwargs`` sets ``num_workers > 0``)."""
         return vectorize(self.env_class(**{**self.env_kwargs, **overrides}))
 
     def random_actions(self, env: Env, chunk: int | None = None) -> torch.Tensor:
+        """Seeded uniform actions in [-1, 1], ``[num_envs, chunk, env.action_dim]``."""
         gen = torch.Generator().manual_seed(0)
         return torch.rand(env.num_envs, chunk or self.chunk, env.action_dim, generator=gen) * 2 - 1
 
@@ -164,16 +172,67 @@ class EnvPluginTests(_KitTests):
             env.close()
 
 
-class PolicyPluginTests(_KitTests):
-    """Checks the :class:`rlinf_core.Policy` contract, for any action distribution."""
+_OWN_MODULES = frozenset({__name__, "rlinf_core.contracts.observation", "dataclasses", "reprlib"})
 
-    #: observation layout used by :meth:`make_observation`.
+
+class _KitObservation(Observation):
+    """The kit's observations: they note when the policy reads an optional field the kit left empty."""
+
+    reads: ClassVar[set[str]] = set()
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if value is None and name in ("states", "wrist_images"):
+            if sys._getframe(1).f_globals.get("__name__") not in _OWN_MODULES:
+                _KitObservation.reads.add(name)
+        return value
+
+
+def _explain_empty_inputs(test):
+    """A policy test that fails after the policy read ``states`` / ``wrist_images`` of an observation that has
+    none fails with the cause and the setting that fixes it (the policy's own error stays chained below)."""
+
+    @functools.wraps(test)
+    def run(self):
+        _KitObservation.reads.clear()
+        try:
+            return test(self)
+        except Exception as exc:
+            read = sorted(_KitObservation.reads)
+            if not read:
+                raise
+            fix = []
+            if "states" in read:
+                fix.append(f"set `state_dim = S` on {type(self).__name__} (the size of Observation.states the "
+                           "policy reads)")
+            if "wrist_images" in read:
+                fix.append("override make_observation(batch_size) to add wrist_images")
+            raise AssertionError(
+                f"the policy read Observation.{' and Observation.'.join(read)}, which the kit's observations leave "
+                f"None (state_dim = {self.state_dim!r}): if it needs them, {' and '.join(fix)}. PolicyPluginTests "
+                "reads image_size, state_dim, batch_size and temperature."
+            ) from exc
+
+    return run
+
+
+class PolicyPluginTests(_KitTests):
+    """Checks the :class:`rlinf_core.Policy` contract, for any action distribution.
+
+    Reads the class attributes ``image_size``, ``state_dim``, ``batch_size`` and ``temperature`` (the observations
+    of :meth:`make_observation` carry no states unless ``state_dim`` is set)."""
+
+    #: side of the square ``main_images`` of :meth:`make_observation`, pixels.
     image_size: int = 32
+    #: size S of ``Observation.states`` ``[B, S]``; ``None``: observations without states.
     state_dim: int | None = None
+    #: the temperature of every sampled ``act`` and ``evaluate`` (not 1, so that it must be applied).
     temperature: float = 1.3
+    #: observations per batch.
     batch_size: int = 3
 
     def make_policy(self) -> Policy:
+        """A fresh policy under test (required)."""
         raise NotImplementedError
 
     def load_policy(self, path: str) -> Policy:
@@ -181,21 +240,24 @@ class PolicyPluginTests(_KitTests):
         return type(self.make_policy()).from_pretrained(path)
 
     def make_observation(self, batch_size: int) -> Observation:
+        """Seeded random ``uint8`` images ``image_size``², one instruction per row, states if ``state_dim``."""
         gen = torch.Generator().manual_seed(1)
         imgs = torch.randint(0, 256, (batch_size, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
         states = torch.randn(batch_size, self.state_dim, generator=gen) if self.state_dim else None
         tasks = [f"pick up the block number {i}" for i in range(batch_size)]
-        return Observation(main_images=imgs, task_descriptions=tasks, states=states)
+        return _KitObservation(main_images=imgs, task_descriptions=tasks, states=states)
 
     def _act(self, policy: Policy, obs: Observation, **kw) -> ActOutput:
         policy.eval()
         with torch.no_grad():
             return policy.act(obs, **kw)
 
+    @_explain_empty_inputs
     def test_registered_through_hooks(self):
         cls = type(self.make_policy())
         assert cls.__name__ in Registry().load().names("policy")
 
+    @_explain_empty_inputs
     def test_act_shapes(self):
         policy = self.make_policy()
         B = self.batch_size
@@ -209,6 +271,7 @@ class PolicyPluginTests(_KitTests):
         for key, value in out.record.items():
             assert value.shape[0] == B, f"record[{key!r}] must be batch-first"
 
+    @_explain_empty_inputs
     def test_recompute_equals_rollout_logprobs(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)
@@ -218,6 +281,7 @@ class PolicyPluginTests(_KitTests):
         assert ev.logprobs.requires_grad
         assert ev.entropy is not None and tuple(ev.entropy.shape) == tuple(out.logprobs.shape)
 
+    @_explain_empty_inputs
     def test_greedy_is_deterministic(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)
@@ -228,6 +292,7 @@ class PolicyPluginTests(_KitTests):
         torch.testing.assert_close(a.actions, b.actions)
         torch.testing.assert_close(a.logprobs, b.logprobs)
 
+    @_explain_empty_inputs
     def test_value_matches_act(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)
@@ -243,6 +308,7 @@ class PolicyPluginTests(_KitTests):
         assert values.shape == out.values.shape
         torch.testing.assert_close(values.float(), out.values.float(), rtol=1e-4, atol=1e-4)
 
+    @_explain_empty_inputs
     def test_greedy_logprobs_equal_evaluate_at_the_same_temperature(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)
@@ -250,6 +316,7 @@ class PolicyPluginTests(_KitTests):
         ev = policy.evaluate(obs, out.record, temperature=self.temperature)
         torch.testing.assert_close(out.logprobs, ev.logprobs.detach(), rtol=1e-4, atol=1e-4)
 
+    @_explain_empty_inputs
     def test_save_load_round_trip(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)
@@ -261,6 +328,7 @@ class PolicyPluginTests(_KitTests):
         torch.testing.assert_close(after.actions, before.actions)
         torch.testing.assert_close(after.logprobs, before.logprobs, rtol=1e-4, atol=1e-5)
 
+    @_explain_empty_inputs
     def test_gradients_reach_parameters(self):
         policy = self.make_policy()
         obs = self.make_observation(self.batch_size)

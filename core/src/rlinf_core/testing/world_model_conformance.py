@@ -31,8 +31,11 @@ from rlinf_core.world_models.init_data import ConditionSpec, save_init_trajector
 
 
 class WorldModelPluginTests:
-    """Checks the :class:`rlinf_core.WorldModel` contract on a real instance of the plugin's model."""
+    """Checks the :class:`rlinf_core.WorldModel` contract on a real instance of the plugin's model.
 
+    Reads the class attributes ``model_class``, ``image_size`` and ``chunk``."""
+
+    #: the world model class under test (required).
     model_class: type[WorldModel]
     #: side of the square frames the model takes (its native resolution, or the tiny model's).
     image_size: int = 32
@@ -40,6 +43,7 @@ class WorldModelPluginTests:
     chunk: int = 2
 
     def make_model(self) -> WorldModel:
+        """The model under test (default: ``model_class()``)."""
         return self.model_class()
 
     def condition_batch(self, model: WorldModel, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +54,7 @@ class WorldModelPluginTests:
         return frames, torch.rand(batch, T, model.action_dim, generator=gen) * 2 - 1
 
     def actions(self, model: WorldModel, batch: int, seed: int = 1) -> torch.Tensor:
+        """Seeded uniform actions in [-1, 1], ``[B, chunk, D]``."""
         gen = torch.Generator().manual_seed(seed)
         return torch.rand(batch, self.chunk, model.action_dim, generator=gen) * 2 - 1
 
@@ -161,17 +166,23 @@ class WorldModelPluginTests:
 
 
 class RewardModelPluginTests:
-    """Checks the :class:`rlinf_core.RewardModel` contract on a real instance of the plugin's model."""
+    """Checks the :class:`rlinf_core.RewardModel` contract on a real instance of the plugin's model.
 
+    Reads the class attributes ``model_class``, ``image_size`` and ``instructions``."""
+
+    #: the reward model class under test (required).
     model_class: type[RewardModel]
+    #: side of the square frames it scores, pixels.
     image_size: int = 32
     #: instructions the model knows (task-conditioned reward models match them exactly).
     instructions: tuple[str, ...] = ("pick up the object",)
 
     def make_model(self) -> RewardModel:
+        """The model under test (default: ``model_class()``)."""
         return self.model_class()
 
     def frames(self, n: int, seed: int = 0) -> torch.Tensor:
+        """Seeded random frames ``uint8 [n, image_size, image_size, 3]``."""
         gen = torch.Generator().manual_seed(seed)
         return torch.randint(0, 256, (n, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
 
