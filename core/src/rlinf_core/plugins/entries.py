@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KINDS", "RESERVED_COMMANDS", "Command", "PluginError", "Registered"]
+__all__ = ["KINDS", "RESERVED_COMMANDS", "Command", "PluginError", "Registered", "moved_package_cause"]
 
 # kind -> (hook name, dotted path of the base class)
 KINDS = {
@@ -18,6 +18,23 @@ KINDS = {
 
 class PluginError(RuntimeError):
     """A plugin could not be loaded or registered something invalid."""
+
+
+def moved_package_cause(exc: BaseException) -> str | None:
+    """The cause, in one sentence, when ``exc`` comes from code written for the core's old import name ``rlinf``
+    (now ``rlinf_core``): ``No module named 'rlinf'`` / ``'rlinf.envs.base'``, or, beside upstream RLinf's own
+    ``rlinf`` package, a name that package lacks. ``None`` for any other failure."""
+    if isinstance(exc, ModuleNotFoundError):
+        name = exc.name or ""
+    elif isinstance(exc, ImportError):  # `from rlinf import hookimpl` with upstream RLinf installed
+        name = exc.name if (exc.name or "").split(".")[0] == "rlinf" and "cannot import name" in str(exc) else ""
+    else:
+        return None
+    if name.split(".")[0] != "rlinf":
+        return None
+    return ("it imports the package `rlinf`, which is now `rlinf_core` (rlinf-core 0.1 renamed it): change "
+            "`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugins.md, \"Migrating from `rlinf`\", "
+            "maps every old module to its new place")
 
 
 @dataclass
@@ -43,7 +60,7 @@ class Command:
 
 #: names of rlinf's own commands: a plugin cannot register these
 RESERVED_COMMANDS = frozenset(
-    {"fit", "validate", "test", "predict", "plugins", "configs", "plot", "memory", "coevolve", "serve", "help"}
+    {"fit", "validate", "test", "predict", "plugins", "configs", "plot", "memory", "coevolve", "serve", "help", "new"}
 )
 
 
@@ -82,10 +99,12 @@ class Registered:
                     for part in qualname.split("."):
                         cls = getattr(cls, part)
                 except Exception as exc:  # noqa: BLE001 - any import failure becomes one clear message
+                    moved = moved_package_cause(exc)
+                    hint = f"Hint: {moved}" if moved else f"Hint: reinstall {self.distribution}"
                     raise PluginError(
                         f"plugin '{self.plugin}' from {self.distribution} registered {self.kind} '{self.name}' as "
-                        f"'{self.target}', which failed to import: {type(exc).__name__}: {exc}. Hint: reinstall "
-                        f"{self.distribution}, or skip it with RLINF_BLOCK_PLUGINS={self.plugin}"
+                        f"'{self.target}', which failed to import: {type(exc).__name__}: {exc}. {hint}, or skip it "
+                        f"with RLINF_BLOCK_PLUGINS={self.plugin}"
                     ) from None
             _check_base(cls, self.kind, self.plugin, self.distribution)
             self._cls = cls

@@ -22,6 +22,7 @@ import pluggy
 
 from rlinf_core.plugins import hookspecs
 from rlinf_core.plugins.entries import KINDS, RESERVED_COMMANDS, Command, PluginError, Registered, _check_base
+from rlinf_core.plugins.entries import moved_package_cause
 
 BUILTIN_PLUGINS = {"core": "rlinf_core.builtin.plugin"}
 CORE_DISTRIBUTION = "rlinf-core"
@@ -105,10 +106,11 @@ class Registry:
         try:
             module = loader()
         except Exception as exc:  # noqa: BLE001 - any import failure becomes one clear message
+            moved = moved_package_cause(exc)
+            hint = moved or f"reinstall it (pip install -e <path to {dist}> or pip install {dist})"
             info.error = (
                 f"plugin '{name}' from {dist} {version} failed to import: {type(exc).__name__}: {exc}. "
-                f"Hint: reinstall it (pip install -e <path to {dist}> or pip install {dist}), "
-                f"or skip it with RLINF_BLOCK_PLUGINS={name}"
+                f"Hint: {hint}, or skip it with RLINF_BLOCK_PLUGINS={name}"
             )
             return
         bad = _misspelled_hooks(module)
