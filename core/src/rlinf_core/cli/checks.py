@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from rlinf_core.cli.action_sizes import check_action_sizes
 from rlinf_core.cli.combos import check_combinations, check_signature_values
 from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
 
@@ -222,6 +223,7 @@ def _check_config(config: Any) -> None:
     check_machine(trainer, warn)
     check_signature_values(cfg)
     check_combinations(cfg, warn)
+    check_action_sizes(cfg)
     check_memory(cfg)
 
 

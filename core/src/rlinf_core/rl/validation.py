@@ -10,7 +10,8 @@ def check_rl_sizes(env, policy, algorithm, rollout, global_batch_size: int, micr
     if env.action_dim != policy.action_dim:
         raise ValueError(
             f"env {type(env).__name__} has action_dim {env.action_dim} but policy "
-            f"{type(policy).__name__} outputs {policy.action_dim}"
+            f"{type(policy).__name__} outputs {policy.action_dim}: set the policy's action_dim "
+            f"(model.init_args.policy.init_args.action_dim, or its actions: group) to {env.action_dim}"
         )
     if rollout.max_steps_per_rollout_epoch % C:
         raise ValueError(
