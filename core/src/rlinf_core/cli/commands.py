@@ -39,6 +39,8 @@ BUILTIN_COMMANDS = (
                    "rlinf_core.cli.coevolve:coevolve_command"),
     BuiltinCommand("wm-score", "Score a world model: action response, reward on imagined frames, policy ranking.",
                    "rlinf_core.cli.wm_score:wm_score_command"),
+    BuiltinCommand("new", "Start a plugin: write an env, policy or world-model package that passes its tests.",
+                   "rlinf_core.cli.new:new_command"),
     BuiltinCommand("serve", "Serve a trained policy over openpi's websocket or OpenVLA's REST protocol (docs/serving.md).",
                    "rlinf_core.serve.command:serve_command"),
 )
