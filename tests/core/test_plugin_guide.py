@@ -183,6 +183,19 @@ def test_reach_env_is_as_the_guide_says():
     env.close()
 
 
+def test_the_size_check_error_shown_is_the_one_rlinf_fit_prints():
+    import pytest
+
+    from rlinf_core.cli.action_sizes import check_action_sizes
+
+    shown = re.search(r"```text\nrlinf: error: (model\.init_args\.env\.init_args\.world_model.*)\n```", DOC.read_text())
+    cfg = {"model": {"init_args": {"env": {"init_args": {"world_model": {"init_args": {"action_dim": 3}}}},
+                                   "policy": {"init_args": {"action_dim": 2}}}}}
+    with pytest.raises(ValueError) as caught:
+        check_action_sizes(cfg)
+    assert shown and shown.group(1) == str(caught.value)
+
+
 def write() -> None:
     text = DOC.read_text()
     text = GENERATED.sub(lambda m: m.group(1) + TABLES[m.group(2)]() + m.group(4), text)

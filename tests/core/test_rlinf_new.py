@@ -35,7 +35,7 @@ def test_bad_names_taken_names_and_existing_directories_are_one_line_refusals(tm
     assert "must be lower case letters" in capsys.readouterr().err
     assert main(["new", "env", "reach", "--dir", str(tmp_path)]) == 2  # ReachEnv is core's
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "ReachEnv is already registered by rlinf-core" in err, err
+    assert err.count("\n") == 1 and "ReachEnv is already registered by rlinf-core (short" in err, err
     (tmp_path / "rlinf-policy-mine").mkdir()
     assert main(["new", "policy", "mine", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err

@@ -53,7 +53,8 @@ def plan(kind: str, name: str) -> dict[str, str]:
     files = {
         "pyproject.toml": "common/pyproject.toml", "README.md": "common/README.md",
         f"src/{package}/__init__.py": "common/__init__.py", f"src/{package}/plugin.py": f"{kind}/plugin.py",
-        f"tests/test_{name}.py": f"{kind}/test.py", f"src/{package}/configs/{name}/{spec.config}": f"{kind}/config.yaml",
+        f"tests/test_{name}.py": f"{kind}/test.py",
+        f"src/{package}/configs/{name}/{spec.config}": f"{kind}/config.yaml",
         **{f"src/{package}/{module}.py": f"{kind}/{module}.py" for module in spec.modules},
     }
     out = {}
@@ -84,10 +85,11 @@ def _refusal(kind: str, name: str, target: Path) -> str | None:
     taken = [c for c in class_names(kind, name) if c in registry.classes]
     if taken:
         owner = registry.classes[taken[0]].distribution
-        return f"the class name {taken[0]} is already registered by {owner}: short class names are unique, choose " \
+        return f"the class name {taken[0]} is already registered by {owner} (short class names are unique): choose " \
                "another NAME"
     if name in registry.plugins:
-        return f"a plugin named {name!r} is already installed ({registry.plugins[name].distribution}): choose another NAME"
+        dist = registry.plugins[name].distribution
+        return f"a plugin named {name!r} is already installed ({dist}): choose another NAME"
     return None
 
 
