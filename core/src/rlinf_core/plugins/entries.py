@@ -32,7 +32,7 @@ def moved_package_cause(exc: BaseException) -> str | None:
         return None
     if name.split(".")[0] != "rlinf":
         return None
-    return ("it imports the package `rlinf`, which is now `rlinf_core` (rlinf-core 0.1 renamed it): change "
+    return ("it imports the package `rlinf`, which is now `rlinf_core`: change "
             "`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugins.md, \"Migrating from `rlinf`\", "
             "maps every old module to its new place")
 
