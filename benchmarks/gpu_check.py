@@ -63,6 +63,7 @@ class Check:
     device: torch.device
     out: Path
     env: str = "auto"
+    card_gib: float | None = None
     results: dict[str, Any] = field(default_factory=dict)
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rlinf-gpu-check-")))
 
@@ -138,11 +139,13 @@ def materialize(module: torch.nn.Module, device: torch.device) -> torch.nn.Modul
     return randomize(module)
 
 
-def oft_policy(check: Check, lora: bool, meta: bool, config: str = "configs/libero/spatial.yaml"):
+def oft_policy(check: Check, lora: bool, meta: bool, config: str = "configs/libero/spatial.yaml",
+               layers: int | None = None):
     """OpenVLA-OFT with the policy settings of a shipped GPU config (bf16 policy, gradient checkpointing) and the
     released architecture its ``model_path`` names (a weightless released-form directory); the tiny random one
     (make_tiny) in a dry run. ``meta``: built on the meta device (for the estimate); else on the device with the
-    network's own random init and no weight load (as benchmarks/bench_gpu_openvla_realsize.py)."""
+    network's own random init and no weight load (as benchmarks/bench_gpu_openvla_realsize.py). ``layers``: the
+    released architecture with that many Llama layers (``text_config.num_hidden_layers``)."""
     import yaml
     from jsonargparse import ArgumentParser
 
@@ -156,16 +159,21 @@ def oft_policy(check: Check, lora: bool, meta: bool, config: str = "configs/libe
     if check.dry_run:
         from rlinf_policy_openvla.make_tiny import make_tiny
 
-        path, key = check.scratch / "tiny-oft", node["actions"]["unnorm_key"]
+        path, key = check.scratch / f"tiny-oft-{layers}", node["actions"]["unnorm_key"]
         if not path.exists():
-            make_tiny(path, norm_keys=[key], action_dim=node["actions"].get("action_dim", 7), num_action_chunks=2)
+            make_tiny(path, norm_keys=[key], action_dim=node["actions"].get("action_dim", 7), num_action_chunks=2,
+                      **({} if layers is None else {"num_layers": layers}))
         args["actions"] = {**node["actions"], "num_action_chunks": 2}
     else:
         name = Path(node["model_path"]).name
         kind = next(k for k, spec in RELEASED.items() if any(r.split("/")[-1] == name for r in spec.repos))
-        path = check.scratch / kind
+        path = check.scratch / (kind if layers is None else f"{kind}-{layers}-layers")
         if not path.exists():
             write_released_dir(path, kind)
+            if layers is not None:
+                cfg = json.loads((path / "config.json").read_text())
+                cfg["text_config"]["num_hidden_layers"] = layers
+                (path / "config.json").write_text(json.dumps(cfg, indent=2))
     args["model_path"] = str(path)
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(OpenVLAOFTPolicy, "policy")
@@ -251,28 +259,42 @@ def estimate_for(policy_meta, envs: int, micro: int, steps: int, gpu_gib: float)
 # ------------------------------------------------------------------ parts
 def part_memory(check: Check) -> dict:
     envs, micro, chunks = (2, 2, 2) if check.dry_run else (8, 32, 4)
-    gpu_gib = torch.cuda.get_device_properties(0).total_memory / GiB if check.cuda else 80.0
+    gpu_gib = check.card_gib or (torch.cuda.get_device_properties(0).total_memory / GiB if check.cuda else 80.0)
     rows = {}
     for mode in ("lora", "full"):
-        meta = oft_policy(check, lora=mode == "lora", meta=True)
+        lora, layers = mode == "lora", None
+        meta = oft_policy(check, lora=lora, meta=True)
         steps = chunks * meta.num_action_chunks
         est = estimate_for(meta, envs, micro, steps, gpu_gib)
+        if est.peak > 0.9 * gpu_gib:
+            # full fine-tuning of 7.5 B does not fit one card: the released architecture with fewer Llama layers
+            # (the estimate is linear in the depth) checks the estimator on the same kind of stack
+            depth = int(meta.model.text_config.num_hidden_layers)
+            half = estimate_for(oft_policy(check, lora=lora, meta=True, layers=depth // 2), envs, micro, steps,
+                                gpu_gib).peak
+            per_layer = (est.peak - half) / (depth - depth // 2)
+            if per_layer <= 0:
+                raise RuntimeError(f"the estimate does not grow with the Llama depth ({half:.2f} -> {est.peak:.2f} GiB)")
+            layers = max(1, min(depth - 1, int((0.8 * gpu_gib - (est.peak - per_layer * depth)) / per_layer)))
+            rows[f"{mode} (released depth)"] = {
+                "estimate_train_gib": est.train_total, "estimate_rollout_gib": est.rollout_total,
+                "measured": f"not run: the estimate ({est.peak:.1f} GiB) exceeds this card ({gpu_gib:.0f} GiB)"}
+            meta = oft_policy(check, lora=lora, meta=True, layers=layers)
+            est = estimate_for(meta, envs, micro, steps, gpu_gib)
         row: dict[str, Any] = {"estimate_train_gib": est.train_total, "estimate_rollout_gib": est.rollout_total,
                                "parameters": sum(p.numel() for p in meta.parameters()),
-                               "trainable": sum(p.numel() for p in meta.parameters() if p.requires_grad)}
+                               "trainable": sum(p.numel() for p in meta.parameters() if p.requires_grad),
+                               "estimate_rows": {"train": est.train, "rollout": est.rollout}}
         del meta
-        if est.peak > 0.95 * gpu_gib:
-            row["measured"] = f"not run: the estimate ({est.peak:.1f} GiB) exceeds this card ({gpu_gib:.0f} GiB)"
-        else:
-            policy = oft_policy(check, lora=mode == "lora", meta=False)
-            row.update(rl_step_memory(check, policy, envs, chunks, micro, 256))
-            del policy
-            if check.cuda:
-                torch.cuda.empty_cache()
-                row["train_ratio"] = row["update_peak_gib"] / est.train_total
-                row["rollout_ratio"] = row["rollout_peak_gib"] / est.rollout_total
-                row["within_10pct"] = abs(row["train_ratio"] - 1) <= 0.1 and abs(row["rollout_ratio"] - 1) <= 0.1
-        rows[mode] = row
+        policy = oft_policy(check, lora=lora, meta=False, layers=layers)
+        row.update(rl_step_memory(check, policy, envs, chunks, micro, 256))
+        del policy
+        if check.cuda:
+            torch.cuda.empty_cache()
+            row["train_ratio"] = row["update_peak_gib"] / est.train_total
+            row["rollout_ratio"] = row["rollout_peak_gib"] / est.rollout_total
+            row["within_10pct"] = abs(row["train_ratio"] - 1) <= 0.1 and abs(row["rollout_ratio"] - 1) <= 0.1
+        rows[mode if layers is None else f"{mode} ({layers} Llama layers)"] = row
     return {"envs": envs, "micro_batch": micro, "chunks": chunks, "rows": rows}
 
 
@@ -562,7 +584,7 @@ def markdown(check: Check) -> str:
             lines += ["", f"error: `{result['error']}`", ""]
             continue
         rows = result.get("rows", {})
-        columns = sorted({k for row in rows.values() for k in row})
+        columns = sorted({k for row in rows.values() for k, v in row.items() if not isinstance(v, (dict, list))})
         lines += ["", "| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
         lines += [f"| {key} | " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for key, row in rows.items()]
         extra = {k: v for k, v in result.items() if k not in ("rows", "status", "seconds")}
@@ -583,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--env", choices=["auto", "libero", "metaworld", "reach"], default="auto",
                         help="the throughput part's simulator (auto: LIBERO where installed, else MetaWorld)")
+    parser.add_argument("--card-gib", type=float, default=None,
+                        help="memory part: the card's GiB the estimate must fit (default: the device's)")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time box")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available() and not args.dry_run
@@ -590,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: error: no CUDA GPU here: run it on a GPU, or with --dry-run", file=sys.stderr)
         return 2
     check = Check(dry_run=args.dry_run, device=torch.device("cuda" if cuda else "cpu"), out=Path(args.out),
-                  env=args.env)
+                  env=args.env, card_gib=args.card_gib)
     check.results["_meta"] = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
                               "commit": _commit(), "dry_run": args.dry_run, "cpu_cores": os.cpu_count()}
     for name in args.parts:
