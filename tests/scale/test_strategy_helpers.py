@@ -48,6 +48,8 @@ def test_strategy_arguments_are_checked():
 
 
 class _FakeEngine:
+    skipped_steps = 0
+
     def get_global_grad_norm(self):
         return 2.5
 
@@ -68,8 +70,8 @@ def test_deepspeed_step_freezes_actor_groups_during_critic_warmup():
         [{"params": [w_actor], "lr": 0.5, "name": "actor"}, {"params": [w_critic], "lr": 0.5, "name": "critic"}]
     )
     (w_actor.sum() + w_critic.sum()).backward()
-    norm = deepspeed_step(_FakeStrategy(stage=2), opt, freeze_actor=True)
-    assert float(norm) == 2.5
+    norm, stepped = deepspeed_step(_FakeStrategy(stage=2), opt, freeze_actor=True)
+    assert float(norm) == 2.5 and stepped
     torch.testing.assert_close(w_actor.detach(), torch.ones(2))  # actor frozen (lr 0)
     torch.testing.assert_close(w_critic.detach(), torch.full((2,), 0.5))
     assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5], "learning rates restored"

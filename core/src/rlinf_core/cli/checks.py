@@ -200,12 +200,12 @@ def _unknown_plugin_classes_first() -> None:
 def check_config(config: Any, subcommand: str | None = "fit") -> None:
     """The parsed subcommand config (a jsonargparse ``Namespace``), before any class is instantiated (the start
     warnings are shown here for other subcommands than ``fit``, at :func:`check_before_fit` for ``fit``)."""
-    _check_config(config)
+    _check_config(config, training=subcommand == "fit")
     if subcommand != "fit":
         flush_warnings()
 
 
-def _check_config(config: Any) -> None:
+def _check_config(config: Any, training: bool = True) -> None:
     cfg = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     seed = cfg.get("seed_everything")
     if isinstance(seed, bool) and seed is not False:
@@ -220,7 +220,7 @@ def _check_config(config: Any) -> None:
         save_dir = ((item or {}).get("init_args") or {}).get("save_dir") if isinstance(item, dict) else None
         if save_dir and Path(str(save_dir)).is_file():
             raise ValueError(f"trainer.logger.init_args.save_dir {save_dir} is an existing file, not a directory")
-    check_machine(trainer, warn)
+    check_machine(trainer, warn, training)
     check_signature_values(cfg)
     check_combinations(cfg, warn)
     check_action_sizes(cfg)

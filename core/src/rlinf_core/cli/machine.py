@@ -44,9 +44,9 @@ def _device_count(accelerator: str) -> int | None:
     return None
 
 
-def check_machine(trainer: dict[str, Any], warn: Callable[[str], None]) -> None:
+def check_machine(trainer: dict[str, Any], warn: Callable[[str], None], training: bool = True) -> None:
     """Raise ``ValueError`` for what this machine or launcher cannot give (one line, with what to run); ``warn``
-    takes what is legal but pointless."""
+    takes what is legal but pointless. ``training``: the run trains (``fit``), so the precision must train."""
     import torch
 
     accelerator = str(trainer.get("accelerator") or "auto").lower()
@@ -78,7 +78,7 @@ def check_machine(trainer: dict[str, Any], warn: Callable[[str], None]) -> None:
     if isinstance(nodes, int) and nodes > 1 and launcher() is None:
         raise ValueError(f"trainer.num_nodes: {nodes} needs a launcher that starts every node (this process "
                          f"would wait forever for the others): {TORCHRUN}")
-    _check_precision_and_strategy(trainer, accelerator, warn)
+    _check_precision_and_strategy(trainer, accelerator, warn, training)
     for key, instead in IGNORED_FLAGS.items():
         if trainer.get(key) not in (None, 1) if key == "accumulate_grad_batches" else trainer.get(key) is not None:
             raise ValueError(f"trainer.{key}: rlinf's RL loop optimizes manually and does not use Lightning's "
@@ -89,7 +89,9 @@ def check_machine(trainer: dict[str, Any], warn: Callable[[str], None]) -> None:
                          "or a class_path of a lightning.pytorch.profilers class")
 
 
-def _check_precision_and_strategy(trainer: dict[str, Any], accelerator: str, warn: Callable[[str], None]) -> None:
+def _check_precision_and_strategy(
+    trainer: dict[str, Any], accelerator: str, warn: Callable[[str], None], training: bool = True
+) -> None:
     precision = str(trainer.get("precision") or "32-true")
     if precision in ("64", "64-true", "double"):
         raise ValueError(f"trainer.precision: {precision} is not supported: policies and envs compute in float32 "
@@ -99,11 +101,30 @@ def _check_precision_and_strategy(trainer: dict[str, Any], accelerator: str, war
              "say bf16-mixed (or 32-true) to get what you ask for")
     strategy = trainer.get("strategy")
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy or "")
+    if training:
+        _check_training_precision(precision, name, warn)
     # rlinf's own DeepSpeedStrategy also runs on CPU (gloo; CI's equivalence tests use it), Lightning's does not
     ours = name.startswith("rlinf_core.") or name == "DeepSpeedStrategy"
     if "deepspeed" in name.lower() and not ours and accelerator not in ("gpu", "cuda"):
         raise ValueError(f"trainer.strategy: {name} runs on CUDA GPUs only, not on {accelerator}: use ddp, or "
                          "class_path: rlinf_core.distributed.strategies.DeepSpeedStrategy (also runs on CPU)")
+
+
+def _check_training_precision(precision: str, strategy: str, warn: Callable[[str], None]) -> None:
+    """What each precision does to training (Lightning's plugins; DeepSpeed's own fp16 / bf16 modes under a
+    DeepSpeed strategy, which keep fp32 master weights and scale the fp16 loss themselves)."""
+    if "deepspeed" in strategy.lower():
+        return
+    if precision == "16-true":
+        raise ValueError("trainer.precision: 16-true trains fp16 weights with no loss scaling (small gradients "
+                         "underflow to 0, AdamW's state overflows): use 16-mixed (fp32 weights, fp16 autocast, "
+                         "a gradient scaler) or bf16-mixed")
+    if precision in ("16", "16-mixed") and strategy.rsplit(".", 1)[-1] in ("FSDP2Strategy", "ModelParallelStrategy"):
+        raise ValueError(f"trainer.precision: {precision} with {strategy}: Lightning's ModelParallelStrategy has no "
+                         "gradient scaler for fp16: use bf16-mixed, or 16-mixed with ddp or DeepSpeedStrategy")
+    if precision == "bf16-true":
+        warn("trainer.precision: bf16-true stores every weight and AdamW's state in bf16: updates smaller than "
+             "1/256 of a weight round away; bf16-mixed keeps fp32 master weights")
 
 
 def start_rendezvous_watchdog(trainer: Any, timeout_s: float | None = None) -> None:

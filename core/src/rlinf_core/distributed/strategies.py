@@ -255,8 +255,10 @@ def set_accumulation_boundary(strategy, is_last: bool) -> None:
         engine.set_gradient_accumulation_boundary(is_last)
 
 
-def deepspeed_step(strategy, optimizer, freeze_actor: bool = False) -> torch.Tensor:
-    """Optimizer step under DeepSpeed (it clips with ``gradient_clipping``); returns the grad norm.
+def deepspeed_step(strategy, optimizer, freeze_actor: bool = False) -> tuple[torch.Tensor, bool]:
+    """Optimizer step under DeepSpeed (it clips with ``gradient_clipping``); returns the grad norm and whether the
+    step was applied (DeepSpeed's fp16 mode skips a step whose gradients overflowed and lowers its loss scale: its
+    engine's ``skipped_steps`` counts them).
 
     ``freeze_actor`` (critic warm-up): every parameter group not named ``critic`` runs at learning
     rate 0 for this step (DeepSpeed keeps the gradients in its own partitions, so they cannot
@@ -270,11 +272,12 @@ def deepspeed_step(strategy, optimizer, freeze_actor: bool = False) -> torch.Ten
             if group.get("name") != "critic":
                 frozen.append((group, group["lr"]))
                 group["lr"] = 0.0
+    skipped = engine.skipped_steps
     optimizer.step()
     for group, lr in frozen:
         group["lr"] = lr
     norm = engine.get_global_grad_norm()
-    return torch.as_tensor(0.0 if norm is None else float(norm))
+    return torch.as_tensor(0.0 if norm is None else float(norm)), engine.skipped_steps == skipped
 
 
 def _optimizer_states(optimizer) -> Iterator[dict[str, Any]]:

@@ -35,18 +35,13 @@ from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_s
 from rlinf_core.rl.buffer import RolloutBuffer
 from rlinf_core.rl.collector import RolloutCollector
 from rlinf_core.distributed.strategies import (
-    backward_sync,
-    deepspeed_engine,
-    export_policy,
-    rollout_mode,
-    set_accumulation_boundary,
-    shard_policy,
+    backward_sync, export_policy, rollout_mode, set_accumulation_boundary, shard_policy,
 )
 from rlinf_core.rl.evaluation import eval_passes, per_suite, per_task, write_eval_table
 from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.rl.schedule import batch_split_error
-from rlinf_core.rl.update import optimizer_step, precision_context, recompute_old_logprobs
+from rlinf_core.rl.update import GradientClip, optimizer_step, precision_context, recompute_old_logprobs
 from rlinf_core.contracts.validation import first_non_finite
 from rlinf_core.rl.validation import check_rl_sizes
 
@@ -107,6 +102,7 @@ class RLModule(pl.LightningModule):
         self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
         self.skipped_steps = 0
         self._train_metrics = MetricSums()
+        self._grad_clip = GradientClip()
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
         self._stage_envs: list[Env] = []
@@ -280,15 +276,17 @@ class RLModule(pl.LightningModule):
         if mb.last:
             stepped = optimizer_step(
                 self.policy, self.trainer.strategy, self.optimizers(), self.lr_schedulers(),
-                self.optim_cfg.clip_grad, actor_on, self._train_metrics,
+                self.optim_cfg.clip_grad, actor_on, self._train_metrics, self._grad_clip,
             )
             self.skipped_steps += not stepped
-            if deepspeed_engine(self.trainer.strategy) is None:  # DeepSpeed skips non-finite steps itself
-                self._train_metrics.last["train/actor/skipped_steps"] = float(self.skipped_steps)
+            self._train_metrics.last["train/actor/skipped_steps"] = float(self.skipped_steps)
             self._optim_steps_done += 1
         if mb.last_of_step:
             self._log_train_metrics()  # before any callback's on_train_epoch_end reads them
         return loss.detach()
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        self._grad_clip()  # under a GradScaler the gradients are unscaled only here (rl.update.GradientClip)
 
     def _log_train_metrics(self) -> None:
         for key, value in self._train_metrics.pop(self.reducer).items():

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Real-scale numbers from a few minutes on a lent GPU (benchmarks/gpu_check.py; docs/performance.md, "GPU check").
+#
+#   bash scripts/gpu_check.sh --dry-run [--out DIR]   # here, on the CPU: the same code at tiny size (in the suite)
+#   bash scripts/gpu_check.sh --prepare               # here, once: wheels the GPU image lacks, into .whl/ (.gitignore)
+#   bash scripts/gpu_check.sh [--out DIR] [--parts memory throughput precisions openpi opensora] [--env auto]
+#                                                      # on the GPU machine: installs the carried wheels, measures
+#
+# The GPU machine has no package index: its image holds torch, Lightning, peft, timm, ... but not rlinf, jsonargparse,
+# diffusers, MetaWorld, or the transformers version the OpenVLA plugin needs. --prepare downloads those (Python 3.12,
+# manylinux x86-64) into three folders, because one call carries at most 64 MiB: .whl/base (15 MiB, every part),
+# .whl/wm (diffusers, the opensora part), .whl/sim (MuJoCo + MetaWorld, 42 MiB, the throughput part). Two calls:
+#   carry [.whl/base, .whl/wm]:  bash scripts/gpu_check.sh --out $OUT --parts memory precisions openpi opensora
+#   carry [.whl/base, .whl/sim]: bash scripts/gpu_check.sh --out $OUT --parts throughput
+# LIBERO (robosuite + the benchmark's assets, about 1.2 GB) is too large to carry: the throughput part then uses
+# MetaWorld's CPU simulators (--env auto) and says so in its result.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+declare -A WHEELS=(
+  [base]="transformers==5.24.0 huggingface_hub==2.4.0 jsonargparse==4.53.0 docstring_parser==0.18.0
+          typeshed_client==2.15.0 importlib_resources==7.1.0"
+  [wm]="diffusers==0.42.1"
+  [sim]="mujoco==3.3.0 metaworld==3.1.1 gymnasium==1.4.0 farama-notifications==0.0.6"
+)
+PROJECT=(./core ./plugins/rlinf-policy-openvla ./plugins/rlinf-policy-openpi ./plugins/rlinf-wm-opensora
+         ./plugins/rlinf-env-metaworld ./plugins/rlinf-env-libero)
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  for group in "${!WHEELS[@]}"; do
+    mkdir -p ".whl/$group"
+    for w in ${WHEELS[$group]}; do
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d ".whl/$group" "$w"
+    done
+  done
+  du -sh .whl/*
+  echo "gpu_check.sh: now the two GPU calls in this script's header (carry .whl/base with .whl/wm, then .whl/sim)"
+  exit 0
+fi
+
+for arg in "$@"; do
+  if [[ "$arg" == "--dry-run" ]]; then
+    exec "${PYTHON:-${RLINF_VENV:-$ROOT/.venv}/bin/python}" benchmarks/gpu_check.py "$@"
+  fi
+done
+
+# on the GPU machine: the carried wheels and the project into /tmp/site (no index, no build isolation)
+SITE=/tmp/rlinf-site
+shopt -s nullglob
+CARRIED=(.whl/*/*.whl)
+if (( ${#CARRIED[@]} )); then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${CARRIED[@]}"
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" --upgrade \
+  "${PROJECT[@]}"
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MUJOCO_GL=egl \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+exec python3 benchmarks/gpu_check.py "$@"
