@@ -82,9 +82,10 @@ def _input_error(cause: BaseException) -> bool:
     if type(cause).__name__ == "MisconfigurationException":  # Lightning's verdict on a trainer flag
         return PHASE != "run"
     if PHASE == "run":
+        from rlinf_core.contracts.validation import ObservationMismatch
         from rlinf_core.run.checkpoint_files import CheckpointError
 
-        return isinstance(cause, CheckpointError)
+        return isinstance(cause, (CheckpointError, ObservationMismatch))
     return isinstance(cause, INPUT_ERRORS)
 
 
@@ -113,8 +114,9 @@ def describe(exc: BaseException) -> str | None:
         chain.append(str(e))
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     text = one_line(str(cause) or type(cause).__name__, "\n".join(chain))
-    if isinstance(cause, KeyError):
-        text = text.strip("'\"")
+    if isinstance(cause, KeyError):  # str(KeyError) quotes its message: print the message itself
+        text = one_line(cause.args[0], "\n".join(chain)) if cause.args and isinstance(cause.args[0], str) else \
+            text.strip("'\"")
     elif isinstance(cause, (ImportError, FileNotFoundError, PermissionError)) and type(cause).__name__ not in text:
         text = f"{type(cause).__name__}: {text}"
     return text
