@@ -214,3 +214,8 @@ def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeyp
     cfg["model"]["init_args"]["policy"]["init_args"]["num_images_in_input"] = 1
     line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
     assert "RLinf's flat num_images_in_input is inputs.num_images_in_input" in line and "c0.yaml" in line, line
+    pytest.importorskip("rlinf_policy_openpi")
+    line = _one_error(*_fit(tmp_path, capsys, None, "--config", "metaworld/mt50_ppo_openpi_cpu_smoke.yaml", *FAST,
+                            "--model.init_args.policy.init_args.value_after_vlm=true"))
+    assert "RLinf's flat value_after_vlm is critic.after_vlm in OpenPIPolicy: use --model.init_args.policy." \
+        "init_args.critic.after_vlm" in line, line

@@ -184,9 +184,12 @@ def check_built_module(trainer: Any, model: Any, warn: Callable[[str], None]) ->
         return
     chunks, episode = policy.num_action_chunks, env.max_episode_steps
     if episode % chunks:
+        algorithm = getattr(model, "algorithm", None)
+        trained = ("its chunk-level advantage still trains all of them" if getattr(algorithm, "reward_type", None)
+                   == "chunk_level" else "the rest are masked out of the loss")
         warn(f"env.max_episode_steps ({episode}) is not a multiple of the policy's num_action_chunks ({chunks}): "
              f"the last chunk of an episode that runs to the limit executes {episode % chunks} of its {chunks} "
-             "actions")
+             f"actions ({trained})")
     total, glob = samples() * trainer.world_size, model.global_batch_size
     if glob > total:
         warn(f"global_batch_size ({glob}) is larger than the {total} samples one RL step collects (env.num_envs x "

@@ -99,12 +99,24 @@ def bug_location(exc: BaseException) -> str:
     return (ours or names or ["?"])[-1]
 
 
+def _mismatch_in_chain(exc: BaseException | None) -> BaseException | None:
+    """The :class:`~rlinf_core.contracts.validation.ObservationMismatch` in ``exc``'s chain (its own cause, the
+    policy's error, stays in the chain for ``RLINF_TRACEBACK=1``)."""
+    from rlinf_core.contracts.validation import ObservationMismatch
+
+    for _ in range(20):
+        if exc is None or isinstance(exc, ObservationMismatch):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def describe(exc: BaseException) -> str | None:
     """``"<cause>"`` for an input error (one line), ``None`` for a bug (keep the traceback)."""
     lost = _peer_lost(root_cause(exc)) or _peer_lost(exc)
     if lost is not None:
         return lost
-    cause = root_cause(exc)
+    cause = _mismatch_in_chain(exc) or root_cause(exc)
     if not _input_error(cause) and not (PHASE != "run" and isinstance(exc, ArgumentError)):
         return None
     if isinstance(exc, ArgumentError) and not _input_error(cause):
