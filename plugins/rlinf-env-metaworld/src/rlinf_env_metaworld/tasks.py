@@ -102,7 +102,8 @@ def resolve_tasks(task_set: str, task_name: str | None = None, split: str = "tra
     if tasks:
         unknown = [t for t in tasks if t not in INSTRUCTIONS]
         if unknown:
-            raise ValueError(f"unknown MetaWorld task(s) {unknown}{_did_you_mean(unknown[0])}; valid: {', '.join(MT50)}")
+            hint = _did_you_mean(unknown[0])
+            raise ValueError(f"unknown MetaWorld task(s) {unknown}{hint}; valid: {', '.join(MT50)}")
         return list(tasks)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -117,8 +118,8 @@ def resolve_tasks(task_set: str, task_name: str | None = None, split: str = "tra
         return list(MT10 if task_set == "MT10" else MT50)
     if task_set == "ML45":
         return list(ML45_TRAIN if split == "train" else ML45_TEST)
-    raise ValueError(f"unknown task_set {task_set!r}{_did_you_mean(task_set, TASK_SETS)}; valid: {', '.join(TASK_SETS)} "
-                     "(or pass tasks: [...])")
+    hint = _did_you_mean(task_set, TASK_SETS)
+    raise ValueError(f"unknown task_set {task_set!r}{hint}; valid: {', '.join(TASK_SETS)} (or pass tasks: [...])")
 
 
 def _did_you_mean(name: object, choices: Iterable[str] | None = None) -> str:
