@@ -72,6 +72,20 @@ def test_task_set_selection_and_errors():
         MetaWorldEnv(task_set="MT10", split="test")
 
 
+def test_a_task_typo_gets_a_did_you_mean_before_the_list():
+    """Issue 39 item 8: the closest task name comes first, not buried after the 50 valid ones."""
+    from rlinf_env_metaworld.tasks import resolve_tasks
+
+    for kwargs, expected in (({"task_set": "MT1", "task_name": "pick-plaec-v3"}, "'pick-place-v3'"),
+                             ({"task_set": "MT1", "task_name": "push"}, "'push-v3'"),
+                             ({"task_set": "MT1", "tasks": ["reach-v3", "door-opn-v3"]}, "'door-open-v3'"),
+                             ({"task_set": "mt10"}, "'MT10'")):
+        with pytest.raises(ValueError) as info:
+            resolve_tasks(**kwargs)
+        text = str(info.value)
+        assert f"did you mean {expected}?" in text and text.index("did you mean") < text.index("valid:"), text
+
+
 def _run_expert(env: MetaWorldEnv, chunk: int, ids: np.ndarray) -> list[dict]:
     obs = env.reset(ids)
     done = torch.zeros(env.num_envs, dtype=torch.bool)

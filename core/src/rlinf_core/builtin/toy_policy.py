@@ -111,6 +111,7 @@ class TinyTrunkPolicy(Policy):
         state = load_safetensors(path / "model.safetensors")
         if not policy.has_value_head:
             state = {k: v for k, v in state.items() if not k.startswith("value_head.")}
+        _check_shapes(policy, state, path)
         missing, _ = policy.load_state_dict(state, strict=False)
         if any(not k.startswith("value_head.") for k in missing):
             raise ValueError(f"{path}: weights lack {missing[0]!r}; was it written by {cls.__name__}.save_pretrained?")
@@ -164,7 +165,9 @@ class TinyVLAPolicy(TinyTrunkPolicy):
         self._build_value_head()
         self.register_buffer("bin_centers", torch.linspace(-1, 1, num_bins), persistent=False)
         if model_path is not None:
-            self.load_state_dict(load_safetensors(Path(model_path) / "model.safetensors"))
+            state = load_safetensors(Path(model_path) / "model.safetensors")
+            _check_shapes(self, state, Path(model_path))
+            self.load_state_dict(state)
 
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "num_bins": self.num_bins}
@@ -201,6 +204,17 @@ class TinyVLAPolicy(TinyTrunkPolicy):
         tokens = torch.bucketize(actions.clamp(-1, 1).to(self.bin_centers.device), (self.bin_centers[1:] + self.bin_centers[:-1]) / 2)
         logits = self._logits(self._features(obs))
         return F.cross_entropy(logits.reshape(-1, self.num_bins), tokens.reshape(-1))
+
+
+def _check_shapes(module: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """``ValueError`` naming the tensor and both shapes when ``path``'s weights do not fit the sizes its
+    ``config.json`` gives (``load_state_dict`` would raise a multi-line ``RuntimeError``)."""
+    own = module.state_dict()
+    for key, tensor in state.items():
+        if key in own and tuple(own[key].shape) != tuple(tensor.shape):
+            raise ValueError(f"{path / 'model.safetensors'}: {key} has shape {tuple(tensor.shape)} but the sizes in "
+                             f"{path / 'config.json'} build {tuple(own[key].shape)}: config.json does not match the "
+                             "weights (re-export the policy, or fix config.json)")
 
 
 _CONFIG_KEYS = ("action_dim", "num_action_chunks", "num_bins", "hidden_size", "state_dim", "add_value_head")

@@ -25,7 +25,12 @@ from typing import Any
 import yaml
 
 from rlinf_core.cli.action_sizes import check_action_sizes
-from rlinf_core.cli.combos import check_combinations, check_signature_values
+from rlinf_core.cli.combos import (
+    check_built_module,
+    check_combinations,
+    check_lightning_optimizer,
+    check_signature_values,
+)
 from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
 
 WARNINGS: list[str] = []
@@ -172,6 +177,11 @@ def check_config_files(argv: list[str]) -> None:
             raise ValueError("--seed_everything true would pick a random seed that no config records: give an "
                              "integer seed")
     _ARGV[:] = argv
+    from rlinf_core.cli.configs import missing_config_message
+
+    for path in _config_paths(argv):
+        if path.endswith((".yaml", ".yml", ".json")) and "\n" not in path and not Path(path).exists():  # not YAML text
+            raise ValueError(missing_config_message(path))
     given = any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv)
     files = [(path, read_config_file(path)) for path in _config_paths(argv)
              if Path(path).is_file()]
@@ -222,6 +232,7 @@ def _check_config(config: Any, training: bool = True) -> None:
             raise ValueError(f"trainer.logger.init_args.save_dir {save_dir} is an existing file, not a directory")
     check_machine(trainer, warn, training)
     check_signature_values(cfg)
+    check_lightning_optimizer(cfg)
     check_combinations(cfg, warn)
     check_action_sizes(cfg)
     check_memory(cfg)
@@ -265,6 +276,7 @@ def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:
     from rlinf_core.cli.resume_checks import check_resume
 
     check_resume(trainer, model, ckpt_path)
+    check_built_module(trainer, model, warn)
     flush_warnings()
     start_rendezvous_watchdog(trainer)
     trainer.callbacks.insert(0, _RunPhase())  # first, so its on_fit_start runs before the other callbacks

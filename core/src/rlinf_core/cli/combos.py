@@ -78,6 +78,35 @@ def check_signature_values(node: Any, path: str = "") -> None:
         check_signature_values(value, f"{path}.init_args.{key}" if path else key)
 
 
+def check_batch_sizes(config: Any) -> None:
+    """``model.init_args.global_batch_size`` / ``micro_batch_size`` below 1, by key and value, right after parsing
+    (before LightningCLI seeds and prints ``Seed set to``)."""
+    model = config.get("model") if hasattr(config, "get") else None
+    args = model.get("init_args") if hasattr(model, "get") else None
+    for key in ("global_batch_size", "micro_batch_size"):
+        value = args.get(key) if hasattr(args, "get") else None
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"model.init_args.{key} must be >= 1, got {value} (samples per optimizer step / per "
+                             "forward-backward)")
+
+
+def check_lightning_optimizer(cfg: dict) -> None:
+    """LightningCLI's ``optimizer:`` / ``lr_scheduler:`` beside a module that configures its own optimizers (every
+    rlinf module: the manual optimization would step nothing)."""
+    given = [key for key in ("optimizer", "lr_scheduler") if cfg.get(key)]
+    model = cfg.get("model") or {}
+    cls = _import(model["class_path"]) if given and isinstance(model.get("class_path"), str) else None
+    if cls is None:
+        return
+    from lightning.pytorch import LightningModule
+
+    if getattr(cls, "configure_optimizers", None) is not LightningModule.configure_optimizers:
+        optim = "model.init_args.optim (lr, weight_decay, lr_warmup_steps, ...)" if "optim" in _parameters(cls) \
+            else "the module's own settings"
+        raise ValueError(f"{given[0]}: is LightningCLI's, but {cls.__name__} configures its own optimizer and "
+                         f"schedule: remove it and set {optim}")
+
+
 def _name(node: Any) -> str:
     return str(node.get("class_path", "")).rpartition(".")[2] if isinstance(node, dict) else str(node or "")
 
@@ -103,6 +132,11 @@ def check_combinations(cfg: dict, warn: Callable[[str], None]) -> None:
         elif glob % micro:
             warn(f"global_batch_size ({glob}) is not a multiple of micro_batch_size ({micro}): the last "
                  "micro-batch of each optimizer step is smaller (losses are weighted by size)")
+    for key in ("lr", "value_lr"):
+        lr = optim.get(key)
+        if isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 1:
+            warn(f"optim.{key} ({lr:g}) is above 1: AdamW moves every weight by about {key} per step, so the first "
+                 "update wrecks the policy (usual values are 1e-6 to 1e-3)")
     if grpo:
         if rollout.get("do_sample") is False:
             raise ValueError("GRPO with rollout.do_sample: false: greedy rollouts make every member of a group act "
@@ -140,3 +174,24 @@ def _warn_long_warmup(cfg, args, env, policy, algo, rollout, optim, warn) -> Non
     if warmup > total:
         warn(f"optim.lr_warmup_steps ({warmup}) is longer than the whole run (at most {total} optimizer steps in "
              f"{epochs} RL steps): the learning rate never reaches optim.lr")
+
+
+def check_built_module(trainer: Any, model: Any, warn: Callable[[str], None]) -> None:
+    """Start warnings on the built RL module's sizes (a policy's chunk size may come from its ``model_path``)."""
+    env, policy = getattr(model, "env", None), getattr(model, "policy", None)
+    samples = getattr(model, "samples_per_rank", None)
+    if env is None or policy is None or samples is None:
+        return
+    chunks, episode = policy.num_action_chunks, env.max_episode_steps
+    if episode % chunks:
+        algorithm = getattr(model, "algorithm", None)
+        trained = ("its chunk-level advantage still trains all of them" if getattr(algorithm, "reward_type", None)
+                   == "chunk_level" else "the rest are masked out of the loss")
+        warn(f"env.max_episode_steps ({episode}) is not a multiple of the policy's num_action_chunks ({chunks}): "
+             f"the last chunk of an episode that runs to the limit executes {episode % chunks} of its {chunks} "
+             f"actions ({trained})")
+    total, glob = samples() * trainer.world_size, model.global_batch_size
+    if glob > total:
+        warn(f"global_batch_size ({glob}) is larger than the {total} samples one RL step collects (env.num_envs x "
+             "rollout steps / num_action_chunks x rollout_epoch, all ranks): each RL step makes one optimizer step "
+             f"of {total} samples per update epoch")

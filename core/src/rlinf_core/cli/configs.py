@@ -93,6 +93,45 @@ def find_shipped_config(name: str) -> Path:
     return matches[0].path
 
 
+# which distribution ships the configs under a name prefix (longest prefix first), for an install hint when the
+# package is not installed; tests/core/test_shipped_configs.py checks it against every installed package's configs
+CONFIG_PROVIDERS = {
+    "metaworld/mt50_ppo_openpi": "rlinf-policy-openpi", "metaworld/ml45_ppo_openpi": "rlinf-policy-openpi",
+    "libero/": "rlinf-env-libero", "maniskill/": "rlinf-env-maniskill", "metaworld/": "rlinf-env-metaworld",
+    "openvla/": "rlinf-policy-openvla", "opensora/": "rlinf-wm-opensora", "wan/": "rlinf-wm-wan",
+    "toy/": "rlinf-core", "scale/": "rlinf-core",
+}
+
+
+def config_provider(name: str) -> str | None:
+    """The distribution that ships the config ``name`` (``libero/spatial.yaml`` -> ``rlinf-env-libero``)."""
+    name = name.removeprefix("configs/")
+    return next((d for p, d in sorted(CONFIG_PROVIDERS.items(), key=lambda i: -len(i[0])) if name.startswith(p)), None)
+
+
+def missing_config_message(value: str) -> str:
+    """One line for a ``--config`` that is neither a file nor a shipped config: the install hint when the package
+    that ships that name is not installed, else the nearest file beside it or shipped name."""
+    import difflib
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    name = value.removeprefix("configs/")
+    dist = config_provider(name)
+    if dist is not None:
+        try:
+            distribution(dist)
+        except PackageNotFoundError:
+            return (f"config '{value}' is shipped by {dist}, which is not installed: pip install -e plugins/{dist} "
+                    f"(or pip install {dist})")
+    shipped = {c.name for c in shipped_configs()}
+    path = Path(value)
+    beside = [str(p) for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
+    close = difflib.get_close_matches(value, beside, n=1, cutoff=0.6) or difflib.get_close_matches(
+        name, sorted(shipped), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"config '{value}' is neither a file nor a shipped config{hint} (`rlinf configs` lists the shipped ones)"
+
+
 def resolve_config_args(argv: list[str]) -> list[str]:
     """``argv`` with every ``--config NAME`` that is not an existing file replaced by its shipped file.
 

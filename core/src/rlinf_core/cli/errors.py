@@ -82,9 +82,10 @@ def _input_error(cause: BaseException) -> bool:
     if type(cause).__name__ == "MisconfigurationException":  # Lightning's verdict on a trainer flag
         return PHASE != "run"
     if PHASE == "run":
+        from rlinf_core.contracts.validation import ObservationMismatch
         from rlinf_core.run.checkpoint_files import CheckpointError
 
-        return isinstance(cause, CheckpointError)
+        return isinstance(cause, (CheckpointError, ObservationMismatch))
     return isinstance(cause, INPUT_ERRORS)
 
 
@@ -98,12 +99,24 @@ def bug_location(exc: BaseException) -> str:
     return (ours or names or ["?"])[-1]
 
 
+def _mismatch_in_chain(exc: BaseException | None) -> BaseException | None:
+    """The :class:`~rlinf_core.contracts.validation.ObservationMismatch` in ``exc``'s chain (its own cause, the
+    policy's error, stays in the chain for ``RLINF_TRACEBACK=1``)."""
+    from rlinf_core.contracts.validation import ObservationMismatch
+
+    for _ in range(20):
+        if exc is None or isinstance(exc, ObservationMismatch):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def describe(exc: BaseException) -> str | None:
     """``"<cause>"`` for an input error (one line), ``None`` for a bug (keep the traceback)."""
     lost = _peer_lost(root_cause(exc)) or _peer_lost(exc)
     if lost is not None:
         return lost
-    cause = root_cause(exc)
+    cause = _mismatch_in_chain(exc) or root_cause(exc)
     if not _input_error(cause) and not (PHASE != "run" and isinstance(exc, ArgumentError)):
         return None
     if isinstance(exc, ArgumentError) and not _input_error(cause):
@@ -113,8 +126,9 @@ def describe(exc: BaseException) -> str | None:
         chain.append(str(e))
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     text = one_line(str(cause) or type(cause).__name__, "\n".join(chain))
-    if isinstance(cause, KeyError):
-        text = text.strip("'\"")
+    if isinstance(cause, KeyError):  # str(KeyError) quotes its message: print the message itself
+        text = one_line(cause.args[0], "\n".join(chain)) if cause.args and isinstance(cause.args[0], str) else \
+            text.strip("'\"")
     elif isinstance(cause, (ImportError, FileNotFoundError, PermissionError)) and type(cause).__name__ not in text:
         text = f"{type(cause).__name__}: {text}"
     return text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
@@ -39,11 +40,16 @@ class RLinfCLI(LightningCLI):
         super().parse_arguments(parser, args)
         # verify --ckpt_path before LightningCLI reads hyperparameters from it: a directory resumes from its newest
         # good checkpoint, a bad file fails in one line before anything (a run dir) is written
-        from rlinf_core.run.checkpoint_files import resolve_resume_path
+        from rlinf_core.run.checkpoint_files import load_checkpoint_file, resolve_resume_path
 
         sub = self.config.get("subcommand")
+        from rlinf_core.cli.combos import check_batch_sizes
+
+        check_batch_sizes(self.config[sub] if sub else self.config)  # before LightningCLI's "Seed set to" line
         if sub and self.config[sub].get("ckpt_path"):
-            self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
+            self.config[sub]["ckpt_path"] = ckpt = resolve_resume_path(self.config[sub]["ckpt_path"])
+            if ckpt and Path(ckpt).is_file():  # one line for a file that unpickles badly, before LightningCLI reads it
+                load_checkpoint_file(ckpt, mmap=True)
 
     def before_instantiate_classes(self) -> None:
         from rlinf_core.contracts.validation import check_number

@@ -77,18 +77,17 @@ def _chain(exc: BaseException) -> list[str]:
 def suggestion(exc: BaseException, argv: list[str]) -> str | None:
     """`` Did you mean --model.init_args.optim.lr?`` for an unrecognized-arguments error, else ``None``."""
     texts = _chain(exc)
-    unknown = class_path = group = None
+    unknown = class_path = None
     for text in texts:  # outermost first: the last match is the innermost class
         match = _UNRECOGNIZED.search(text) or re.search(r"unrecognized arguments: (?P<args>.+)", text)
         if match and unknown is None:
             unknown = [a.split("=", 1)[0].removeprefix("--") for a in match.group("args").split() if a.startswith("--")]
-        option = re.search(r"Option '([\w.]+)' is not accepted", text)
-        if option and unknown is None:
-            unknown = [option.group(1)]
+        option = re.search(r"Option '([\w.]+)' is not accepted|(?:Group '([\w.]+)' )?does not accept option "
+                           r"'([\w.]+)'", text)
+        if option and unknown is None:  # the second form: an unknown key in a --config file
+            unknown = [option.group(1) or ".".join(k for k in option.group(2, 3) if k)]
         found = re.findall(r"Problem with given class_path '([^']+)'", text)
         class_path = found[-1] if found else class_path
-        keys = re.findall(r'Parser key "([^"]+)"', text)
-        group = keys[-1] if keys else group
     if not unknown:
         return None
     import lightning.pytorch as pl
@@ -97,7 +96,8 @@ def suggestion(exc: BaseException, argv: list[str]) -> str | None:
     if class_path is not None:
         cls = _resolve_class(class_path, pl.LightningModule)
         typed = next((a.split("=", 1)[0] for a in argv if a.startswith("--") and a.split("=", 1)[0].endswith(key)), "")
-        prefix = typed[: len(typed) - len(key)] if typed else (f"--{group}.init_args." if group else "--")
+        nested = max((re.findall(r'Parser key "([^"]+)"', t) for t in texts), key=len)  # model, env, ...
+        prefix = typed[: len(typed) - len(key)] if typed else "--" + "".join(f"{k}.init_args." for k in nested)
     else:  # top level: the trainer and rlinf's checkpoint section
         from rlinf_core.run.checkpointing import RLCheckpoint
 
@@ -106,11 +106,57 @@ def suggestion(exc: BaseException, argv: list[str]) -> str | None:
         cls, prefix = sections.get(head), f"--{head}."
     if cls is None or not key:
         return None
+    where = config_file_with(argv, unknown[0])
+    if where:  # a YAML key: name the file, and the key as written there
+        prefix, head = prefix.removeprefix("--"), f" In {where}: "
+    else:
+        head = " "
+    parent, _, leaf = key.rpartition(".")
+    moved = (getattr(cls, "FLAT_SETTINGS", None) or {}).get(leaf)  # an RLinf flat key now in a config group
+    if moved is not None:
+        grouped = ".".join(p for p in (parent, *moved) if p)
+        return f"{head}RLinf's flat {leaf} is {'.'.join(moved)} in {cls.__name__}: use {prefix}{grouped}"
     try:
         best = closest_key(key, accepted_keys(cls))
     except Exception:  # noqa: BLE001 - a suggestion is a courtesy: never replace the real error
+        best = None
+    if best:
+        return f"{head}{'d' if where else 'D'}id you mean {prefix}{best}?"
+    return f"{head.rstrip(': ')}." if where else None
+
+
+def config_file_with(argv: list[str], dotted: str) -> str | None:
+    """The last ``--config`` file (the one that wins) holding the key ``dotted`` (``init_args`` levels optional),
+    or ``None`` when it came from the command line."""
+    if any(a.startswith("--") and a.split("=", 1)[0].endswith("." + dotted.rpartition(".")[2]) for a in argv):
         return None
-    return f" Did you mean {prefix}{best}?" if best else None
+    import yaml
+
+    from rlinf_core.cli.checks import _config_paths
+
+    wanted = [k for k in dotted.split(".") if k != "init_args"]
+    found = None
+    for path in _config_paths(argv):
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            continue
+        if _holds(data, wanted):
+            found = path
+    return found
+
+
+def _holds(node: Any, keys: list[str]) -> bool:
+    """``keys`` is a path (skipping ``init_args``) to a key in ``node``, or a tail of one."""
+    if not isinstance(node, dict):
+        return isinstance(node, list) and any(_holds(n, keys) for n in node)
+    inner = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
+    for mapping in (node, inner):
+        if keys[0] in mapping and (len(keys) == 1 or _holds(mapping[keys[0]], keys[1:])):
+            return True
+    return any(_holds(v, keys) for k, v in node.items() if k != "init_args") or (
+        bool(inner) and any(_holds(v, keys) for v in inner.values()))
 
 
 def with_key_suggestions(fn: Callable[[], Any], argv: list[str]) -> Callable[[], Any]:

@@ -17,6 +17,7 @@ import torch
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, Policy
+from rlinf_core.contracts.validation import first_act
 from rlinf_core.rl.trajectory import Trajectory
 
 
@@ -72,7 +73,8 @@ class RolloutCollector:
 
     def _act(self, obs: Observation, do_sample: bool, temperature: float) -> ActOutput:
         t0 = time.perf_counter()
-        out = self.policy.act(obs.to(self.policy.device), do_sample=do_sample, temperature=temperature)
+        out = first_act(self.policy, self.envs[0], lambda: self.policy.act(obs.to(self.policy.device),
+                                                                          do_sample=do_sample, temperature=temperature))
         self.times.policy += time.perf_counter() - t0
         return out
 

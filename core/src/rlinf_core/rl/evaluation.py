@@ -15,6 +15,7 @@ from rlinf_core.callbacks.eval_report import suite_columns
 from rlinf_core.rl.algorithms.base import Reducer
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
+from rlinf_core.contracts.validation import first_act
 
 
 @torch.no_grad()
@@ -37,7 +38,8 @@ def eval_passes(
             for _ in range(max_chunks * max(1, len(env.pool))):
                 if not env.any_live:
                     break
-                out = policy.act(obs.to(device), do_sample=do_sample, temperature=temperature)
+                out = first_act(policy, env, lambda: policy.act(obs.to(device), do_sample=do_sample,
+                                                                temperature=temperature))
                 obs = env.chunk_step(out.actions.cpu()).obs
                 records.extend(env.pop_episodes())
                 if progress is not None:

@@ -43,7 +43,7 @@ from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.rl.schedule import batch_split_error
 from rlinf_core.rl.update import GradientClip, optimizer_step, precision_context, recompute_old_logprobs
 from rlinf_core.contracts.validation import first_non_finite
-from rlinf_core.rl.validation import check_rl_sizes
+from rlinf_core.rl.validation import check_reset_filters, check_rl_sizes
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.
@@ -94,6 +94,7 @@ class RLModule(pl.LightningModule):
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
         check_rl_sizes(env, policy, algorithm, rollout, global_batch_size, micro_batch_size)
+        check_reset_filters(env, eval_env)
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
         self.buffer = RolloutBuffer(global_batch_size, micro_batch_size, algorithm.update_epoch)

@@ -74,17 +74,30 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
         raise CheckpointError(f"checkpoint {path} is corrupt (record {bad!r} fails its CRC check)")
 
 
-def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
-    """Verify ``path`` and load it with ``weights_only=True``; every failure is a one-line :class:`CheckpointError`."""
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """Verify ``path`` and load it with ``weights_only=True``; every failure is a one-line :class:`CheckpointError`
+    (``mmap``: tensors stay on disk, for a check of the file)."""
     verify_checkpoint(path)
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file; say which
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only): {first}") from None
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only): {_unpickling_cause(exc)}; "
+                              "it is corrupt, or not a checkpoint torch.save wrote") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict)")
     return ckpt
+
+
+def _unpickling_cause(exc: BaseException) -> str:
+    """The informative part of torch's multi-line weights-only error (``Unsupported operand 43``), not its advice
+    to load with ``weights_only=False``."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    marker = next((i for i, ln in enumerate(lines) if ln.endswith("WeightsUnpickler error:")), None)
+    if marker is not None and marker + 1 < len(lines):
+        return lines[marker + 1][:200]
+    if marker is not None or not lines:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {lines[0][:200]}"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

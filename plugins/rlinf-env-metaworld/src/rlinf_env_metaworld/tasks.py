@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Iterable
 
 _DESCRIPTIONS_FILE = json.loads(resources.files(__package__).joinpath("task_descriptions.json").read_text("utf-8"))
 
@@ -101,13 +102,15 @@ def resolve_tasks(task_set: str, task_name: str | None = None, split: str = "tra
     if tasks:
         unknown = [t for t in tasks if t not in INSTRUCTIONS]
         if unknown:
-            raise ValueError(f"unknown MetaWorld task(s) {unknown}; valid: {', '.join(MT50)}")
+            hint = _did_you_mean(unknown[0])
+            raise ValueError(f"unknown MetaWorld task(s) {unknown}{hint}; valid: {', '.join(MT50)}")
         return list(tasks)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if task_set == "MT1":
         if task_name not in INSTRUCTIONS:
-            raise ValueError(f"task_set MT1 needs task_name, one of: {', '.join(MT50)} (got {task_name!r})")
+            what = "needs task_name" if task_name is None else f"task_name {task_name!r} unknown"
+            raise ValueError(f"task_set MT1: {what}{_did_you_mean(task_name)}; valid: {', '.join(MT50)}")
         return [task_name]
     if task_set in ("MT10", "MT50"):
         if split == "test":
@@ -115,4 +118,17 @@ def resolve_tasks(task_set: str, task_name: str | None = None, split: str = "tra
         return list(MT10 if task_set == "MT10" else MT50)
     if task_set == "ML45":
         return list(ML45_TRAIN if split == "train" else ML45_TEST)
-    raise ValueError(f"unknown task_set {task_set!r}; valid: {', '.join(TASK_SETS)} (or pass tasks: [...])")
+    hint = _did_you_mean(task_set, TASK_SETS)
+    raise ValueError(f"unknown task_set {task_set!r}{hint}; valid: {', '.join(TASK_SETS)} (or pass tasks: [...])")
+
+
+def _did_you_mean(name: object, choices: Iterable[str] | None = None) -> str:
+    """``; did you mean 'pick-place-v3'?`` for a near miss (a typo, a missing ``-v3``), else ``""``."""
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    choices = list(MT50 if choices is None else choices)
+    close = [c for c in choices if c == f"{name}-v3" or c.lower() == name.lower()]
+    close = close or difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -30,7 +30,7 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
-from rlinf_policy_openpi.settings import CriticConfig, InputConfig, NoiseConfig, grouped
+from rlinf_policy_openpi.settings import FLAT_KEYS, CriticConfig, InputConfig, NoiseConfig, grouped
 
 VLM_PREFIX = "paligemma_with_expert.paligemma."
 RLINF_KEY = "rlinf"  #: config.json entry with the policy settings save_pretrained wrote
@@ -64,6 +64,8 @@ class OpenPIPolicy(Policy):
             ``bf16`` the frozen VLM is stored in bf16 and trainable weights stay fp32.
         gradient_checkpointing: recompute every VLM / expert layer in the backward (train mode).
     """
+
+    FLAT_SETTINGS = FLAT_KEYS  # RLinf's flat setting names → (config group, field): hints, rlinf serve overrides
 
     @staticmethod
     def released_standin(model_path: str, directory: str) -> str | None:

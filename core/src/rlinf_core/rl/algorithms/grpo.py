@@ -67,7 +67,20 @@ class GRPO(Algorithm):
             total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
             if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
                 self._batch_std = global_std(scores, reduce)
-        return super().compute(trajs, group_size, reduce, max_episode_steps)
+        self._kept_groups = []
+        samples, metrics = super().compute(trajs, group_size, reduce, max_episode_steps)
+        if self.filter_rewards:
+            kept = torch.stack(self._kept_groups).sum(0).double()  # [kept groups, groups] of this rank
+            kept, total = float(reduce.sum(kept[0])), float(reduce.sum(kept[1]))
+            metrics["rollout/kept_groups_fraction"] = kept / max(total, 1.0)
+            if kept == 0 and not getattr(self, "_warned_all_filtered", False):
+                self._warned_all_filtered = True
+                _warn_once_per_run(
+                    f"rlinf: warning: algorithm.filter_rewards dropped every one of {total:.0f} groups of this RL "
+                    f"step (no group mean score in [{self.rewards_lower_bound}, {self.rewards_upper_bound}]): "
+                    "the step updates nothing; steps like it are logged as rollout/kept_groups_fraction 0"
+                )
+        return samples, metrics
 
     def _advantages(self, traj: Trajectory, group_size: int):
         if group_size < 2:
@@ -86,6 +99,8 @@ class GRPO(Algorithm):
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
             keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
+            groups = keep.view(-1, group_size)[:, 0]
+            getattr(self, "_kept_groups", []).append(torch.tensor([int(groups.sum()), groups.numel()]))
         seq = traj.at_level(self.reward_type)
         mask = traj.from_level(seq["valid"], self.reward_type)
         keep_b = keep.view(1, -1, *([1] * (mask.dim() - 2)))
@@ -98,3 +113,13 @@ class GRPO(Algorithm):
 def _scores(traj: Trajectory) -> torch.Tensor:
     """``[B]`` return of each env slot's first episode."""
     return (traj.rewards * traj.valid).sum((0, 2))
+
+
+def _warn_once_per_run(line: str) -> None:
+    """``line`` on stderr from the first rank only."""
+    import sys
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        print(line, file=sys.stderr, flush=True)
