@@ -1,0 +1,148 @@
+"""Worst-case memory of ``rlinf serve``: how much one client can make the server hold.
+
+Serves the toy policy in a subprocess (``rlinf serve``) and measures the server's peak resident memory (``VmHWM``)
+while clients send large requests without waiting for replies:
+
+- ``ws burst``: one websocket client sends N frames of ``--mb`` MiB (valid msgpack, an unmapped 60 MiB field)
+  without reading a reply (the issue-34 case: six 60 MiB frames);
+- ``ws clients``: K websocket clients do the same at once (K x N frames);
+- ``rest clients``: K REST clients each POST one ``--mb`` MiB body at once.
+
+Prints the peak growth over the idle server, per client and per MiB of request. ``--src DIR`` serves another checkout's
+``core/src`` (e.g. ``git archive main`` unpacked) to compare::
+
+    OMP_NUM_THREADS=1 python benchmarks/serve_memory.py [--mb 60] [--frames 6] [--clients 4] [--src DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def _reset_peak(pid: int) -> None:
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(policy: Path, protocol: str, src: str | None) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src) / "core" / "src"), env.get("PYTHONPATH", "")])
+    code = "import sys; from rlinf_core.cli.main import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--policy", str(policy), "--protocol", protocol,
+                             "--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                return proc, port
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("rlinf serve did not come up") from None
+            time.sleep(0.3)
+
+
+def _frame(mb: int) -> bytes:
+    import msgpack
+
+    return msgpack.packb({"pad": b"\0" * (mb * 2**20 - 64), "prompt": "go"})
+
+
+def _ws_burst(port: int, frame: bytes, frames: int, settle_s: float) -> None:
+    from websockets.sync.client import connect
+
+    with connect(f"ws://127.0.0.1:{port}", max_size=None, compression=None, open_timeout=30) as ws:
+        ws.recv()  # metadata
+        for _ in range(frames):
+            ws.send(frame)  # no reply read: the server's buffers and queue take it
+        time.sleep(settle_s)
+
+
+def _rest_post(port: int, body: bytes) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/act", body=body, headers={"Content-Type": "application/json"})
+    conn.getresponse().read()
+    conn.close()
+
+
+def _measure(pid: int, clients: int, target, *args) -> float:
+    _reset_peak(pid)
+    base = _rss_kib(pid, "VmRSS")
+    threads = [threading.Thread(target=target, args=args) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return (_rss_kib(pid, "VmHWM") - base) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=60)
+    parser.add_argument("--frames", type=int, default=6)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--src", default=None, help="serve this checkout's core/src instead")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "core" / "src"))
+    import torch
+
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+
+    with tempfile.TemporaryDirectory() as tmp:
+        policy = Path(tmp) / "policy"
+        torch.manual_seed(0)
+        TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=8).save_pretrained(policy)
+        frame = _frame(args.mb)
+        rows = []
+        for protocol in ("openpi", "openvla"):
+            proc, port = _start(policy, protocol, args.src)
+            try:
+                if protocol == "openpi":
+                    one = _measure(proc.pid, 1, _ws_burst, port, frame, args.frames, 3.0)
+                    many = _measure(proc.pid, args.clients, _ws_burst, port, frame, args.frames, 3.0)
+                    rows += [(f"ws burst: 1 client x {args.frames} frames", 1, one),
+                             (f"ws clients: {args.clients} x {args.frames} frames", args.clients, many)]
+                else:
+                    body = b'{"pad": "' + b"x" * (args.mb * 2**20 - 64) + b'", "instruction": "go"}'
+                    many = _measure(proc.pid, args.clients, _rest_post, port, body)
+                    rows.append((f"rest clients: {args.clients} x 1 body", args.clients, many))
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+    print(f"request size {args.mb} MiB; server: {'--src ' + args.src if args.src else 'this checkout'}")
+    print(f"{'case':<34} {'peak growth MiB':>16} {'per client MiB':>15} {'per client / request size':>26}")
+    for name, clients, mib in rows:
+        print(f"{name:<34} {mib:>16.0f} {mib / clients:>15.0f} {mib / clients / args.mb:>26.2f}")
+
+
+if __name__ == "__main__":
+    main()
