@@ -1,15 +1,17 @@
 """Worst-case memory of ``rlinf serve``: how much one client can make the server hold.
 
-Serves the toy policy in a subprocess (``rlinf serve``) and measures the server's peak resident memory (``VmHWM``)
-while clients send large requests without waiting for replies:
+Serves the toy policy in a subprocess (``rlinf serve``'s own ``make_server``), its ``act`` slowed to ``--model-s``
+seconds (a large model on CPU; a client that sends faster than the model answers), and measures the server's peak
+resident memory (``VmHWM``) while clients send large requests without waiting for replies. A request is what
+openpi's LIBERO client sends (64x64 images, an 8-D state, a prompt) plus an unmapped ``--mb`` MiB field, packed by openpi-client's packer:
 
-- ``ws burst``: one websocket client sends N frames of ``--mb`` MiB (valid msgpack, an unmapped 60 MiB field)
-  without reading a reply (the issue-34 case: six 60 MiB frames);
+- ``ws burst``: one websocket client sends N such frames without reading a reply (the issue-34 case: six 60 MiB
+  frames);
 - ``ws clients``: K websocket clients do the same at once (K x N frames);
 - ``rest clients``: K REST clients each POST one ``--mb`` MiB body at once.
 
-Prints the peak growth over the idle server, per client and per MiB of request. ``--src DIR`` serves another checkout's
-``core/src`` (e.g. ``git archive main`` unpacked) to compare::
+Prints the peak growth over the idle server, per client and per MiB of request; each case gets a fresh server.
+``--src DIR`` serves another checkout's ``core/src`` (e.g. ``git archive main`` unpacked) to compare::
 
     OMP_NUM_THREADS=1 python benchmarks/serve_memory.py [--mb 60] [--frames 6] [--clients 4] [--src DIR]
 """
@@ -50,14 +52,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(policy: Path, protocol: str, src: str | None) -> tuple[subprocess.Popen, int]:
+SERVER = """
+import asyncio, sys, time
+from rlinf_core.serve.command import build_parser, make_server
+delay, opts = float(sys.argv[1]), build_parser().parse_args(sys.argv[2:])
+server = make_server(opts)
+act = server.runner.policy.act
+server.runner.policy.act = lambda *a, **kw: (time.sleep(delay), act(*a, **kw))[1]
+asyncio.run(server.serve_forever()) if opts.protocol == "openpi" else server.serve_forever()
+"""
+
+
+def _start(policy: Path, protocol: str, src: str | None, model_s: float, mb: int) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src) / "core" / "src"), env.get("PYTHONPATH", "")])
-    code = "import sys; from rlinf_core.cli.main import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--policy", str(policy), "--protocol", protocol,
-                             "--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(model_s), "--policy", str(policy), "--protocol",
+                             protocol, "--host", "127.0.0.1", "--port", str(port), "--max-message-mb", str(mb + 1)],
+                            env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -69,10 +82,28 @@ def _start(policy: Path, protocol: str, src: str | None) -> tuple[subprocess.Pop
             time.sleep(0.3)
 
 
-def _frame(mb: int) -> bytes:
-    import msgpack
+def _request(mb: int) -> dict:
+    import numpy as np
 
-    return msgpack.packb({"pad": b"\0" * (mb * 2**20 - 64), "prompt": "go"})
+    rng = np.random.default_rng(0)
+    return {"observation/image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+            "observation/wrist_image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+            "observation/state": np.zeros(8, np.float32), "prompt": "put the bowl on the plate",
+            "pad": np.zeros(mb * 2**20 - 2**16, np.uint8)}
+
+
+def _frame(mb: int) -> bytes:
+    from openpi_client import msgpack_numpy
+
+    return msgpack_numpy.Packer().pack(_request(mb))
+
+
+def _rest_body(mb: int) -> bytes:
+    import json_numpy
+
+    request = _request(mb)
+    return json_numpy.dumps({"image": request["observation/image"], "instruction": request["prompt"],
+                             "pad": request["pad"][: mb * 2**20 * 3 // 4 - 2**16]}).encode()  # base64: 4/3
 
 
 def _ws_burst(port: int, frame: bytes, frames: int, settle_s: float) -> None:
@@ -110,6 +141,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=60)
     parser.add_argument("--frames", type=int, default=6)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--model-s", type=float, default=2.0, help="seconds each policy.act takes")
     parser.add_argument("--src", default=None, help="serve this checkout's core/src instead")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "core" / "src"))
@@ -122,23 +154,23 @@ def main() -> None:
         torch.manual_seed(0)
         TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=8).save_pretrained(policy)
         frame = _frame(args.mb)
+        settle = args.frames * args.model_s + 2
+        cases = [
+            (f"ws burst: 1 client x {args.frames} frames", "openpi", 1, _ws_burst, (frame, args.frames, settle)),
+            (f"ws clients: {args.clients} x {args.frames} frames", "openpi", args.clients, _ws_burst,
+             (frame, args.frames, settle)),
+            (f"rest clients: {args.clients} x 1 body", "openvla", args.clients, _rest_post, (_rest_body(args.mb),)),
+        ]
         rows = []
-        for protocol in ("openpi", "openvla"):
-            proc, port = _start(policy, protocol, args.src)
+        for name, protocol, clients, target, extra in cases:  # a fresh server each: freed memory stays resident
+            proc, port = _start(policy, protocol, args.src, args.model_s, args.mb)
             try:
-                if protocol == "openpi":
-                    one = _measure(proc.pid, 1, _ws_burst, port, frame, args.frames, 3.0)
-                    many = _measure(proc.pid, args.clients, _ws_burst, port, frame, args.frames, 3.0)
-                    rows += [(f"ws burst: 1 client x {args.frames} frames", 1, one),
-                             (f"ws clients: {args.clients} x {args.frames} frames", args.clients, many)]
-                else:
-                    body = b'{"pad": "' + b"x" * (args.mb * 2**20 - 64) + b'", "instruction": "go"}'
-                    many = _measure(proc.pid, args.clients, _rest_post, port, body)
-                    rows.append((f"rest clients: {args.clients} x 1 body", args.clients, many))
+                rows.append((name, clients, _measure(proc.pid, clients, target, port, *extra)))
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
-    print(f"request size {args.mb} MiB; server: {'--src ' + args.src if args.src else 'this checkout'}")
+    print(f"request size {args.mb} MiB, model {args.model_s} s; server: "
+          f"{'--src ' + args.src if args.src else 'this checkout'}")
     print(f"{'case':<34} {'peak growth MiB':>16} {'per client MiB':>15} {'per client / request size':>26}")
     for name, clients, mib in rows:
         print(f"{name:<34} {mib:>16.0f} {mib / clients:>15.0f} {mib / clients / args.mb:>26.2f}")

@@ -147,6 +147,20 @@ def test_every_bad_rest_request_gets_a_short_json_answer(toy_export):
         assert requests.post(url, data=good, timeout=60).status_code == 200
 
 
+def test_websocket_errors_quote_little_of_the_request_and_refuse_negative_shapes(toy_export):
+    import msgpack
+
+    with serving(toy_export, "openpi") as server:
+        client = WebsocketClientPolicy("127.0.0.1", server.port)
+        with pytest.raises(RuntimeError, match="missing key") as info:
+            client.infer({f"key{i}": 0 for i in range(20_000)})
+        assert len(str(info.value)) < 1000
+        image = {b"__ndarray__": True, b"data": b"\0" * 8, b"dtype": "|u1", b"shape": [-8]}
+        client._ws.send(msgpack.packb({"observation/image": image}))
+        assert "shape" in client._ws.recv()
+        assert client.infer(libero_request(3))["actions"].shape == (4, 3)
+
+
 def test_a_bug_in_a_handler_is_a_500_and_the_server_keeps_serving(toy_export, monkeypatch):
     with serving(toy_export, "openvla", "--mapping", "openvla-oft") as server:
         monkeypatch.setattr(server, "act", lambda body: 1 / 0)

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
     parser.add_argument("--precision", default=None, help="the policy's precision setting (fp32, bf16, ...)")
     parser.add_argument("--max-batch", type=int, default=1, help="run up to N waiting requests as one batch")
-    parser.add_argument("--max-message-mb", type=int, default=64, help="largest request accepted (MiB)")
+    parser.add_argument("--max-message-mb", type=int, default=16, help="largest request accepted (MiB, default 16)")
     parser.add_argument("--max-connections", type=int, default=64, help="clients connected at once; more are "
                         "refused with HTTP 503 (default 64)")
     parser.add_argument("--api-key", default=None, help=f"require this key (default: ${API_KEY_ENV}); clients send "
@@ -93,7 +93,9 @@ def exposure_note(host: str, key: str | None) -> str:
     """What the bind address and key mean, printed on start."""
     if host in LOOPBACK:
         return "this machine only (--host 0.0.0.0 to serve the network; add --api-key)"
-    return "the network, " + ("clients must send the API key" if key else f"NO API KEY (set --api-key or ${API_KEY_ENV})")
+    if key:
+        return "the network, clients must send the API key"
+    return f"the network, with NO API KEY (set --api-key or ${API_KEY_ENV})"
 
 
 def serve_command(argv: list[str]) -> int:

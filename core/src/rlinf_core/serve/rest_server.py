@@ -84,7 +84,8 @@ class OpenVLARestServer:
         self.runner = runner
         self.limits = limits or ServerLimits()
         self.max_bytes = self.limits.max_bytes
-        self.httpd = _CappedHTTPServer((host, port), self._handler_class(), ConnectionSlots(self.limits.max_connections))
+        slots = ConnectionSlots(self.limits.max_connections)
+        self.httpd = _CappedHTTPServer((host, port), self._handler_class(), slots)
         self.port = self.httpd.server_address[1]
         self._thread: threading.Thread | None = None
 

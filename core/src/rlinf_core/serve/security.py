@@ -23,7 +23,7 @@ class ServerLimits:
             closed.
     """
 
-    max_message_mb: int = 64
+    max_message_mb: int = 16
     max_connections: int = 64
     api_key: str | None = None
     idle_timeout_s: float = IDLE_TIMEOUT_S

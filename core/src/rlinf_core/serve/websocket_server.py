@@ -108,7 +108,8 @@ class OpenPIWebsocketServer:
         if not self.limits.authorized(request.headers.get("Authorization")):
             return connection.respond(http.HTTPStatus.UNAUTHORIZED, f"rlinf serve: {UNAUTHORIZED}\n")
         if self._slots.open >= self._slots.limit:
-            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, f"rlinf serve: {self._slots.full_message()}\n")
+            busy = f"rlinf serve: {self._slots.full_message()}\n"
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, busy)
         return None
 
     async def _start(self) -> None:
