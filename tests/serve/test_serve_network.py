@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import threading
 import time
 from dataclasses import replace
 
