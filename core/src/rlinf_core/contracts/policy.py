@@ -121,6 +121,12 @@ class Policy(nn.Module):
         """
         raise NotImplementedError
 
+    def check_prompt(self, prompt: str) -> None:
+        """Raise ``ValueError`` (one line) when ``prompt`` does not fit the model's context. ``rlinf serve`` calls it
+        on the connection's thread, before queuing a request, so an oversized prompt never holds the model thread
+        (attention cost grows with the square of its length). Default: every prompt fits (a policy that truncates
+        or pads prompts to a fixed length)."""
+
     def set_rl_step(self, step: int) -> None:
         """Called by the RL loop at the start of every RL step, before its rollout, with the number of RL steps
         done so far (0 first; the right count after a resume). Policies with schedules read it (e.g. π0's

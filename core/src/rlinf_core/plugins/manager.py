@@ -238,16 +238,28 @@ class Registry:
         return sorted(r.name for r in self.classes.values() if r.kind == kind)
 
     def resolve(self, kind: str, name: str) -> type:
-        """Class for a short name or dotted path, or a one-line error listing the choices."""
+        """The registered class of a short name or dotted path, or a one-line error listing the choices.
+
+        A dotted path resolves only to a class some plugin registered (under that path, or the path its class
+        reports, as LightningCLI writes it into a run's ``config.yaml``): nothing else is imported, so a name read
+        from a file (a checkpoint's ``config.json``) cannot run a module's import side effects."""
         entry = self.classes.get(name)
         if entry is not None and entry.kind == kind:
             return entry.cls
         if "." in name:
-            module, _, qualname = name.rpartition(".")
-            try:
-                return getattr(importlib.import_module(module), qualname)
-            except (ImportError, AttributeError) as exc:
-                raise PluginError(f"cannot import {kind} class_path '{name}': {exc}") from exc
+            module, _, short = name.replace(":", ".").rpartition(".")
+            entry = self.classes.get(short)
+            if entry is not None and entry.kind == kind:
+                cls = entry.cls  # imports the registered module (and so its parent packages) only
+                homes = (entry.class_path.rpartition(".")[0], cls.__module__)
+                # the class's own module, or a package above it that re-exports it (imported already)
+                if any(home == module or home.startswith(module + ".") for home in homes):
+                    if getattr(importlib.import_module(module), short, None) is cls:
+                        return cls
+            raise PluginError(
+                f"{kind} class_path '{name}' is not a class any installed plugin registered (a dotted path is only "
+                f"resolved to a registered class). Available: {', '.join(self.names(kind)) or '(none)'}."
+            )
         raise PluginError(self.unknown_message(kind, name))
 
     def unknown_message(self, kind: str, name: str) -> str:

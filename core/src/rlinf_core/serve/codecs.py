@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_core.serve.errors import BadRequest, require
+from rlinf_core.serve.security import clip
 
 _REFUSED_KINDS = ("V", "O", "c")
 
@@ -39,6 +40,7 @@ def _unpack_hook(obj: dict) -> Any:
             if dtype.kind in _REFUSED_KINDS:
                 raise BadRequest(f"arrays of dtype {dtype} are not accepted")
             if b"__ndarray__" in obj:
+                _check_shape(obj[b"shape"])
                 return np.ndarray(buffer=obj[b"data"], dtype=dtype, shape=tuple(obj[b"shape"]))
             return dtype.type(obj[b"data"])
         except BadRequest:
@@ -68,9 +70,24 @@ def json_numpy_dumps(obj: Any) -> str:
     return require("json_numpy", "json-numpy").dumps(obj)
 
 
+def _check_shape(shape: Any) -> None:
+    if not isinstance(shape, (list, tuple)) or not all(type(n) is int and n >= 0 for n in shape):
+        raise BadRequest(f"an array's shape must be a list of sizes >= 0, got {clip(repr(shape), 80)}")
+
+
 def json_numpy_loads(text: str) -> Any:
     json_numpy = require("json_numpy", "json-numpy")
+
+    def check(obj: dict) -> dict:  # json_numpy decodes the array after this
+        if "__numpy__" in obj:
+            _check_shape(obj.get("shape"))  # numpy's reshape would take any negative size as -1
+        return obj
+
     try:
-        return json_numpy.loads(text)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise BadRequest(f"the request body is not json-numpy JSON: {exc}") from None
+        return json_numpy.loads(text, object_hook=check)
+    except BadRequest:
+        raise
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001 - json / json_numpy decoding only: any failure is the body's
+        raise BadRequest(f"the request body is not json-numpy JSON: {type(exc).__name__}: {clip(exc, 120)}") from None

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from rlinf_core.serve.errors import ServeError, require
 
 PROTOCOLS = ("openpi", "openvla")
 DEFAULT_MAPPING = {"openpi": "libero", "openvla": "openvla"}
+API_KEY_ENV = "RLINF_SERVE_API_KEY"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", required=True, help="exported policy directory (config.json + safetensors), "
                         "a run checkpoint (last.ckpt) or a run directory (its newest good checkpoint)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="openpi", help="wire protocol (default openpi)")
-    parser.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine "
+                        "only; --host 0.0.0.0 serves the network, best with --api-key)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000, as openpi and OpenVLA)")
     parser.add_argument("--mapping", default=None, help=f"request keys -> observation: a preset "
                         f"({', '.join(PRESETS)}; default libero for openpi, openvla for openvla) or a YAML file")
@@ -38,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1)")
     parser.add_argument("--precision", default=None, help="the policy's precision setting (fp32, bf16, ...)")
     parser.add_argument("--max-batch", type=int, default=1, help="run up to N waiting requests as one batch")
-    parser.add_argument("--max-message-mb", type=int, default=64, help="largest request accepted (MiB)")
+    parser.add_argument("--max-message-mb", type=int, default=16, help="largest request accepted (MiB, default 16)")
+    parser.add_argument("--max-connections", type=int, default=64, help="clients connected at once; more are "
+                        "refused with HTTP 503 (default 64)")
+    parser.add_argument("--api-key", default=None, help=f"require this key (default: ${API_KEY_ENV}); clients send "
+                        "the header 'Authorization: Api-Key <key>' (openpi-client's api_key)")
     return parser
 
 
@@ -48,10 +56,13 @@ def make_server(opts: argparse.Namespace):
     from rlinf_core.serve.mapping import load_mapping, with_overrides
     from rlinf_core.serve.rest_server import OpenVLARestServer
     from rlinf_core.serve.runner import InferenceSettings, PolicyRunner
+    from rlinf_core.serve.security import ServerLimits
     from rlinf_core.serve.websocket_server import OpenPIWebsocketServer
 
     if opts.max_batch < 1 or opts.temperature <= 0 or (opts.chunk is not None and opts.chunk < 1):
         raise ServeError("--max-batch and --chunk must be >= 1 and --temperature > 0")
+    if opts.max_connections < 1 or opts.max_message_mb < 1:
+        raise ServeError("--max-connections and --max-message-mb must be >= 1")
     mapping = with_overrides(load_mapping(opts.mapping or DEFAULT_MAPPING[opts.protocol]), opts.image_size,
                              opts.default_prompt)
     for module, package in (("websockets", "websockets"), ("msgpack", "msgpack")) if opts.protocol == "openpi" \
@@ -62,11 +73,29 @@ def make_server(opts: argparse.Namespace):
     loaded = load_policy(opts.policy, load)
     runner = PolicyRunner(loaded, mapping, InferenceSettings(opts.sample, opts.temperature, opts.max_batch))
     server_cls = OpenPIWebsocketServer if opts.protocol == "openpi" else OpenVLARestServer
+    limits = ServerLimits(max_message_mb=opts.max_message_mb, max_connections=opts.max_connections,
+                          api_key=api_key(opts))
     try:
-        return server_cls(runner, opts.host, opts.port, opts.max_message_mb)
+        return server_cls(runner, opts.host, opts.port, limits)
     except OSError as exc:
         runner.close()
         raise ServeError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
+
+
+def api_key(opts: argparse.Namespace) -> str | None:
+    key = opts.api_key if opts.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ServeError(f"--api-key / ${API_KEY_ENV} is empty; give a key or leave both unset")
+    return key
+
+
+def exposure_note(host: str, key: str | None) -> str:
+    """What the bind address and key mean, printed on start."""
+    if host in LOOPBACK:
+        return "this machine only (--host 0.0.0.0 to serve the network; add --api-key)"
+    if key:
+        return "the network, clients must send the API key"
+    return f"the network, with NO API KEY (set --api-key or ${API_KEY_ENV})"
 
 
 def serve_command(argv: list[str]) -> int:
@@ -78,8 +107,8 @@ def serve_command(argv: list[str]) -> int:
         policy, loaded = server.runner.policy, server.runner.loaded
         print(f"rlinf serve: {type(policy).__name__} ({loaded.source} {loaded.path}), {opts.protocol} protocol on "
               f"{opts.host}:{opts.port}, mapping {opts.mapping or DEFAULT_MAPPING[opts.protocol]}, actions "
-              f"[{policy.num_action_chunks}, {policy.action_dim}], {'sampled' if opts.sample else 'greedy'}",
-              file=sys.stderr, flush=True)
+              f"[{policy.num_action_chunks}, {policy.action_dim}], {'sampled' if opts.sample else 'greedy'}; "
+              f"reachable from {exposure_note(opts.host, server.limits.api_key)}", file=sys.stderr, flush=True)
         if opts.protocol == "openpi":
             import asyncio
 

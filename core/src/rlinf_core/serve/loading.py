@@ -153,6 +153,7 @@ def _policy_spec(config: dict) -> dict:
 
 
 def _load_checkpoint(ckpt: Path, opts: LoadOptions) -> Policy:
+    from rlinf_core.run.checkpoint_files import CheckpointError, load_checkpoint_file
     from rlinf_core.run.checkpointing import restore_frozen
 
     spec = _policy_spec(_run_config(ckpt, opts.config))
@@ -160,7 +161,10 @@ def _load_checkpoint(ckpt: Path, opts: LoadOptions) -> Policy:
     overrides = opts.overrides()
     _check_overrides(cls, overrides)
     policy = cls(**_with_overrides(cls, dict(spec.get("init_args") or {}), overrides))
-    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=False)  # a Lightning checkpoint of the user's run
+    try:  # weights_only: a downloaded checkpoint holding a pickled callable is refused, never run
+        checkpoint = load_checkpoint_file(ckpt, map_location="cpu")
+    except CheckpointError as exc:
+        raise ServeError(str(exc)) from None
     holder = torch.nn.Module()
     holder.policy = policy  # the RLModule / SFTModule attribute name: state-dict keys "policy.*"
     state = {k: v for k, v in checkpoint.get("state_dict", {}).items() if k.startswith("policy.")}

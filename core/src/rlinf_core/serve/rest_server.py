@@ -5,8 +5,13 @@ answers the json-numpy action: ``[D]`` for a one-action policy (as OpenVLA's ser
 for a chunk. The double-encoded form ``{"encoded": json_numpy.dumps(payload)}`` (deploy.py:93-96) is
 answered double-encoded too. Unlike deploy.py (HTTP 200 with the JSON string ``"error"``), a bad request
 gets HTTP 400 and ``{"error": "<cause>"}``; a failure of the policy HTTP 500. ``GET /healthz`` answers OK.
-Timings go in the standard ``Server-Timing`` header. Each request is served on its own thread
-(:class:`http.server.ThreadingHTTPServer`); the model runs on the runner's thread.
+Timings go in the standard ``Server-Timing`` header. Each connection is served on its own thread
+(:class:`http.server.ThreadingHTTPServer`, listen backlog 128); the model runs on the runner's thread.
+
+Every failure is answered: a request the server refuses with 400, an API key missing or wrong with 401 (the key
+comes as ``Authorization: Api-Key <key>`` or ``Bearer <key>``), a connection over the cap with 503, a bug with 500
+(logged with its traceback); error messages quote at most 300 characters of the request. A connection idle for
+10 s (no request line, or fewer body bytes than its Content-Length promised) is closed.
 """
 
 from __future__ import annotations
@@ -22,8 +27,46 @@ from rlinf_core.serve.codecs import json_numpy_dumps, json_numpy_loads
 from rlinf_core.serve.errors import BadRequest
 from rlinf_core.serve.mapping import to_observation
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
+from rlinf_core.serve.security import UNAUTHORIZED, ConnectionSlots, ServerLimits, clip
 
 log = logging.getLogger("rlinf.serve")
+
+
+class _CappedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``slots.limit`` at once; the next connection gets 503 and is closed."""
+
+    request_queue_size = 128  # socketserver's 5 resets clients that connect together
+    daemon_threads = True
+
+    def __init__(self, address, handler, slots: ConnectionSlots) -> None:
+        self.slots = slots
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.take():
+            body = json.dumps({"error": self.slots.full_message()}).encode()
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.give()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.give()
+
+    def handle_error(self, request, client_address) -> None:  # an exception escaped a handler: log, never print
+        log.exception("connection from %s failed", client_address)
 
 
 class OpenVLARestServer:
@@ -33,14 +76,16 @@ class OpenVLARestServer:
         runner: the policy runner.
         host: address to bind.
         port: TCP port (0: any free port; see :attr:`port`).
-        max_message_mb: largest request body accepted (MiB).
+        limits: body size, connection cap, idle timeout and API key (default :class:`ServerLimits`).
     """
 
-    def __init__(self, runner: PolicyRunner, host: str = "0.0.0.0", port: int = 8000, max_message_mb: int = 64):
+    def __init__(self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000,
+                 limits: ServerLimits | None = None):
         self.runner = runner
-        self.max_bytes = max_message_mb * 2**20
-        self.httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self.httpd.daemon_threads = True
+        self.limits = limits or ServerLimits()
+        self.max_bytes = self.limits.max_bytes
+        slots = ConnectionSlots(self.limits.max_connections)
+        self.httpd = _CappedHTTPServer((host, port), self._handler_class(), slots)
         self.port = self.httpd.server_address[1]
         self._thread: threading.Thread | None = None
 
@@ -58,12 +103,15 @@ class OpenVLARestServer:
                 raise BadRequest('a double-encoded request is {"encoded": json_numpy.dumps(payload)} alone')
             payload = json_numpy_loads(payload["encoded"])
         if isinstance(payload, dict) and payload.get("unnorm_key") is not None:
-            have = getattr(self.runner.policy, "unnorm_key", None)
-            if payload["unnorm_key"] != have:
-                raise BadRequest(f"unnorm_key {payload['unnorm_key']!r}: this server un-normalises with {have!r} "
+            have, given = getattr(self.runner.policy, "unnorm_key", None), payload["unnorm_key"]
+            if not isinstance(given, str):
+                raise BadRequest(f"unnorm_key must be a string, got {type(given).__name__}")
+            if given != have:
+                raise BadRequest(f"unnorm_key {clip(given, 80)!r}: this server un-normalises with {have!r} "
                                  "(restart it with --unnorm-key to serve another dataset's statistics)")
         t1 = time.perf_counter()
         obs = to_observation(payload, self.runner.mapping)
+        self.runner.check(obs)
         t2 = time.perf_counter()
         actions, timing = self.runner.submit(obs).result()
         t3 = time.perf_counter()
@@ -85,6 +133,10 @@ class OpenVLARestServer:
             disable_nagle_algorithm = True
             wbufsize = 1 << 16
 
+            @property
+            def timeout(self) -> float:  # the socket's: idle keep-alives and bodies short of their length are closed
+                return server.limits.idle_timeout_s
+
             def log_message(self, fmt, *args) -> None:  # route access logs through logging, not stderr
                 log.debug("%s " + fmt, self.address_string(), *args)
 
@@ -99,7 +151,7 @@ class OpenVLARestServer:
                 self.wfile.write(data)
 
             def _error(self, status: int, message: str) -> None:
-                self._reply(status, json.dumps({"error": message}))
+                self._reply(status, json.dumps({"error": clip(message, 400)}))
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if self.path == "/healthz":
@@ -108,8 +160,29 @@ class OpenVLARestServer:
                     self._error(HTTPStatus.NOT_FOUND, f"no route GET {self.path} (POST /act, GET /healthz)")
 
             def do_POST(self) -> None:  # noqa: N802
+                try:
+                    self._post()
+                except TimeoutError:  # fewer body bytes than the Content-Length promised
+                    self.close_connection = True
+                    try:
+                        self._error(HTTPStatus.REQUEST_TIMEOUT, f"the body stopped arriving for "
+                                    f"{server.limits.idle_timeout_s:g} s before its Content-Length was reached")
+                    except OSError:
+                        pass
+                except ConnectionError:
+                    self.close_connection = True  # the client left: nothing to answer
+                except Exception:  # noqa: BLE001 - a bug: logged with its traceback, answered with 500
+                    log.exception("POST %s failed", clip(self.path, 80))
+                    self.close_connection = True
+                    self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error (logged by the server)")
+
+            def _post(self) -> None:
                 if self.path != "/act":
                     self._error(HTTPStatus.NOT_FOUND, f"no route POST {self.path} (POST /act)")
+                    return
+                if not server.limits.authorized(self.headers.get("Authorization")):
+                    self.close_connection = True
+                    self._error(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED)
                     return
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
@@ -141,7 +214,8 @@ class OpenVLARestServer:
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever, forever if it never ran
+            self.httpd.shutdown()
         self.httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=30)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rlinf_core.contracts.observation import Observation
+from rlinf_core.serve.errors import BadRequest
 from rlinf_core.serve.loading import LoadedPolicy
 from rlinf_core.serve.mapping import ObsMapping, signature
 
@@ -68,13 +69,12 @@ class PolicyRunner:
         self._thread.start()
 
     def metadata(self, protocol: str) -> dict:
-        """What a client learns on connect (openpi sends it right after the handshake)."""
+        """What a client learns on connect (openpi sends it right after the handshake); no path of this machine."""
         p = self.policy
         return {
             "server": "rlinf serve",
             "protocol": protocol,
             "policy": type(p).__name__,
-            "checkpoint": self.loaded.path,
             "action_dim": int(p.action_dim),
             "action_horizon": int(p.num_action_chunks),
             "unnorm_key": getattr(p, "unnorm_key", None),
@@ -84,6 +84,14 @@ class PolicyRunner:
             "image_size": list(self.mapping.image_size) if self.mapping.image_size else None,
             "image_layout": "CHW" if self.mapping.channels_first else "HWC",
         }
+
+    def check(self, obs: Observation) -> None:
+        """Refuse (:class:`BadRequest`) a prompt the policy's context cannot hold, before it is queued."""
+        for prompt in obs.task_descriptions:
+            try:
+                self.policy.check_prompt(prompt)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
 
     def submit(self, obs: Observation) -> Future:
         """Queue one batch-of-one observation; the future gives ``(actions float32 [C, D], timing dict)``."""

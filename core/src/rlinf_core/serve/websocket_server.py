@@ -5,6 +5,10 @@ dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. `
 ``OK``. Unlike openpi's server, an error does not close the connection: the reply to a bad request is a
 text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next request is
 served; a client that disconnects or crashes only ends its own connection.
+
+With an API key, the handshake must carry ``Authorization: Api-Key <key>`` (what openpi-client's
+``WebsocketClientPolicy(api_key=...)`` sends), else HTTP 401. Over ``max_connections`` a handshake gets HTTP 503.
+A connection buffers at most one received request while the model works on its previous one (``max_queue=1``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
 from rlinf_core.serve.errors import BadRequest, require
 from rlinf_core.serve.mapping import to_observation
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
+from rlinf_core.serve.security import UNAUTHORIZED, ConnectionSlots, ServerLimits, clip
 
 log = logging.getLogger("rlinf.serve")
 
@@ -30,14 +35,16 @@ class OpenPIWebsocketServer:
         runner: the policy runner (shared by every connection).
         host: address to bind.
         port: TCP port (0: any free port; see :attr:`port` once started).
-        max_message_mb: largest request accepted (MiB); a larger one closes that connection.
+        limits: message size, connection cap and API key (default :class:`ServerLimits`).
     """
 
-    def __init__(self, runner: PolicyRunner, host: str = "0.0.0.0", port: int = 8000, max_message_mb: int = 64):
+    def __init__(self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000,
+                 limits: ServerLimits | None = None):
         self.runner = runner
         self.host = host
         self.port = port
-        self.max_message_mb = max_message_mb
+        self.limits = limits or ServerLimits()
+        self._slots = ConnectionSlots(self.limits.max_connections)
         self._metadata = msgpack_dumps(runner.metadata("openpi"))
         self._server = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -46,10 +53,13 @@ class OpenPIWebsocketServer:
     async def _handle(self, ws) -> None:
         websockets = require("websockets", "websockets")
         peer = ws.remote_address
+        if not self._slots.take():  # raced past the handshake check
+            await ws.close(1013, clip(self._slots.full_message(), 120))
+            return
         log.info("connection from %s", peer)
-        await ws.send(self._metadata)
         prev_encode_ms = None
         try:
+            await ws.send(self._metadata)
             while True:
                 message = await ws.recv()
                 t0 = time.perf_counter()
@@ -59,13 +69,21 @@ class OpenPIWebsocketServer:
                     request = msgpack_loads(message)
                     t1 = time.perf_counter()
                     obs = to_observation(request, self.runner.mapping)
+                    self.runner.check(obs)
                     t2 = time.perf_counter()
                     actions, timing = await asyncio.wrap_future(self.runner.submit(obs))
                 except BadRequest as exc:
-                    await ws.send(f"rlinf serve: bad request: {exc}")
+                    await ws.send(f"rlinf serve: bad request: {clip(exc)}")
                     continue
                 except PolicyFailure as exc:
-                    await ws.send(f"rlinf serve: the policy failed on this request: {exc}")
+                    await ws.send(f"rlinf serve: the policy failed on this request: {clip(exc)}")
+                    continue
+                except RecursionError:
+                    await ws.send("rlinf serve: bad request: the request is nested too deeply")
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a bug answers this request, logged with its traceback
+                    log.exception("request from %s failed", peer)
+                    await ws.send(f"rlinf serve: internal error on this request: {clip(type(exc).__name__)}")
                     continue
                 t3 = time.perf_counter()
                 server_timing = {
@@ -81,17 +99,24 @@ class OpenPIWebsocketServer:
                 await ws.send(payload)
         except websockets.ConnectionClosed:
             log.info("connection from %s closed", peer)
+        finally:
+            self._slots.give()
 
-    @staticmethod
-    def _health(connection, request):
+    def _before_handshake(self, connection, request):
         if request.path == "/healthz":
             return connection.respond(http.HTTPStatus.OK, "OK\n")
+        if not self.limits.authorized(request.headers.get("Authorization")):
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED, f"rlinf serve: {UNAUTHORIZED}\n")
+        if self._slots.open >= self._slots.limit:
+            busy = f"rlinf serve: {self._slots.full_message()}\n"
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, busy)
         return None
 
     async def _start(self) -> None:
         serve = require("websockets.asyncio.server", "websockets").serve
-        self._server = await serve(self._handle, self.host, self.port, compression=None,
-                                   max_size=self.max_message_mb * 2**20, process_request=self._health)
+        self._server = await serve(self._handle, self.host, self.port, compression=None, max_size=self.limits.max_bytes,
+                                   max_queue=1, open_timeout=self.limits.idle_timeout_s,
+                                   process_request=self._before_handshake)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:

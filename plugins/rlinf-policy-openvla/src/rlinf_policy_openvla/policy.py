@@ -323,6 +323,12 @@ class _PrismaticPolicy(Policy):
         embeds, mask = self._prefix(obs)
         return self.vla.run_llm(embeds, mask).last_hidden_state[:, -1]
 
+    def check_prompt(self, prompt: str) -> None:
+        """The prompt must fit the LLM's context (``llm_max_length``) beside the image patches and action tokens."""
+        context = int(self.spec.raw.get("llm_max_length") or self.spec.llama_config.max_position_embeddings)
+        others = self.spec.num_patches * self.num_images_in_input + int(self.use_proprio) + self.num_action_tokens + 1
+        self.prompts.check_fits(prompt, context - others)
+
     @torch.no_grad()
     def act(self, obs: Observation, *, do_sample: bool = True, temperature: float = 1.0) -> ActOutput:
         bins, logprobs, values = self._decode(obs, do_sample=do_sample, temperature=temperature)

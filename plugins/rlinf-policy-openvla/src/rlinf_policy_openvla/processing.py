@@ -163,6 +163,22 @@ class PromptEncoder:
         self.space_id = None if space is None or space == tokenizer.unk_token_id else int(space)
         self.max_prompt_length = max_prompt_length
         self._cache: dict[str, list[int]] = {}
+        self._longest_piece: int | None = None
+
+    def check_fits(self, task: str, budget: int) -> None:
+        """Raise ``ValueError`` when ``task``'s prompt takes more than ``budget`` tokens (or ``max_prompt_length``);
+        a text longer than ``budget`` of the vocabulary's longest pieces is refused without tokenising it."""
+        budget = min(budget, self.max_prompt_length or budget)
+        text = PROMPT.format(task=task.lower())
+        if self._longest_piece is None:
+            self._longest_piece = max(map(len, self.tokenizer.get_vocab()), default=1)
+        if len(text) > budget * self._longest_piece:
+            raise ValueError(f"the prompt has {len(task)} characters, more than the {budget} tokens this model's "
+                             "context leaves for it can hold; shorten the instruction")
+        tokens = 2 + len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # with BOS and the space piece
+        if tokens > budget:
+            raise ValueError(f"the prompt has {tokens} tokens, more than the {budget} this model's context leaves for "
+                             "it; shorten the instruction")
 
     def ids(self, task: str) -> list[int]:
         """BOS + prompt tokens + the trailing space piece."""
