@@ -82,18 +82,23 @@ class LeRobotDemos:
         return ep
 
     def _resized(self, frames: np.ndarray) -> np.ndarray:
-        if self.image_size is None or frames.shape[1:3] == (self.image_size, self.image_size):
-            return frames
-        from rlinf_core.world_models.datasets import resize_frames
-
-        return resize_frames(frames, self.image_size)
+        return resize_square(frames, self.image_size)
 
     def success(self, e: int) -> np.ndarray:
-        """``bool [T]`` per-frame success: the ``success_key`` column, else True at the last frame only."""
+        """``bool [T]``: whether frame ``t`` shows the task done.
+
+        From the ``success_key`` column, read as LeRobot's ``next.success`` (row ``t``: success after action ``t``,
+        i.e. at frame ``t + 1``), with the last row's flag also crediting the last frame (no frame follows it);
+        without a column, the episode's last frame only (demonstrations end at success).
+        """
+        T = self.reader.length(e)
+        flags = np.zeros(T, bool)
         if self.mapping.success_key:
-            return self.reader.column(e, self.mapping.success_key, "success").reshape(self.reader.length(e)) > 0
-        flags = np.zeros(self.reader.length(e), bool)
-        flags[-1] = True
+            column = self.reader.column(e, self.mapping.success_key, "success").reshape(T) > 0
+            flags[1:] = column[:-1]
+            flags[-1] |= column[-1]
+        else:
+            flags[-1] = True
         return flags
 
     def load(
@@ -130,6 +135,17 @@ def norm_stats_of(reader: LeRobotReader, mapping: FeatureMap) -> dict[str, dict[
         entry["mask"] = [True] * len(entry["q01"])
         out[name] = entry
     return out
+
+
+def resize_square(frames: np.ndarray, size: int | None) -> np.ndarray:
+    """``uint8 [T, H, W, 3]`` → ``[T, size, size, 3]`` (bilinear, antialiased, as the world-model datasets resize)."""
+    if size is None or frames.shape[1:3] == (size, size):
+        return frames
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
 
 
 class LeRobotDemoDataset(DemoDataset):
