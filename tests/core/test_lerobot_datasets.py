@@ -184,3 +184,12 @@ def test_writer_video_round_trip_stays_close_and_refuses_odd_sizes(tmp_path):
         LeRobotWriter(tmp_path / "odd", fps=10, action_dim=2, image_shape=(31, 32))
     with pytest.raises(FileExistsError, match="already holds a LeRobot dataset"):
         LeRobotWriter(tmp_path / "v", fps=10, action_dim=2)
+
+
+def test_a_lerobot_demo_dataset_pickles_for_spawned_workers():
+    import pickle
+
+    ds = LeRobotDemos(str(FIXTURE / "dataset")).load(2)
+    _ = ds[0]
+    clone = pickle.loads(pickle.dumps(ds))
+    assert torch.equal(clone[3][1], ds[3][1]) and torch.equal(clone[3][0].main_images, ds[3][0].main_images)

@@ -65,6 +65,13 @@ class LeRobotDemos:
         self.cache_episodes = cache_episodes
         self.episode = functools.lru_cache(maxsize=max(1, cache_episodes))(self._read_episode)
 
+    def __getstate__(self):  # DataLoader workers (spawn) get an empty cache
+        return {k: v for k, v in self.__dict__.items() if k != "episode"}
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self.episode = functools.lru_cache(maxsize=max(1, self.cache_episodes))(self._read_episode)
+
     def _read_episode(self, e: int) -> dict[str, Any]:
         """Episode ``e`` in the arrays :class:`~rlinf_core.supervised.demos.DemoDataset` samples from."""
         r, m = self.reader, self.mapping

@@ -59,6 +59,15 @@ class LeRobotReader:
         self.fps = float(self.info["fps"])
         self.episodes, self.tasks = self._read_v3_meta() if self.version == "v3.0" else self._read_v2_meta()
         self._table = functools.lru_cache(maxsize=2)(self._read_table)
+        self.rows = functools.lru_cache(maxsize=4)(self._rows)
+
+    def __getstate__(self):  # DataLoader workers (spawn) get empty caches
+        return {k: v for k, v in self.__dict__.items() if k not in ("_table", "rows")}
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._table = functools.lru_cache(maxsize=2)(self._read_table)
+        self.rows = functools.lru_cache(maxsize=4)(self._rows)
 
     # ------------------------------------------------------------------ metadata
     def _read_v3_meta(self) -> tuple[list[dict], dict[int, str]]:
@@ -130,7 +139,7 @@ class LeRobotReader:
             raise LeRobotFormatError(f"{self.root}: data file {path.relative_to(self.root)} is missing")
         return _pyarrow().read_table(path)
 
-    def rows(self, e: int):
+    def _rows(self, e: int):
         """The episode's rows of its parquet file (a pyarrow Table, in frame order)."""
         import pyarrow.compute as pc
 
@@ -148,8 +157,11 @@ class LeRobotReader:
     def column(self, e: int, key: str, role: str = "a column") -> np.ndarray:
         """``float32`` / ``int`` / ``bool`` values ``[T, *shape]`` of a non-image feature, checked against its shape."""
         feature = self.require(key, role)
-        values = self.rows(e).column(key).to_pylist()
-        arr = np.asarray(values)
+        col = self.rows(e).column(key).combine_chunks()
+        if hasattr(col, "flatten") and hasattr(col.type, "value_type"):  # (fixed-size) list: one vector per row
+            arr = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)
+        else:
+            arr = col.to_numpy(zero_copy_only=False)
         shape = tuple(feature.get("shape") or ())
         T = self.length(e)
         if arr.shape[1:] != shape and not (shape == (1,) and arr.shape == (T,)):
