@@ -193,3 +193,19 @@ def test_a_lerobot_demo_dataset_pickles_for_spawned_workers():
     _ = ds[0]
     clone = pickle.loads(pickle.dumps(ds))
     assert torch.equal(clone[3][1], ds[3][1]) and torch.equal(clone[3][0].main_images, ds[3][0].main_images)
+
+
+def test_a_v21_dataset_with_libero_names_reads_as_lerobot_0_3_decoded_it():
+    """physical-intelligence/libero's layout (image features in the parquet) plus a video camera, v2.1, by lerobot 0.3.3."""
+    demos = LeRobotDemos(str(FIXTURE / "dataset_v21"))
+    assert demos.mapping == PRESETS["libero"] and demos.reader.version == "v2.1"
+    with np.load(FIXTURE / "reference_v21.npz") as z:
+        ref = {k: z[k] for k in z.files}
+    eps = [demos.episode(e) for e in range(2)]
+    for ours, theirs in (("images", "image"), ("wrist_images", "wrist_image"), ("states", "state"), ("actions", "actions")):
+        np.testing.assert_array_equal(np.concatenate([ep[ours] for ep in eps]), ref[theirs])
+    assert [str(ep["instruction"]) for ep in eps] == ["pick up the black bowl", "open the top drawer"]
+    stats = demos.norm_stats()  # aggregated from meta/episodes_stats.jsonl (v2.1 has no stats.json)
+    np.testing.assert_allclose(stats["action"]["mean"], ref["actions"].mean(0), atol=1e-6)
+    np.testing.assert_allclose(stats["action"]["std"], ref["actions"].std(0), atol=1e-6)
+    assert stats["action"]["q99"] == stats["action"]["max"]

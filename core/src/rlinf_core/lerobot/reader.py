@@ -98,12 +98,34 @@ class LeRobotReader:
         return episodes, tasks
 
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
-        """``meta/stats.json`` as arrays (``{feature: {"mean", "std", "min", "max", "q01", "q99", ...}}``); {} if absent."""
+        """Feature statistics as arrays (``{feature: {"mean", "std", "min", "max", "count", "q01", ...}}``).
+
+        ``meta/stats.json`` (v3.0, v2.0); a v2.1 dataset's ``meta/episodes_stats.jsonl`` is aggregated (count-weighted
+        mean and variance, min of mins, max of maxes); ``{}`` when the dataset has neither.
+        """
         path = self.root / "meta" / "stats.json"
-        if not path.is_file():
+        if path.is_file():
+            raw = json.loads(path.read_text())
+            return {k: {s: np.asarray(v, np.float32) for s, v in d.items()} for k, d in raw.items() if isinstance(d, dict)}
+        per_episode = self.root / "meta" / "episodes_stats.jsonl"
+        if not per_episode.is_file():
             return {}
-        raw = json.loads(path.read_text())
-        return {k: {s: np.asarray(v, np.float32) for s, v in d.items()} for k, d in raw.items() if isinstance(d, dict)}
+        parts: dict[str, list[dict[str, np.ndarray]]] = {}
+        for line in per_episode.read_text().splitlines():
+            if line.strip():
+                for key, d in json.loads(line)["stats"].items():
+                    parts.setdefault(key, []).append({s: np.asarray(v, np.float64) for s, v in d.items()})
+        out = {}
+        for key, eps in parts.items():
+            n = np.array([float(np.sum(e["count"])) for e in eps])
+            w = (n / n.sum()).reshape(-1, *([1] * eps[0]["mean"].ndim))
+            means, stds = np.stack([e["mean"] for e in eps]), np.stack([e["std"] for e in eps])
+            mean = (w * means).sum(0)
+            var = (w * (stds**2 + means**2)).sum(0) - mean**2
+            out[key] = {"mean": mean, "std": np.sqrt(np.maximum(var, 0)), "min": np.min([e["min"] for e in eps], 0),
+                        "max": np.max([e["max"] for e in eps], 0), "count": np.array([n.sum()])}  # fmt: skip
+            out[key] = {s: v.astype(np.float32) for s, v in out[key].items()}
+        return out
 
     @property
     def num_episodes(self) -> int:
