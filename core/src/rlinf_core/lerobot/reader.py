@@ -53,7 +53,7 @@ class LeRobotReader:
         if self.version not in SUPPORTED_VERSIONS:
             raise LeRobotFormatError(
                 f"{self.root}: LeRobot codebase_version {self.version} is not supported (rlinf reads "
-                f"{', '.join(SUPPORTED_VERSIONS)}); convert it with lerobot's convert_dataset_v21_to_v30 script"
+                f"{', '.join(SUPPORTED_VERSIONS)}); convert it with lerobot's dataset conversion scripts"
             )
         self.features: dict[str, dict] = self.info["features"]
         self.fps = float(self.info["fps"])
