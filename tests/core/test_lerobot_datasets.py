@@ -13,9 +13,9 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
-
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.builtin.toy_world_model import ToyWorldModel
 from rlinf_core.callbacks.recorder import RolloutRecorder
 from rlinf_core.lerobot.convert import demos_to_lerobot
@@ -29,7 +29,6 @@ from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.supervised.world_model import WorldModelTrainer
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
 from rlinf_core.world_models.init_data import load_init_trajectory
-from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot"
 CAMERAS = ("observation.images.image", "observation.images.wrist_image")
@@ -92,7 +91,9 @@ def test_bad_datasets_get_a_one_line_cause(tmp_path):
     with pytest.raises(LeRobotFormatError, match="codebase_version v1.6 is not supported"):
         LeRobotReader(old)
     wrong = _copy_with_info(tmp_path / "b", lambda info: info["features"]["observation.state"].update(shape=[9]))
-    with pytest.raises(LeRobotFormatError, match=r"'observation.state' \(state\) has values of shape \(8,\), info.json says \(9,\)"):
+    with pytest.raises(
+        LeRobotFormatError, match=r"'observation.state' \(state\) has values of shape \(8,\), info.json says \(9,\)"
+    ):
         LeRobotDemos(str(wrong)).episode(0)
     small = _copy_with_info(tmp_path / "c", lambda info: info["features"][CAMERAS[0]].update(shape=[16, 16, 3]))
     with pytest.raises(LeRobotFormatError, match=r"frames are \(32, 32, 3\), info.json says \(16, 16, 3\)"):
@@ -149,7 +150,10 @@ def test_a_world_model_and_a_reward_dataset_train_from_the_fixture(tmp_path):
 
 def test_recorder_lerobot_format_reads_back_as_the_npy_files(tmp_path):
     kw = dict(num_envs=2, max_episode_steps=6, image_size=16, step_size=0.02)
-    recs = {fmt: RolloutRecorder(out_dir=str(tmp_path / fmt), action_dim=4, format=fmt, video=False) for fmt in ("npy", "lerobot")}
+    recs = {
+        fmt: RolloutRecorder(out_dir=str(tmp_path / fmt), action_dim=4, format=fmt, video=False)
+        for fmt in ("npy", "lerobot")
+    }
     for rec in recs.values():
         env = ReachEnv(**kw)
         rec.attach(env, "train")
@@ -158,7 +162,7 @@ def test_recorder_lerobot_format_reads_back_as_the_npy_files(tmp_path):
             env.chunk_step(torch.from_numpy(chunk))
         rec.detach(env)
     [root] = recs["lerobot"].close()
-    assert root == tmp_path / "lerobot" / "train" / "lerobot_rank0"
+    assert root == tmp_path / "lerobot" / "train" / "lerobot_rank0" and recs["lerobot"].written["train"] == [root, root]
     want = [load_init_trajectory(p) for p in recs["npy"].written["train"]]
     got = ClipDataset(root, 1, 1)
     assert len(got.files) == len(want) == 2
@@ -196,13 +200,18 @@ def test_a_lerobot_demo_dataset_pickles_for_spawned_workers():
 
 
 def test_a_v21_dataset_with_libero_names_reads_as_lerobot_0_3_decoded_it():
-    """physical-intelligence/libero's layout (image features in the parquet) plus a video camera, v2.1, by lerobot 0.3.3."""
+    """physical-intelligence/libero's layout (image features in the parquet) and a video camera, v2.1, lerobot 0.3.3."""
     demos = LeRobotDemos(str(FIXTURE / "dataset_v21"))
     assert demos.mapping == PRESETS["libero"] and demos.reader.version == "v2.1"
     with np.load(FIXTURE / "reference_v21.npz") as z:
         ref = {k: z[k] for k in z.files}
     eps = [demos.episode(e) for e in range(2)]
-    for ours, theirs in (("images", "image"), ("wrist_images", "wrist_image"), ("states", "state"), ("actions", "actions")):
+    for ours, theirs in (
+        ("images", "image"),
+        ("wrist_images", "wrist_image"),
+        ("states", "state"),
+        ("actions", "actions"),
+    ):
         np.testing.assert_array_equal(np.concatenate([ep[ours] for ep in eps]), ref[theirs])
     assert [str(ep["instruction"]) for ep in eps] == ["pick up the black bowl", "open the top drawer"]
     stats = demos.norm_stats()  # aggregated from meta/episodes_stats.jsonl (v2.1 has no stats.json)

@@ -64,7 +64,7 @@ class RolloutRecorder(Callback):
         all_envs: record every sub-env (raises ``video_cfg.max_envs`` to ``num_envs`` for in-process envs).
         format: ``"npy"`` (the files above) or ``"lerobot"``: one LeRobot v3.0 dataset per split and rank,
             ``<out_dir>/<split>/lerobot_rank<r>[_<n>]`` (:mod:`rlinf_core.lerobot.recording`), its metadata written
-            when the run ends; ``max_files`` then counts episodes.
+            when the run ends; ``max_files`` then counts episodes (``written`` lists the dataset once per episode).
         fps: frame rate stored in a LeRobot dataset.
         video: LeRobot cameras as H.264 video (``False``: lossless PNG frames).
     """
@@ -242,7 +242,9 @@ class RolloutRecorder(Callback):
             frames, actions, success = np.stack(buf.frames), np.stack(buf.actions), np.array(buf.success)
             if self.format == "lerobot":
                 with self._lock:
-                    self._lerobot_sink(split).add(frames, actions, success, buf.instruction)
+                    sink = self._lerobot_sink(split)
+                    sink.add(frames, actions, success, buf.instruction)
+                    self.written[split][self.written[split].index(path)] = sink.root  # one entry per episode
             else:
                 save_init_trajectory(path, frames, buf.instruction, actions, success)
 

@@ -19,6 +19,6 @@ _LAZY = {
     "is_lerobot_dataset": "rlinf_core.lerobot.reader",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = list(_LAZY)
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

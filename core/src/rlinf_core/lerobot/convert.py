@@ -64,7 +64,8 @@ class LeRobotDemoWriter:
         T = len(images)
         if self.writer is None:
             self.writer = LeRobotWriter(
-                self.root, self.fps, self.action_dim, None if states is None else np.asarray(states).reshape(T, -1).shape[1],
+                self.root, self.fps, self.action_dim,
+                None if states is None else np.asarray(states).reshape(T, -1).shape[1],
                 image_shape=images.shape[1:3], wrist_camera=wrist_images is not None, video=self.video,
                 overwrite=self.overwrite,
             )  # fmt: skip
@@ -85,7 +86,9 @@ class LeRobotDemoWriter:
         return self.root / "meta" / "info.json"
 
 
-def demos_to_lerobot(src: str | Path, dst: str | Path, fps: int = 10, video: bool = True, overwrite: bool = False) -> Path:
+def demos_to_lerobot(
+    src: str | Path, dst: str | Path, fps: int = 10, video: bool = True, overwrite: bool = False
+) -> Path:
     """Copy an ``rlinf-demos`` dataset to a LeRobot dataset (every episode, in order); returns ``dst``."""
     from rlinf_core.supervised.demos import read_meta
 

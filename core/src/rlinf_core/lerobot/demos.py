@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from rlinf_core.lerobot.mapping import FeatureMap, resolve_mapping
 from rlinf_core.lerobot.reader import LeRobotFormatError, LeRobotReader
 from rlinf_core.supervised.demos import DemoDataset
 
-__all__ = ["LeRobotDemos", "LeRobotDemoDataset", "norm_stats_of"]
+__all__ = ["LeRobotDemoDataset", "LeRobotDemos", "norm_stats_of"]
 
 
 class LeRobotDemos:
@@ -53,13 +54,17 @@ class LeRobotDemos:
             self.reader.features, preset, camera_keys, state_key, action_key, success_key
         )
         for role, key in [("camera", k) for k in self.mapping.camera_keys] + [
-            ("state", self.mapping.state_key), ("action", self.mapping.action_key), ("success", self.mapping.success_key)
+            ("state", self.mapping.state_key),
+            ("action", self.mapping.action_key),
+            ("success", self.mapping.success_key),
         ]:  # fmt: skip
             if key:
                 self.reader.require(key, role)
         shape = self.reader.features[self.mapping.action_key].get("shape") or ()
         if len(shape) != 1:
-            raise LeRobotFormatError(f"{root}: action feature {self.mapping.action_key!r} has shape {shape}, expected (D,)")
+            raise LeRobotFormatError(
+                f"{root}: action feature {self.mapping.action_key!r} has shape {shape}, expected (D,)"
+            )
         self.action_dim = int(shape[0])
         self.image_size = image_size
         self.cache_episodes = cache_episodes
@@ -177,11 +182,18 @@ class LeRobotDemoDataset(DemoDataset):
         self.ids = ids
         self.entries = [{"episode_index": e, "length": self.source.reader.length(e)} for e in ids]
         self.episodes = _LazyEpisodes(self.source, ids)
-        self.index = np.array([(i, t) for i, e in enumerate(ids) for t in range(self.source.reader.length(e))], np.int64)
+        self.index = np.array(
+            [(i, t) for i, e in enumerate(ids) for t in range(self.source.reader.length(e))], np.int64
+        )
 
     def _subset(self, keep: Sequence[int]) -> LeRobotDemoDataset:
         sub = object.__new__(LeRobotDemoDataset)
-        sub.source, sub.root, sub.meta, sub.num_action_chunks = self.source, self.root, self.meta, self.num_action_chunks
+        sub.source, sub.root, sub.meta, sub.num_action_chunks = (
+            self.source,
+            self.root,
+            self.meta,
+            self.num_action_chunks,
+        )
         sub._set([self.ids[i] for i in keep])
         return sub
 

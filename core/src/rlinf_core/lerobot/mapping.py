@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["FeatureMap", "PRESETS", "resolve_mapping"]
+__all__ = ["PRESETS", "FeatureMap", "resolve_mapping"]
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,15 @@ class FeatureMap:
 PRESETS: dict[str, FeatureMap] = {
     # what rlinf's own writer (RolloutRecorder(format="lerobot"), metaworld-collect --format lerobot) writes
     "rlinf": FeatureMap(),
-    # physical-intelligence/libero: openpi's conversion of the LIBERO demos (image features, 256x256, state 8, actions 7)
-    "libero": FeatureMap(camera_keys=("image", "wrist_image"), state_key="state", action_key="actions", success_key=None),
+    # physical-intelligence/libero: openpi's conversion of the LIBERO demos (image features, 256x256, state 8,
+    # actions 7)
+    "libero": FeatureMap(
+        camera_keys=("image", "wrist_image"), state_key="state", action_key="actions", success_key=None
+    ),
     # lerobot/metaworld_mt50: lerobot's MetaWorld layout (one 480x480 camera, state 4 = hand xyz + gripper, action 4)
-    "metaworld": FeatureMap(camera_keys=("observation.image",), state_key="observation.state", action_key="action",
-                            success_key=None),  # fmt: skip
+    "metaworld": FeatureMap(
+        camera_keys=("observation.image",), state_key="observation.state", action_key="action", success_key=None
+    ),  # fmt: skip
 }
 
 

@@ -106,7 +106,9 @@ class LeRobotReader:
         path = self.root / "meta" / "stats.json"
         if path.is_file():
             raw = json.loads(path.read_text())
-            return {k: {s: np.asarray(v, np.float32) for s, v in d.items()} for k, d in raw.items() if isinstance(d, dict)}
+            return {
+                k: {s: np.asarray(v, np.float32) for s, v in d.items()} for k, d in raw.items() if isinstance(d, dict)
+            }
         per_episode = self.root / "meta" / "episodes_stats.jsonl"
         if not per_episode.is_file():
             return {}
@@ -214,7 +216,9 @@ class LeRobotReader:
         shape = tuple(feature.get("shape") or ())
         if out.shape[1:] != shape:
             hint = "" if out.shape[1:] != shape[::-1] else " (channel-first shapes are not supported)"
-            raise LeRobotFormatError(f"{self.root}: camera {key!r} frames are {out.shape[1:]}, info.json says {shape}{hint}")
+            raise LeRobotFormatError(
+                f"{self.root}: camera {key!r} frames are {out.shape[1:]}, info.json says {shape}{hint}"
+            )
         return out
 
     def _video_frames(self, e: int, key: str) -> np.ndarray:
@@ -252,11 +256,15 @@ class LeRobotReader:
                 images.append(frame.to_ndarray(format="rgb24"))
         times_arr = np.asarray(times)
         if not len(times_arr):
-            raise LeRobotFormatError(f"{self.root}: no frames of {rel} near timestamps {wanted[0]:.3f}..{wanted[-1]:.3f}")
+            raise LeRobotFormatError(
+                f"{self.root}: no frames of {rel} near timestamps {wanted[0]:.3f}..{wanted[-1]:.3f}"
+            )
         nearest = np.abs(times_arr[None, :] - wanted[:, None]).argmin(1)
         off = np.abs(times_arr[nearest] - wanted).max()
         if off > tol:
-            raise LeRobotFormatError(f"{self.root}: {rel} has no frame within {tol:.3f} s of a row's timestamp ({off:.3f} s)")
+            raise LeRobotFormatError(
+                f"{self.root}: {rel} has no frame within {tol:.3f} s of a row's timestamp ({off:.3f} s)"
+            )
         return np.stack([images[i] for i in nearest])
 
 

@@ -18,7 +18,8 @@ __all__ = ["LeRobotEpisodeSink"]
 
 
 class LeRobotEpisodeSink:
-    """Writes recorded episodes to a new LeRobot dataset at ``root`` (made at the first episode, closed by :meth:`close`).
+    """Writes recorded episodes to a new LeRobot dataset at ``root`` (made at the first episode, finished by
+    :meth:`close`).
 
     Args:
         root: the dataset directory (must not hold a dataset yet).

@@ -93,7 +93,8 @@ class LeRobotWriter:
         success: np.ndarray | None = None,
         wrist_images: np.ndarray | None = None,
     ) -> int:
-        """Add one episode (``images uint8 [T, H, W, 3]``, ``actions [T, D]``, ``success bool [T]``); returns its index."""
+        """Add one episode (``images uint8 [T, H, W, 3]``, ``actions [T, D]``, ``success bool [T]``); returns its
+        index."""
         if self._closed:
             raise RuntimeError("LeRobotWriter is closed")
         actions = np.asarray(actions, np.float32)
@@ -135,8 +136,14 @@ class LeRobotWriter:
         if self.video:
             t0 = self._frames_in_video / self.fps
             for key in self.cameras:
-                entry.update({f"videos/{key}/chunk_index": 0, f"videos/{key}/file_index": 0,
-                              f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t0 + T / self.fps})
+                entry.update(
+                    {
+                        f"videos/{key}/chunk_index": 0,
+                        f"videos/{key}/file_index": 0,
+                        f"videos/{key}/from_timestamp": t0,
+                        f"videos/{key}/to_timestamp": t0 + T / self.fps,
+                    }
+                )
             self._frames_in_video += T
         entry.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
         self.episodes.append(entry)
@@ -210,7 +217,8 @@ class LeRobotWriter:
         info = {"codebase_version": "v3.0", "robot_type": self.robot_type, "total_episodes": len(self.episodes),
                 "total_frames": n, "total_tasks": len(self.tasks), "chunks_size": 1000, "data_files_size_in_mb": 100,
                 "video_files_size_in_mb": 200, "fps": self.fps, "splits": {"train": f"0:{len(self.episodes)}"},
-                "data_path": DATA_PATH, "video_path": VIDEO_PATH if self.video else None, "features": features}  # fmt: skip
+                "data_path": DATA_PATH, "video_path": VIDEO_PATH if self.video else None,
+                "features": features}  # fmt: skip
         (self.root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
         (self.root / "meta" / "stats.json").write_text(json.dumps(self._stats(n), indent=1))
         return self.root
@@ -219,11 +227,15 @@ class LeRobotWriter:
         H, W = self.image_shape
         f: dict[str, dict] = {}
         for key in self.cameras:
-            f[key] = {"dtype": "video" if self.video else "image", "shape": [H, W, 3], "names": ["height", "width", "channels"]}
+            f[key] = {
+                "dtype": "video" if self.video else "image",
+                "shape": [H, W, 3],
+                "names": ["height", "width", "channels"],
+            }
             if self.video:
-                f[key]["info"] = {"video.height": H, "video.width": W, "video.codec": "h264", "video.pix_fmt": "yuv420p",
-                                  "video.is_depth_map": False, "video.fps": self.fps, "video.channels": 3,
-                                  "has_audio": False}  # fmt: skip
+                f[key]["info"] = {"video.height": H, "video.width": W, "video.codec": "h264",
+                                  "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": self.fps,
+                                  "video.channels": 3, "has_audio": False}  # fmt: skip
         if self.state_dim is not None:
             f["observation.state"] = {"dtype": "float32", "shape": [self.state_dim], "names": None}
         f["action"] = {"dtype": "float32", "shape": [self.action_dim], "names": None}
@@ -238,7 +250,9 @@ class LeRobotWriter:
         for key, (s, s2, lo, hi) in self._image_sums.items():
             mean = s / (n * self.image_shape[0] * self.image_shape[1])
             std = np.sqrt(np.maximum(s2 / (n * self.image_shape[0] * self.image_shape[1]) - mean**2, 0))
-            stats[key] = {k: v.reshape(3, 1, 1).tolist() for k, v in (("min", lo), ("max", hi), ("mean", mean), ("std", std))}
+            stats[key] = {
+                k: v.reshape(3, 1, 1).tolist() for k, v in (("min", lo), ("max", hi), ("mean", mean), ("std", std))
+            }
             stats[key]["count"] = [n]
         for key, values in self.rows.items():
             if key in self.cameras or (key == "observation.state" and self.state_dim is None):
@@ -252,11 +266,30 @@ class LeRobotWriter:
 
 _PANDAS_TASKS_META = {
     "index_columns": ["__index_level_0__"],
-    "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-                        "metadata": {"encoding": "UTF-8"}}],  # fmt: skip
+    "column_indexes": [
+        {
+            "name": None,
+            "field_name": None,
+            "pandas_type": "unicode",
+            "numpy_type": "object",
+            "metadata": {"encoding": "UTF-8"},
+        }
+    ],  # fmt: skip
     "columns": [
-        {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
-        {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+        {
+            "name": "task_index",
+            "field_name": "task_index",
+            "pandas_type": "int64",
+            "numpy_type": "int64",
+            "metadata": None,
+        },
+        {
+            "name": None,
+            "field_name": "__index_level_0__",
+            "pandas_type": "unicode",
+            "numpy_type": "object",
+            "metadata": None,
+        },
     ],
     "creator": {"library": "pyarrow", "version": "14"},
     "pandas_version": "2.2.0",
