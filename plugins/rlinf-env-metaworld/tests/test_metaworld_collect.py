@@ -58,8 +58,8 @@ def test_collect_writes_dataset_and_sft_learns_from_it(tmp_path):
 def test_collect_format_lerobot_writes_the_same_episodes_as_a_lerobot_dataset(tmp_path):
     from rlinf_core.lerobot.demos import LeRobotDemos
 
-    args = ["--tasks", "reach-v3", "button-press-topdown-v3", "--episodes-per-task", "1", "--image-size", "32",
-            "--num-envs", "2", "--quiet"]  # fmt: skip
+    args = ["--tasks", "reach-v3", "--episodes-per-task", "2", "--image-size", "32", "--num-envs", "2",
+            "--quiet"]  # fmt: skip
     main([*args, "--out", str(tmp_path / "native")])
     main([*args, "--out", str(tmp_path / "lerobot"), "--format", "lerobot", "--fps", "20"])
     native, copy = DemoDataset(tmp_path / "native"), LeRobotDemos(str(tmp_path / "lerobot"))
