@@ -40,7 +40,7 @@ def reference():
         return {k.replace("__", "."): z[k] for k in z.files}
 
 
-def test_reader_gives_what_the_real_lerobot_decoded_frame_for_frame(reference):
+def test_reader_gives_what_the_real_lerobot_decoded_frame_for_frame(reference, tmp_path):
     demos = LeRobotDemos(str(FIXTURE / "dataset"))
     assert demos.mapping == PRESETS["rlinf"] and demos.reader.version == "v3.0" and demos.action_dim == 7
     episodes = [demos.episode(e) for e in range(3)]
@@ -58,6 +58,11 @@ def test_reader_gives_what_the_real_lerobot_decoded_frame_for_frame(reference):
     stats = demos.norm_stats()
     assert np.allclose(stats["action"]["min"], reference["action"].min(0), atol=1e-6)
     assert np.allclose(stats["proprio"]["mean"], reference["observation.state"].mean(0), atol=1e-5)
+    from rlinf_core.models.norm_stats import read_norm_stats, resolve_unnorm_key
+
+    demos.write_norm_stats(tmp_path / "policy")  # where an OpenVLA-style policy reads them, beside its weights
+    read = read_norm_stats(tmp_path / "policy")
+    assert resolve_unnorm_key(read, "dataset", "test") == "dataset" and read["dataset"]["action"] == stats["action"]
 
 
 def test_presets_name_the_libero_and_metaworld_features_and_keys_override_them():
