@@ -38,7 +38,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   say "torch 2.13.0 (pinned; the largest download)"
   "${PIP[@]}" "torch==2.13.0"
 fi
-args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test]")
+args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test,lerobot]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
 say "rlinf-core and plugins: ${plugins[*]} (with their dependencies: Lightning, transformers, simulators...)"
 "${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true

@@ -53,3 +53,21 @@ def test_collect_writes_dataset_and_sft_learns_from_it(tmp_path):
         after = float(policy.sft_loss(all_obs, all_actions))
     assert after < 0.7 * before, (before, after)
     assert (tmp_path / "p" / "model.safetensors").is_file()
+
+
+def test_collect_format_lerobot_writes_the_same_episodes_as_a_lerobot_dataset(tmp_path):
+    from rlinf_core.lerobot.demos import LeRobotDemos
+
+    args = ["--tasks", "reach-v3", "--episodes-per-task", "2", "--image-size", "32", "--num-envs", "2",
+            "--quiet"]  # fmt: skip
+    main([*args, "--out", str(tmp_path / "native")])
+    main([*args, "--out", str(tmp_path / "lerobot"), "--format", "lerobot", "--fps", "20"])
+    native, copy = DemoDataset(tmp_path / "native"), LeRobotDemos(str(tmp_path / "lerobot"))
+    assert copy.reader.version == "v3.0" and copy.reader.fps == 20 and copy.reader.num_episodes == 2
+    assert copy.mapping.camera_keys == ("observation.images.image",) and copy.mapping.state_key == "observation.state"
+    for e, want in enumerate(native.episodes):
+        got = copy.episode(e)
+        np.testing.assert_array_equal(got["actions"], want["actions"])  # the scripted experts are deterministic
+        np.testing.assert_array_equal(got["states"], want["states"])
+        assert str(got["instruction"]) == str(want["instruction"]) and bool(got["success"])
+        assert np.abs(got["images"].astype(int) - want["images"]).mean() < 6.0  # H.264 (crf 18, 4:2:0) at 32 px: 4.1

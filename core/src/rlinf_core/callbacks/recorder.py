@@ -62,6 +62,11 @@ class RolloutRecorder(Callback):
         max_files: at most this many files per split and rank; later episodes are dropped (one notice).
         min_steps: episodes with fewer env steps are not written.
         all_envs: record every sub-env (raises ``video_cfg.max_envs`` to ``num_envs`` for in-process envs).
+        format: ``"npy"`` (the files above) or ``"lerobot"``: one LeRobot v3.0 dataset per split and rank,
+            ``<out_dir>/<split>/lerobot_rank<r>[_<n>]`` (:mod:`rlinf_core.lerobot.recording`), its metadata written
+            when the run ends; ``max_files`` then counts episodes (``written`` lists the dataset once per episode).
+        fps: frame rate stored in a LeRobot dataset.
+        video: LeRobot cameras as H.264 video (``False``: lossless PNG frames).
     """
 
     def __init__(
@@ -74,7 +79,12 @@ class RolloutRecorder(Callback):
         max_files: int = 10000,
         min_steps: int = 1,
         all_envs: bool = True,
+        format: str = "npy",
+        fps: int = 10,
+        video: bool = True,
     ) -> None:
+        if format not in ("npy", "lerobot"):
+            raise ValueError(f"RolloutRecorder.format must be 'npy' or 'lerobot', got {format!r}")
         if image_size is not None and image_size < 1:
             raise ValueError(f"RolloutRecorder.image_size must be >= 1 (or null: as rendered), got {image_size}")
         if action_dim is not None and action_dim < 1:
@@ -89,6 +99,8 @@ class RolloutRecorder(Callback):
         self.max_files = max_files
         self.min_steps = min_steps
         self.all_envs = all_envs
+        self.format, self.fps, self.video = format, fps, video
+        self._sinks: dict[str, Any] = {}
         self.root: Path | None = None
         self.rank = 0
         self.written: dict[str, list[Path]] = {"train": [], "eval": []}
@@ -122,6 +134,13 @@ class RolloutRecorder(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for env, _, _ in list(self._observers.values()):
             self.detach(env)
+        self.close()
+
+    def close(self) -> list[Path]:
+        """Finish the LeRobot datasets (``format="lerobot"``); returns their roots."""
+        with self._lock:
+            sinks, self._sinks = self._sinks, {}
+        return [root for root in (sink.close() for sink in sinks.values()) if root is not None]
 
     # ------------------------------------------------------------------ observing an env
     def attach(self, env: Env, split: str) -> None:
@@ -221,7 +240,23 @@ class RolloutRecorder(Callback):
         path = self._claim_path(split)
         if path is not None:
             frames, actions, success = np.stack(buf.frames), np.stack(buf.actions), np.array(buf.success)
-            save_init_trajectory(path, frames, buf.instruction, actions, success)
+            if self.format == "lerobot":
+                with self._lock:
+                    sink = self._lerobot_sink(split)
+                    sink.add(frames, actions, success, buf.instruction)
+                    self.written[split][self.written[split].index(path)] = sink.root  # one entry per episode
+            else:
+                save_init_trajectory(path, frames, buf.instruction, actions, success)
+
+    def _lerobot_sink(self, split: str):
+        if split not in self._sinks:
+            from rlinf_core.lerobot.recording import LeRobotEpisodeSink
+
+            root, n = self.root / split / f"lerobot_rank{self.rank}", 0
+            while (root.with_name(f"{root.name}_{n}") if n else root).exists():  # never overwrite an earlier run's
+                n += 1
+            self._sinks[split] = LeRobotEpisodeSink(root.with_name(f"{root.name}_{n}") if n else root, self.fps, self.video)
+        return self._sinks[split]
 
     def _claim_path(self, split: str) -> Path | None:
         """The next file of ``split`` (``None`` past ``max_files``), reserved under the lock."""

@@ -6,11 +6,13 @@ from rlinf_core.plugins.lazy import lazy_getattr
 _LAZY = {
     "DemoDataset": "rlinf_core.supervised.demos",
     "DemoWriter": "rlinf_core.supervised.demos",
+    "LeRobotDemoWriter": "rlinf_core.lerobot.convert",
+    "LeRobotDemos": "rlinf_core.lerobot.demos",
     "SFTModule": "rlinf_core.supervised.sft",
     "read_meta": "rlinf_core.supervised.demos",
 }
 
-__all__ = ['DemoDataset', 'DemoWriter', 'SFTModule', 'read_meta']
+__all__ = ['DemoDataset', 'DemoWriter', 'LeRobotDemoWriter', 'LeRobotDemos', 'SFTModule', 'read_meta']
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

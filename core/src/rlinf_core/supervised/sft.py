@@ -17,6 +17,7 @@ from rlinf_core.supervised.demos import DemoDataset
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.supervised.base import SupervisedModule
+from rlinf_core.lerobot.demos import LeRobotDemos
 
 
 class SFTModule(SupervisedModule):
@@ -33,6 +34,9 @@ class SFTModule(SupervisedModule):
         num_workers: DataLoader worker processes.
         only_success: train only on episodes that reached success.
         split_seed: seed of the train/val episode split.
+        data: a LeRobot dataset instead of ``data_path`` (``{class_path: LeRobotDemos, init_args: {root, preset,
+            camera_keys, state_key, action_key, ...}}``, see :mod:`rlinf_core.lerobot.demos`); a ``data_path``
+            holding ``meta/info.json`` is read as ``LeRobotDemos(data_path)`` with the preset that fits.
         export_dir: where the trained policy is saved (``save_pretrained``) at the end of fit;
             default ``<log_dir>/policy``. Point the RL config's ``policy.init_args.model_path`` here.
     """
@@ -43,7 +47,7 @@ class SFTModule(SupervisedModule):
     def __init__(
         self,
         policy: Policy,
-        data_path: str,
+        data_path: str | None = None,
         batch_size: int = 32,
         optim: OptimConfig = OptimConfig(clip_grad=None),
         val_fraction: float = 0.1,
@@ -51,9 +55,13 @@ class SFTModule(SupervisedModule):
         only_success: bool = True,
         split_seed: int = 0,
         export_dir: str | None = None,
+        data: LeRobotDemos | None = None,
     ) -> None:
         super().__init__()
         self.check_data_settings(val_fraction, batch_size)
+        if (data_path is None) == (data is None):
+            raise ValueError("give the SFT data as exactly one of data_path (a demo directory) and data (LeRobotDemos)")
+        self.data = data
         if optim.lr_scheduler not in ("constant", "cosine", "linear"):
             raise ValueError(f"optim.lr_scheduler must be 'constant', 'cosine' or 'linear', got {optim.lr_scheduler!r}")
         self.policy = policy
@@ -73,10 +81,17 @@ class SFTModule(SupervisedModule):
     def setup(self, stage: str) -> None:
         if self.train_set is not None:
             return
-        data = DemoDataset(self.data_path, num_action_chunks=self.policy.num_action_chunks, only_success=self.only_success)
+        chunks = self.policy.num_action_chunks
+        source = self.data
+        if source is None and (Path(self.data_path) / "meta" / "info.json").is_file():
+            source = LeRobotDemos(self.data_path)
+        if source is not None:
+            data = source.load(num_action_chunks=chunks, only_success=self.only_success)
+        else:
+            data = DemoDataset(self.data_path, num_action_chunks=chunks, only_success=self.only_success)
         if data.action_dim != self.policy.action_dim:
             raise ValueError(
-                f"demo dataset {self.data_path} has action_dim {data.action_dim} but the policy "
+                f"demo dataset {self.data_path or self.data.root} has action_dim {data.action_dim} but the policy "
                 f"{type(self.policy).__name__} has action_dim {self.policy.action_dim}"
             )
         self.train_set, self.val_set = data.split(self.val_fraction, seed=self.split_seed)

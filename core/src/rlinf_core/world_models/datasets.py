@@ -58,6 +58,10 @@ class Episode:
 def find_trajectories(root: str | Path) -> list[Path]:
     """The ``traj*.npy`` episode files under ``root`` (recursively, sorted; ``*_kir.npy`` key-frame files excluded)."""
     root = Path(root)
+    if (root / "meta" / "info.json").is_file():  # a LeRobot dataset: one name per episode (rlinf_core.lerobot)
+        from rlinf_core.lerobot.episodes import LeRobotEpisodes
+
+        return LeRobotEpisodes(root).names
     if not root.is_dir():
         raise FileNotFoundError(f"data_path {root} is not a directory of traj*.npy episode files")
     files = sorted(p for p in root.rglob("traj*.npy") if not p.stem.endswith("_kir"))
@@ -108,11 +112,18 @@ class _EpisodeFiles(Dataset):
         self.image_size = image_size
         self.cache_episodes = max(1, cache_episodes)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.files = find_trajectories(data_path)
+        self.lerobot = None
+        if (self.data_path / "meta" / "info.json").is_file():  # a LeRobot dataset (rlinf_core.lerobot.episodes)
+            from rlinf_core.lerobot.episodes import LeRobotEpisodes
+
+            self.lerobot = LeRobotEpisodes(self.data_path)
+        self.files = self.lerobot.names if self.lerobot is not None else find_trajectories(data_path)
         self._load = functools.lru_cache(maxsize=self.cache_episodes)(self._read)
 
     def _read(self, index: int) -> Episode:
         path = self.files[index]
+        if self.lerobot is not None:
+            return Episode(*self.lerobot.episode(index, self.image_size), has_success=True)
         if self.cache_dir is None:
             return load_episode(path, self.image_size)
         stat = path.stat()

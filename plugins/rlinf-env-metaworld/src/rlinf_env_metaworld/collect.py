@@ -14,13 +14,14 @@ described in :mod:`rlinf_core.supervised.demos`.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from rlinf_core.supervised import DemoWriter
+from rlinf_core.supervised import DemoWriter, LeRobotDemoWriter
 from rlinf_env_metaworld.env import MetaWorldEnv
 from rlinf_env_metaworld.tasks import TASK_SETS
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-episode-steps", type=int, default=100)
     p.add_argument("--num-action-chunks", type=int, default=1, help="default chunk length stored for loaders")
     p.add_argument("--num-envs", type=int, default=8, help="sub-envs stepped together")
+    p.add_argument("--format", default="rlinf", choices=["rlinf", "lerobot"],
+                   help="rlinf-demos (.npz per episode) or a LeRobot v3.0 dataset (parquet + H.264 mp4)")
+    p.add_argument("--fps", type=int, default=10, help="frame rate stored in a LeRobot dataset")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in --out")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -57,7 +61,8 @@ def collect(args: argparse.Namespace) -> dict:
     probe = MetaWorldEnv(**env_kwargs)
     total = probe.num_reset_states
     env = MetaWorldEnv(**env_kwargs, num_envs=min(args.num_envs, total), is_eval=True, auto_reset=True)
-    writer = DemoWriter(
+    lerobot = getattr(args, "format", "rlinf") == "lerobot"
+    writer = (functools.partial(LeRobotDemoWriter, fps=args.fps) if lerobot else DemoWriter)(
         args.out, action_dim=env.action_dim, num_action_chunks=args.num_action_chunks, overwrite=args.overwrite,
         meta={"env": "MetaWorldEnv", "env_args": {k: v for k, v in env_kwargs.items() if k != "max_episode_steps"},
               "max_episode_steps": args.max_episode_steps, "tasks": env.task_names, "image_size": args.image_size,
@@ -104,10 +109,10 @@ def collect(args: argparse.Namespace) -> dict:
         env.close()
     seconds = time.perf_counter() - t0
     writer.meta["collect_seconds"] = round(seconds, 2)
-    meta_path = writer.close()
+    writer.close()
     if not args.quiet:
         print(f"\ncollect: wrote {written} episodes ({successes} successful, {steps} steps, {seconds:.1f} s, "
-              f"{steps / max(seconds, 1e-9):.1f} steps/s) to {meta_path.parent}", file=sys.stderr)  # fmt: skip
+              f"{steps / max(seconds, 1e-9):.1f} steps/s) to {Path(args.out)}", file=sys.stderr)  # fmt: skip
     return {"episodes": written, "successful": successes, "steps": steps, "seconds": seconds, "path": str(Path(args.out))}
 
 
