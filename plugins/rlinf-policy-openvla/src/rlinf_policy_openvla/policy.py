@@ -600,7 +600,7 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
             gradient_checkpointing=gradient_checkpointing,
         )
-        restored = self.restore_settings(self.model_path, {"attention_mode": attention_mode})["attention_mode"]
+        restored = self.restore_settings(self.model_path, dict(attention_mode=attention_mode))["attention_mode"]
         self.attention_mode = restored or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
 
