@@ -66,3 +66,28 @@ def test_openvla_hf_pixels_equal_upstream_processor(routes):
     reference = torch.tensor(REF["pixel_values_strided"])
     assert torch.equal(pixels(policy.image_resize), reference)
     assert not torch.allclose(pixels("tensor"), reference, atol=1e-3)  # what the name-based default gave it
+
+
+def test_official_oft_side_files_load_into_the_proprio_projector(tmp_path):
+    """openvla_oft_side/ (moojink/openvla-oft's finetune.py writer: DDP ``module.`` keys, action head in bfloat16)
+    beside the openvla_hf weights, as an official OFT export holds them, built as a YAML model_path builds it."""
+    import shutil
+
+    from jsonargparse import ArgumentParser
+
+    from rlinf_policy_openvla import OpenVLAOFTPolicy
+    from rlinf_policy_openvla.released import default_image_resize
+
+    model = tmp_path / "oft"
+    shutil.copytree(DIR, model)
+    for side in (DIR.parent / "openvla_oft_side").iterdir():
+        shutil.copy(side, model / side.name)
+    assert default_image_resize(model)[0] == "pil"
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(OpenVLAOFTPolicy, "policy")
+    args = [f"--policy.model_path={model}", "--policy.inputs.use_proprio=true", "--policy.inputs.proprio_dim=8"]
+    policy = parser.instantiate(parser.parse_args(args)).policy
+    saved = torch.load(model / "proprio_projector--100_checkpoint.pt", map_location="cpu", weights_only=True)
+    loaded = policy.vla.proprio_projector.state_dict()
+    assert sorted(loaded) == sorted(k.removeprefix("module.") for k in saved)
+    assert all(torch.equal(loaded[k.removeprefix("module.")].float(), v.float()) for k, v in saved.items())
