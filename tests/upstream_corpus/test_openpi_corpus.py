@@ -52,6 +52,7 @@ def test_serve_loads_openpi_checkpoints_with_the_tie_and_openpi_statistics(name)
     assert out.actions.shape == (2, 5, 4) and torch.isfinite(out.actions).all()
 
 
+@pytest.mark.slow
 def test_rlinf_validate_runs_on_openpi_checkpoint_as_yaml_model_path(tmp_path):
     """configs/metaworld/mt50_ppo_openpi_cpu_smoke.yaml with the corpus' π0 as its model_path: one short eval pass
     on the real MetaWorld simulator (about 10 s)."""
@@ -71,3 +72,31 @@ def test_rlinf_validate_runs_on_openpi_checkpoint_as_yaml_model_path(tmp_path):
         assert exc.code in (0, None)
     (result,) = tmp_path.rglob("eval_epoch0.json")
     assert json.loads(result.read_text())["metrics"]["eval/num_trajectories"] == 1.0
+
+
+def test_rlinf_v03_export_of_pi0_loads_as_the_model_it_exported():
+    """rlinf_pi0_export/ (RLinf v0.3's convertor on openpi_pi0 + a PPO value head): every tensor in one shard, both
+    tied names, no tokenizer (RLinf copies only *.py / *.json / *.md), so a YAML names it; same actions as the
+    openpi-layout checkpoint the weights came from, and RLinf's value head loaded."""
+    from jsonargparse import ArgumentParser
+    from safetensors.torch import load_file
+
+    from rlinf_policy_openpi.policy import OpenPIPolicy
+
+    export = HERE / "rlinf_pi0_export"
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(OpenPIPolicy, "policy")
+    args = [f"--policy.model_path={export}", f"--policy.inputs.tokenizer_path={HERE / 'openpi_pi0'}"
+            "/paligemma_tokenizer.model", "--policy.num_steps=3"]
+    policy = parser.instantiate(parser.parse_args(args)).policy
+    assert policy.has_value_head
+    weights = load_file(str(export / "model-00001-of-00001.safetensors"))
+    head = policy.openpi.value_head.state_dict()
+    assert all(torch.equal(head[k.removeprefix("value_head.")], v) for k, v in weights.items()
+               if k.startswith("value_head."))
+    original = OpenPIPolicy(model_path=str(HERE / "openpi_pi0"), num_steps=3)
+    gen = torch.Generator().manual_seed(0)
+    obs = Observation(main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
+                      task_descriptions=["press the button"] * 2, states=torch.randn(2, 4, generator=gen))
+    assert torch.equal(policy.act(obs, do_sample=False).actions, original.act(obs, do_sample=False).actions)
+    assert torch.isfinite(policy.value(obs)).all()
