@@ -126,3 +126,65 @@ def test_truncated_safetensors_fail_in_one_line_naming_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"vla/model.safetensors is truncated or corrupt") as info:
         load_weights(vla)
     assert "\n" not in str(info.value)
+
+
+def test_save_model_files_with_tied_weights_load_with_the_tie(tmp_path):
+    """safetensors.torch.save_model (openpi's writer) drops one name of a tied pair and writes {dropped: kept} into
+    the metadata, with no "format" key: a valid file, loaded with both names (issue 33, finding 1)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_model
+
+    from rlinf_core.models.weights import load_safetensors, load_weights
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied()
+    save_model(model, str(tmp_path / "model.safetensors"))
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        assert "format" not in f.metadata() and len(list(f.keys())) == 1  # what upstream's writer really wrote
+    for state in (load_safetensors(tmp_path / "model.safetensors"), load_weights(tmp_path)):
+        assert sorted(state) == ["embed.weight", "head.weight"]
+        assert torch.equal(state["embed.weight"], model.embed.weight) and torch.equal(state["head.weight"],
+                                                                                      model.embed.weight)
+
+
+def test_a_valid_safetensors_file_is_never_called_corrupt(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    from rlinf_core.models.weights import load_safetensors
+
+    save_file({"w": torch.zeros(4)}, str(tmp_path / "model.safetensors"), metadata={"format": "tf"})
+    assert torch.equal(load_safetensors(tmp_path / "model.safetensors")["w"], torch.zeros(4))
+
+    import safetensors
+
+    class _Handle:  # a valid file whose tensor this torch cannot build (e.g. a dtype it lacks)
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def metadata(self):
+            return {}
+
+        def keys(self):
+            return ["w"]
+
+        def get_tensor(self, name):
+            raise SafetensorError("unsupported dtype F8_E8M0")
+
+    monkeypatch.setattr(safetensors, "safe_open", _Handle)
+    with pytest.raises(CheckpointError) as info:
+        load_safetensors(tmp_path / "model.safetensors")
+    message = str(info.value)
+    assert "corrupt" not in message and "truncated" not in message and "'w'" in message and "F8_E8M0" in message

@@ -121,27 +121,38 @@ def test_unknown_resize_strategy_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_default_image_resize_follows_the_checkpoint_kind(tmp_path):
+def test_default_image_resize_follows_the_files_never_the_name(tmp_path):
     from rlinf_policy_openvla.released import default_image_resize, write_released_dir
 
-    assert default_image_resize(write_released_dir(tmp_path / "openvla-7b", "openvla-7b"))[0] == "pil"
+    # openvla-7b as `huggingface-cli download openvla/openvla-7b --local-dir ckpt/base` leaves it (issue 33)
+    assert default_image_resize(write_released_dir(tmp_path / "ckpt" / "base", "openvla-7b"))[0] == "pil"
     hub = tmp_path / "hub" / "models--openvla--openvla-7b" / "snapshots" / "abc"
     assert default_image_resize(write_released_dir(hub, "openvla-7b"))[0] == "pil"
-    official = write_released_dir(tmp_path / "my-oft", "openvla-oft-official-libero")
-    assert default_image_resize(official) == ("pil", "official OFT side files")
-    for kind, name in (("rlinf-openvla-oft-libero-130", "RLinf-OpenVLAOFT-LIBERO-130-Base-Lora"),
-                       ("openvla-7b-rlvla-warmup", "openvla-7b-rlvla-warmup"),
-                       ("openvla-oft-sft-libero", "Openvla-oft-SFT-libero-spatial-traj1")):
-        assert default_image_resize(write_released_dir(tmp_path / name, kind))[0] == "tensor"
+    assert default_image_resize(write_released_dir(tmp_path / "my-oft", "openvla-oft-official-libero"))[0] == "pil"
+    renamed = write_released_dir(tmp_path / "openvla-7b", "rlinf-openvla-oft-libero-130")
+    (renamed / "preprocessor_config.json").unlink()  # no processor: the name alone must not make it pil
+    assert default_image_resize(renamed)[0] == "tensor"
     assert default_image_resize(tmp_path / "anything")[0] == "tensor"
+
+
+def test_a_guessed_image_resize_is_said_in_one_line(tmp_path, tiny_oft, capsys):
+    from rlinf_policy_openvla import OpenVLAOFTPolicy
+
+    OpenVLAOFTPolicy(model_path=str(tiny_oft))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "image_resize=" in ln]
+    assert len(lines) == 1 and "image_resize=pil" in lines[0] and "set inputs.image_resize: tensor" in lines[0]
+    OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="tensor")).save_pretrained(tmp_path / "s")
+    capsys.readouterr()
+    assert OpenVLAOFTPolicy(model_path=str(tmp_path / "s")).image_resize == "tensor"  # recorded: no guess, no line
+    assert "image_resize=" not in capsys.readouterr().err
 
 
 def test_policy_resolves_and_saves_image_resize(tmp_path, tiny_oft):
     from rlinf_policy_openvla import OpenVLAOFTPolicy
 
-    assert OpenVLAOFTPolicy(model_path=str(tiny_oft)).image_resize == "tensor"
-    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="pil"))
+    assert OpenVLAOFTPolicy(model_path=str(tiny_oft)).image_resize == "pil"  # it ships the HF processor
+    policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="tensor"))
     policy.save_pretrained(tmp_path / "saved")
-    assert OpenVLAOFTPolicy(model_path=str(tmp_path / "saved")).image_resize == "pil"
+    assert OpenVLAOFTPolicy(model_path=str(tmp_path / "saved")).image_resize == "tensor"
     with pytest.raises(ValueError, match="image_resize must be one of"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="lanczos"))

@@ -41,21 +41,48 @@ def load_pth_state_dict(path: str | os.PathLike, what: str = "checkpoint") -> di
 
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """``huggingface_hub.load_state_dict_from_file`` of a ``.safetensors`` file, with one-line errors naming the
-    file (truncated, corrupt, missing)."""
-    from huggingface_hub import load_state_dict_from_file
+    """The tensors of a ``.safetensors`` file, with the names ``safetensors.torch.save_model`` dropped for tied
+    weights restored from the file's metadata (``{dropped name: kept name}``, as openpi's PyTorch checkpoints
+    store PaliGemma's ``embed_tokens`` / ``lm_head`` tie); one-line errors naming the file.
+
+    Only a header or data region that safetensors cannot parse is reported as truncated or corrupt; a valid
+    file that cannot be turned into tensors here (an unsupported dtype, say) is reported as what it is.
+    """
+    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"weights file {path} does not exist")
     try:
-        return load_state_dict_from_file(path, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: a bad file, say which
-        root = exc.__cause__ or exc  # huggingface_hub re-raises safetensors' own error inside a long pickle hint
-        first = str(root).strip().splitlines()[0][:160] if str(root).strip() else type(root).__name__
+        handle = safe_open(str(path), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as exc:  # the header or the data offsets do not parse: a damaged file
         raise CheckpointError(
-            f"weights file {path} is truncated or corrupt ({first}): re-download or re-export it"
+            f"weights file {path} is truncated or corrupt ({_first_line(exc)}): re-download or re-export it"
         ) from None
+    with handle:
+        metadata = handle.metadata() or {}
+        state: dict[str, torch.Tensor] = {}
+        for name in handle.keys():
+            try:
+                state[name] = handle.get_tensor(name)
+            except (SafetensorError, TypeError, RuntimeError) as exc:
+                raise CheckpointError(
+                    f"weights file {path} is valid safetensors, but tensor {name!r} cannot be read with this torch "
+                    f"({_first_line(exc)})"
+                ) from None
+    return with_tied_names(state, metadata)
+
+
+def with_tied_names(state: dict[str, torch.Tensor], metadata: dict[str, str]) -> dict[str, torch.Tensor]:
+    """``state`` plus the names ``safetensors.torch.save_model`` dropped for shared tensors: its metadata maps
+    each dropped name to the kept one (other metadata, such as ``format``, maps to no tensor and is ignored)."""
+    tied = {dropped: kept for dropped, kept in metadata.items() if dropped not in state and kept in state}
+    return {**state, **{dropped: state[kept] for dropped, kept in tied.items()}}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 def read_json(path: str | Path, kind: type = dict):

@@ -30,16 +30,17 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
-from rlinf_policy_openpi.settings import FLAT_KEYS, CriticConfig, InputConfig, NoiseConfig, grouped
+from rlinf_core.models.settings import SavedSettings
+from rlinf_policy_openpi.settings import FLAT_KEYS, GROUPS, CriticConfig, InputConfig, NoiseConfig
 
 VLM_PREFIX = "paligemma_with_expert.paligemma."
-RLINF_KEY = "rlinf"  #: config.json entry with the policy settings save_pretrained wrote
 GREEDY_SEED = 0  #: the fixed initial noise of do_sample=False (deterministic ODE)
 
 
-class OpenPIPolicy(Policy):
+class OpenPIPolicy(SavedSettings, Policy):
     """π0 / π0.5 (openpi) with RLinf's flow-SDE / flow-noise / flow-CPS RL log-probs; π0 vs π0.5 is read
-    from the checkpoint.
+    from the checkpoint. A setting left out (null) takes the value a :meth:`save_pretrained` directory recorded,
+    else the default below, whichever way the policy is built (:class:`~rlinf_core.models.settings.SavedSettings`).
 
     Args:
         model_path: checkpoint directory: openpi PyTorch (``model.safetensors`` + ``config.json`` +
@@ -48,7 +49,7 @@ class OpenPIPolicy(Policy):
             :meth:`save_pretrained`.
         action_dim: env action dimensions D, the first D of the model's 32 (MetaWorld 4).
         num_action_chunks: C, actions executed per chunk: the first C of the H predicted (default H).
-        num_steps: N denoise steps of every act.
+        num_steps: N denoise steps of every act (default 10).
         add_value_head: add the critic (default: whatever the checkpoint has).
         noise: the stochastic denoise step (:class:`~rlinf_policy_openpi.settings.NoiseConfig`: method, level,
             anneal, ...).
@@ -57,7 +58,7 @@ class OpenPIPolicy(Policy):
         inputs: what the model is fed (:class:`~rlinf_policy_openpi.settings.InputConfig`: num_images_in_input,
             asset_id, discrete_state_input, tokenizer_path, image_resize).
         train_expert_only: freeze PaliGemma (SigLIP + projector + Gemma-2B); the action expert, the action /
-            state / time projections and the heads train (RLinf's default).
+            state / time projections and the heads train (default true, RLinf's).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
         precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with
@@ -81,12 +82,12 @@ class OpenPIPolicy(Policy):
         model_path: str,
         action_dim: int | None = None,
         num_action_chunks: int | None = None,
-        num_steps: int = 10,
+        num_steps: int | None = None,
         add_value_head: bool | None = None,
-        noise: NoiseConfig = NoiseConfig(),
-        critic: CriticConfig = CriticConfig(),
-        inputs: InputConfig = InputConfig(),
-        train_expert_only: bool = True,
+        noise: NoiseConfig | None = None,
+        critic: CriticConfig | None = None,
+        inputs: InputConfig | None = None,
+        train_expert_only: bool | None = None,
         lora: LoRAConfig | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
@@ -96,6 +97,16 @@ class OpenPIPolicy(Policy):
 
         prec = resolve_precision(precision)
         path = Path(model_path)
+        restored = self.restore_settings(path, {
+            "action_dim": action_dim, "num_action_chunks": num_action_chunks, "num_steps": num_steps,
+            "add_value_head": add_value_head, "noise": noise, "critic": critic, "inputs": inputs,
+            "train_expert_only": train_expert_only,
+        })
+        action_dim, num_action_chunks, add_value_head = (restored[k] for k in (
+            "action_dim", "num_action_chunks", "add_value_head"))
+        noise, critic, inputs = restored["noise"], restored["critic"], restored["inputs"]
+        num_steps = 10 if restored["num_steps"] is None else restored["num_steps"]
+        train_expert_only = True if restored["train_expert_only"] is None else restored["train_expert_only"]
         self.sampler = FlowSampler(num_steps, noise.method, noise.joint_logprob, noise.ignore_last)
         self.model_path = str(path)
         overrides = {} if inputs.discrete_state_input is None else {
@@ -125,7 +136,7 @@ class OpenPIPolicy(Policy):
         self.value_vlm_mode = critic.vlm_mode
         self.train_expert_only = bool(train_expert_only)
         self.rl_step = 0
-        self._add_heads(model, ckpt, critic, add_value_head, _saved_settings(path))
+        self._add_heads(model, ckpt, critic, add_value_head)
         self.gradient_checkpointing = bool(gradient_checkpointing)
         self.lora = lora
         self.model = self._set_trainable(model)
@@ -152,12 +163,12 @@ class OpenPIPolicy(Policy):
         self.inputs = ObservationInputs(self.config, read_norm_stats(path, inputs.asset_id), self.tokenizer_path,
                                         self.image_resize)
 
-    def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, enabled: bool | None, saved: dict) -> None:
+    def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, enabled: bool | None) -> None:
         """The value / explore-noise heads (RLinf names), loaded from the checkpoint's optional tensors."""
         config, heads = self.config, ckpt.heads
         has_saved_value = bool(heads.get("value_head"))
-        if enabled is None:  # a save_pretrained directory says whether it had one; else the tensors do
-            enabled = saved.get("add_value_head", has_saved_value)
+        if enabled is None:  # neither given nor recorded: the tensors say
+            enabled = has_saved_value
         self.has_value_head = bool(enabled)
         if self.has_value_head:
             saved_hidden = value_hidden_sizes_from(heads.get("value_head", {}))
@@ -387,12 +398,14 @@ class OpenPIPolicy(Policy):
                              kv_cache_layers=cfg.vlm.depth)
 
     # ------------------------------------------------------------------ export
-    def _settings(self) -> dict:
-        """Constructor settings :meth:`from_pretrained` restores (runtime ones — LoRA, precision — excluded)."""
+    SETTINGS_GROUPS = GROUPS
+
+    def settings(self) -> dict:
+        """Constructor settings a build on the saved directory restores (runtime ones — LoRA, precision —
+        excluded)."""
         hidden = [m.out_features for m in self.openpi.value_head.mlp[:-1] if isinstance(m, nn.Linear)] \
             if self.has_value_head else None
         return {
-            "policy": type(self).__name__,
             "action_dim": self.action_dim,
             "num_action_chunks": self.num_action_chunks,
             "num_steps": self.num_steps,
@@ -435,29 +448,11 @@ class OpenPIPolicy(Policy):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_weights(self.state_dict_for_export(), path)
-        cfg = {**self.config.to_json(), RLINF_KEY: self._settings()}
+        cfg = {**self.config.to_json(), self.SETTINGS_KEY: self.settings_record()}
         (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         write_norm_stats(path / "assets" / (self.asset_id or "default"), self.inputs.stats)
         if self.tokenizer_path and Path(self.tokenizer_path).resolve() != (path / TOKENIZER_FILE).resolve():
             shutil.copyfile(self.tokenizer_path, path / TOKENIZER_FILE)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> "OpenPIPolicy":
-        """Load a checkpoint directory; ``overrides`` are constructor arguments (a group given here replaces the
-        saved group). Settings a :meth:`save_pretrained` directory recorded (``action_dim``, ``num_action_chunks``,
-        ``critic.after_vlm``, ...; RLinf's flat names in older directories) are the defaults."""
-        saved = grouped({k: v for k, v in _saved_settings(Path(path)).items() if k != "policy"})
-        return cls(model_path=str(path), **{**saved, **overrides})
-
-
-def _saved_settings(path: Path) -> dict:
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        return {}
-    try:
-        return dict(json.loads(cfg.read_text()).get(RLINF_KEY) or {})
-    except (json.JSONDecodeError, AttributeError):
-        return {}
 
 
 def default_lora_targets() -> str:

@@ -25,20 +25,24 @@ from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
+from rlinf_core.models.settings import SavedSettings
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
-from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig, as_group, flat, grouped
-from rlinf_policy_openvla.released import default_image_resize
+from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig, as_group
+from rlinf_policy_openvla.released import announce_image_resize, default_image_resize
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 ValueType = Literal["chunk_level", "action_level"]
 
 
-class _PrismaticPolicy(Policy):
-    """Shared machinery; subclasses implement ``_token_logits`` (act) and ``_teacher_logits`` (evaluate)."""
+class _PrismaticPolicy(SavedSettings, Policy):
+    """Shared machinery; subclasses implement ``_token_logits`` (act) and ``_teacher_logits`` (evaluate). Settings
+    left out take what a :meth:`save_pretrained` directory recorded (:class:`~rlinf_core.models.settings.SavedSettings`)."""
 
     model_type: str
     default_chunks: int
+    SETTINGS_KEY = RLINF_KEY
+    SETTINGS_GROUPS = GROUPS
     FLAT_SETTINGS = FLAT_KEYS  # flat setting names (RLinf's, rlinf serve's --unnorm-key) → (config group, field)
 
     @staticmethod
@@ -73,12 +77,15 @@ class _PrismaticPolicy(Policy):
         prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
-        saved = flat(spec.rlinf)  # recorded by save_pretrained: grouped, or flat in older directories
+        restored = self.restore_settings(path, {"actions": actions, "inputs": inputs, "add_value_head": add_value_head,
+                                                "value_type": value_type})
+        actions, inputs = restored["actions"], restored["inputs"]
+        add_value_head, value_type = restored["add_value_head"], restored["value_type"]
         self.model_path = str(path)
         self.spec = spec
 
         # --- action statistics, dimensions, chunking
-        self.unnorm_key = resolve_unnorm_key(spec.norm_stats, actions.unnorm_key or saved.get("unnorm_key"), str(path))
+        self.unnorm_key = resolve_unnorm_key(spec.norm_stats, actions.unnorm_key, str(path))
         stats = spec.norm_stats[self.unnorm_key]
         if "action" not in stats:
             raise CheckpointError(f"norm_stats[{self.unnorm_key!r}] of {path} has no 'action' entry")
@@ -98,28 +105,30 @@ class _PrismaticPolicy(Policy):
                 " drop action_dim or pick the matching unnorm_key"
             )
         self.action_dim = stats_dim
-        self.num_action_chunks = int(actions.num_action_chunks or saved.get("num_action_chunks") or self.default_chunks)
+        self.num_action_chunks = int(actions.num_action_chunks or self.default_chunks)
         if self.num_action_chunks < 1:
             raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
-        self.num_images_in_input = int(inputs.num_images_in_input or saved.get("num_images_in_input") or 1)
+        self.num_images_in_input = int(inputs.num_images_in_input or 1)
         self.center_crop = bool(inputs.center_crop)
-        self.image_resize = inputs.image_resize or saved.get("image_resize") or default_image_resize(path)[0]
+        self.image_resize = inputs.image_resize
+        if self.image_resize is None:  # neither given nor recorded: decided from the files, and said so
+            self.image_resize, why = default_image_resize(path)
+            announce_image_resize(path, self.image_resize, why)
         if self.image_resize not in IMAGE_RESIZES:
             raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {self.image_resize!r}")
         self.invert_gripper = bool(actions.invert_gripper)
         self.normalization_type = actions.normalization_type
 
         # --- heads
-        self.has_value_head = bool(add_value_head if add_value_head is not None else saved.get("add_value_head", False))
-        self.value_type = value_type or saved.get("value_type") or "chunk_level"
+        self.has_value_head = bool(add_value_head)
+        self.value_type = value_type or "chunk_level"
         if self.value_type not in ("chunk_level", "action_level"):
             raise ValueError(f"value_type {self.value_type!r} not supported; use 'chunk_level' or 'action_level'")
         value_dim = (1 if self.value_type == "chunk_level" else self.num_action_chunks) if self.has_value_head else None
-        use_proprio = inputs.use_proprio if inputs.use_proprio is not None else saved.get("use_proprio", False)
-        self.use_proprio = bool(use_proprio)
+        self.use_proprio = bool(inputs.use_proprio)
         self.proprio_dim = None
         if self.use_proprio:
-            guess = saved.get("proprio_dim") or len(stats.get("proprio", {}).get("q01", []))
+            guess = len(stats.get("proprio", {}).get("q01", []))
             self.proprio_dim = int(inputs.proprio_dim or guess or 0)
             if not self.proprio_dim:
                 raise ValueError(f"use_proprio=True but norm_stats[{self.unnorm_key!r}] has no proprio stats; set proprio_dim")
@@ -127,7 +136,7 @@ class _PrismaticPolicy(Policy):
         # --- tokenizer and prompts
         self.tokenizer = self._load_tokenizer(path)
         self._check_vocab(spec)
-        prompt_length = inputs.max_prompt_length or saved.get("max_prompt_length")
+        prompt_length = inputs.max_prompt_length
         self.prompts = PromptEncoder(self.tokenizer, spec.pad_token_id, prompt_length)
 
         # --- network
@@ -303,14 +312,6 @@ class _PrismaticPolicy(Policy):
         return x.reshape(x.shape[0], self.num_action_chunks, self.action_dim)
 
     # ------------------------------------------------------------------ Policy API
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides) -> "_PrismaticPolicy":
-        """Load a checkpoint directory (released or written by :meth:`save_pretrained`, grouped or with the flat
-        names of older versions); ``overrides`` are constructor arguments, groups or their flat field names
-        (``actions=ActionConfig(unnorm_key=...)`` or ``unnorm_key=...``, ``lora``, ``add_value_head``, ...).
-        Settings the directory recorded are the defaults of those not given."""
-        return cls(model_path=str(path), **grouped(overrides))
-
     @torch.no_grad()
     def value(self, obs: Observation) -> torch.Tensor:
         """Critic values from one forward of the prompt prefix (no action decode)."""
@@ -384,11 +385,10 @@ class _PrismaticPolicy(Policy):
         return prismatic_profile(self)
 
     # ------------------------------------------------------------------ export
-    def _settings(self) -> dict:
-        """Constructor settings :meth:`from_pretrained` restores, in the constructor's groups (runtime ones —
-        LoRA, precision — excluded)."""
+    def settings(self) -> dict:
+        """Constructor settings a build on the saved directory restores, in the constructor's groups (runtime
+        ones — LoRA, precision — excluded)."""
         return {
-            "policy": type(self).__name__,
             "actions": {"unnorm_key": self.unnorm_key, "num_action_chunks": self.num_action_chunks},
             "inputs": {
                 "num_images_in_input": self.num_images_in_input,
@@ -418,7 +418,7 @@ class _PrismaticPolicy(Policy):
         copy_side_files(self.model_path, path)
         cfg = dict(self.spec.raw)
         cfg["norm_stats"] = self.spec.norm_stats
-        cfg[RLINF_KEY] = self._settings()
+        cfg[self.SETTINGS_KEY] = self.settings_record()
         (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
     def save_adapter(self, path: str | Path) -> None:
@@ -606,11 +606,12 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
             add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
             gradient_checkpointing=gradient_checkpointing,
         )
-        self.attention_mode = attention_mode or self.spec.rlinf.get("attention_mode") or "bidirectional"
+        restored = self.restore_settings(self.model_path, dict(attention_mode=attention_mode))["attention_mode"]
+        self.attention_mode = restored or "bidirectional"
         attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
 
-    def _settings(self) -> dict:
-        return {**super()._settings(), "attention_mode": self.attention_mode}
+    def settings(self) -> dict:
+        return {**super().settings(), "attention_mode": self.attention_mode}
 
     def _parallel(self, obs):
         """One forward over ``[prefix, C·D zero slots]``: action logits ``[B, n, n_bins]`` and value hidden."""

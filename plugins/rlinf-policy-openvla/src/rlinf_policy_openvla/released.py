@@ -112,21 +112,28 @@ RELEASED: dict[str, ReleasedKind] = {
 
 
 def default_image_resize(model_path: str | Path) -> tuple[str, str]:
-    """``(image_resize, why)`` for a checkpoint directory whose config.json does not record one.
+    """``(image_resize, why)`` for a checkpoint directory whose config.json records none, decided from the files
+    it holds, never from its name (see docs/configs.md, "OpenVLA / OFT image resize"):
 
-    Official OFT side files (``*action_head*`` / ``*proprio_projector*checkpoint*.pt``) mean the official OFT
-    pipeline (its processor resizes PIL images; its LIBERO eval resizes with TF before that, not reproduced); a path component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
-    gives that kind's :attr:`ReleasedKind.image_resize`; anything else is taken for an RLinf checkpoint (tensor).
+    - the HF Prismatic processor (``preprocessor_config.json``, as openvla/openvla's ``save_pretrained`` and
+      official OpenVLA-OFT write it): that processor resizes PIL images → ``pil``;
+    - no processor file: taken for RLinf's rollout resize of tensors → ``tensor``.
+
+    Both are guesses about how the weights were trained (RLinf's releases ship the processor of their SFT base
+    but were trained with the tensor resize): the policy prints :func:`announce_image_resize`'s line.
     """
     path = Path(model_path)
-    if any(path.glob("*action_head*checkpoint*.pt")) or any(path.glob("*proprio_projector*checkpoint*.pt")):
-        return "pil", "official OFT side files"
-    parts = set(path.resolve().parts) | set(path.parts)
-    for name, spec in RELEASED.items():
-        for repo in spec.repos:
-            if repo.split("/")[-1] in parts or "models--" + repo.replace("/", "--") in parts:
-                return spec.image_resize, f"released {repo}"
-    return "tensor", "RLinf's rollout resize"
+    if (path / "preprocessor_config.json").is_file():
+        return "pil", "its preprocessor_config.json is the HF Prismatic processor, which resizes PIL images"
+    return "tensor", "no preprocessor_config.json: taken for RLinf's rollout resize of tensors"
+
+
+def announce_image_resize(model_path: str | Path, mode: str, why: str) -> None:
+    """The one line a load prints when ``image_resize`` is a guess: the mode, why, and the key that changes it."""
+    import sys
+
+    print(f"rlinf: note: {model_path}: image_resize={mode} ({why}); set inputs.image_resize: "
+          f"{'tensor' if mode == 'pil' else 'pil'} if it was trained the other way", file=sys.stderr)
 
 
 def released_config(kind: str) -> dict:

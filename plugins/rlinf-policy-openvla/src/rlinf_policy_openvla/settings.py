@@ -60,7 +60,8 @@ class InputConfig:
         image_resize: how camera images are resized to the towers' input: ``tensor`` (RLinf's rollout: one bicubic
             antialiased resize of the tensor) or ``pil`` (``PIL.Image.resize``, bit-exact, as openvla/openvla's
             processor; official OFT's processor step). Default: recorded in the checkpoint's config.json, else
-            ``pil`` for openvla-7b and official OFT checkpoints, ``tensor`` otherwise. The checkpoint's
+            ``pil`` when the directory has the HF processor's ``preprocessor_config.json``, ``tensor`` otherwise (a
+            guess, printed in one line at load; see docs/configs.md). The checkpoint's
             ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
     """
 
