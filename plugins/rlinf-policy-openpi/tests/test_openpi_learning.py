@@ -79,7 +79,7 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
     trainer.fit(module)
     success = _scalars(trainer, "env/success_once")
     start, end = sum(success[:8]) / 8, sum(success[-8:]) / 8
-    print(f"{algo} success_once {start:.3f} -> {end:.3f}")  # shown with pytest -s
+    print(f"{algo} success_once {start:.3f} -> {end:.3f}; by step: {' '.join(f'{x:.2f}' for x in success)}")  # -s
     if setup["critic"]:
         assert max(_scalars(trainer, "train/critic/explained_variance")) > 0.2
     return start, end
