@@ -79,7 +79,8 @@ def stop_if_finished(trainer: Any, model: Any, path: Path, ckpt: dict) -> None:
     import sys
 
     progress = (((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}).get("current") or {}
-    epochs = int(progress.get("completed", int(ckpt.get("epoch", -1)) + 1))
+    # an epoch-end checkpoint counts its epoch as processed (completed follows after the save); resume skips it
+    epochs = int(progress.get("processed", progress.get("completed", int(ckpt.get("epoch", -1)) + 1)))
     steps = int(ckpt.get("global_step", 0))
     unit = "RL steps" if hasattr(model, "step_metrics") else "epochs"
     if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epochs:
