@@ -1,8 +1,8 @@
 """Lightning's start-up lines (``Seed set to 0``, ``GPU available: ...``, ``Restoring states from ...``) held back
 until a run's first line has named its directory: ``rlinf fit`` / ``validate`` hold them from the start
 (:func:`hold_startup_lines`) and rlinf's progress bar releases them right after its header
-(:func:`release_startup_lines`; the command releases whatever is left when it ends, so nothing is lost).
-Warnings are never held."""
+(:func:`release_startup_lines`; the command releases whatever is left when it ends, and drops it when the
+command stops with an error first, so that the error stays its last line). Warnings are never held."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def hold_startup_lines() -> None:
         logging.getLogger(name).addFilter(_HOLD)
 
 
-def release_startup_lines() -> None:
-    """Emit the held lines, in order, and stop holding."""
+def release_startup_lines(drop: bool = False) -> None:
+    """Emit the held lines, in order (``drop``: discard them), and stop holding."""
     global _HOLD
     hold, _HOLD = _HOLD, None
     if hold is None:
         return
     for name in STARTUP_LOGGERS:
         logging.getLogger(name).removeFilter(hold)
-    for record in hold.held:
+    for record in [] if drop else hold.held:
         logging.getLogger(record.name).handle(record)  # through the logger's own (quiet) filters and handlers

@@ -207,8 +207,10 @@ def main(args: list[str] | None = None) -> int | None:
             trainer_defaults=trainer_defaults(quiet=not verbose),
             parser_kwargs=parser_kwargs,
         ), argv))
-    finally:
-        release_startup_lines()
+    except BaseException:  # an error (or a finished run) before the header: its message is the last word
+        release_startup_lines(drop=True)
+        raise
+    release_startup_lines()  # a run without rlinf's progress bar: they come at its end
     return 0
 
 
