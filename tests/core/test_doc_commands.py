@@ -28,7 +28,7 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
     ("coevolution.md", "rlinf coevolve --config toy/coevolve.yaml"):
         "tests/core/test_coevolve.py runs the shipped toy loop (one round, fewer epochs)",
     ("coevolution.md", "rlinf coevolve --config toy/coevolve.yaml --rounds 3"):
-        "tests/core/test_coevolve.py continues a finished loop (rounds are resumed like stages)",
+        "tests/core/test_coevolve.py resumes a finished toy loop and runs loops of 2 rounds",
     ("coevolution.md", "rlinf coevolve --config examples/metaworld_imagination/loop.yaml"):
         "26 min on CPU (docs/imagination.md); tests/test_imagination_example.py loads the loop and parses its configs",
     ("imagination.md", "rlinf coevolve --config examples/metaworld_imagination/loop.yaml --out_dir runs/imagination"):
@@ -49,7 +49,8 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
     ("imagination.md", "rlinf wm-score rank --names sft step4 step8 step16 --real 0.23 0.30 0.41 0.45 "
                        "--imagined 0.50 0.44 0.61 0.58"): [],
     ("opensora.md", "pip install -e plugins/rlinf-wm-opensora"): "scripts/install.sh installs every plugin",
-    ("opensora.md", "hf download RLinf/RLinf-OpenSora-LIBERO-Spatial --local-dir /path/to/RLinf-OpenSora-LIBERO-Spatial"):
+    ("opensora.md",
+     "hf download RLinf/RLinf-OpenSora-LIBERO-Spatial --local-dir /path/to/RLinf-OpenSora-LIBERO-Spatial"):
         "a download of released weights (tests run offline)",
     ("opensora.md", "rlinf fit --config opensora/libero_spatial_grpo_openvlaoft.yaml"): GPU,
     ("plugins.md", "pip install ./rlinf-slide"): "tests/core/test_plugin_tutorial.py installs the tutorial package",
@@ -58,7 +59,8 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
     ("plugins.md", "rlinf configs | grep slide"): "tests/core/test_plugin_tutorial.py lists the package's configs",
     ("plugins.md", "rlinf fit --config slide/grpo.yaml"): "tests/core/test_plugin_tutorial.py trains it",
     ("scaling.md", "torchrun --nnodes 2 --nproc-per-node 8 --node-rank \"$NODE_RANK\" --rdzv-backend c10d "
-                   "--rdzv-endpoint \"$MASTER_ADDR:29500\" -m rlinf_core.cli.main fit --config configs/libero/spatial.yaml "
+                   "--rdzv-endpoint \"$MASTER_ADDR:29500\" -m rlinf_core.cli.main fit "
+                   "--config configs/libero/spatial.yaml "
                    "--trainer.accelerator gpu --trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
                    "rlinf_core.distributed.strategies.FSDP2Strategy"):
         "2 nodes of 8 GPUs; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
@@ -69,11 +71,11 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "a 2-node SLURM job; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
     ("serving.md", "pip install -e 'core[serve]'"): "scripts/install.sh installs core[serve]",
     ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy --port 8000"):
-        "a LIBERO run's export; tests/serve/test_serve_loading.py serves a run's export until stopped",
+        "a LIBERO run's export; tests/serve/test_serve_loading.py serves a toy run's export until stopped",
     ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0/checkpoints/last.ckpt"):
-        "a LIBERO run's checkpoint; tests/serve/test_serve_loading.py serves a run's checkpoint",
+        "a LIBERO run's checkpoint; tests/serve/test_serve_loading.py serves a toy run's checkpoint",
     ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0"):
-        "a LIBERO run's directory; tests/serve/test_serve_loading.py serves a run's checkpoint",
+        "a LIBERO run's directory; tests/serve/test_serve_loading.py loads a toy run's directory",
     ("serving.md", "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16 "
                    "--unnorm-key bridge_orig"): GPU,
     ("wan.md", "pip install -e plugins/rlinf-wm-wan -e plugins/rlinf-env-libero -e plugins/rlinf-policy-openvla"):
@@ -82,8 +84,8 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "a download of released weights (tests run offline)",
     ("wan.md", "rlinf fit --config configs/wan/wan_libero_spatial_grpo_openvlaoft.yaml"): GPU,
     ("wan.md", "rlinf fit --config configs/wan/wan_world_model_fit.yaml --model.init_args.data_path "
-               "runs/.../rollouts/train"): "needs the released Wan weights; "
-                                           "plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py runs it on a tiny Wan",
+               "runs/.../rollouts/train"):
+        "needs the released Wan weights; plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py fits its CPU variant",
     ("world_models.md", "rlinf validate --config metaworld/quickstart_grpo.yaml --config record.yaml"): QUICK_EVAL,
     ("world_models.md", "rlinf fit --config toy/world_model_fit.yaml --model.init_args.world_model.init_args."
                         "action_dim=4 --model.init_args.data_path runs/metaworld_quickstart_grpo/version_0/rollouts/"

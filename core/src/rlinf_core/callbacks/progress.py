@@ -207,7 +207,8 @@ class RLProgressBar(ProgressBar):
             # a log file hears from a long epoch: after its first batch (the cost of one), then every history_s
             self._last_history = now
             per_batch = (now - self._step_t0) / (batch_idx + 1)
-            step = f"epoch {trainer.current_epoch + 1}" + (f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else "")
+            of_epochs = f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else ""
+            step = f"epoch {trainer.current_epoch + 1}{of_epochs}"
             self.print_lines([f"{step} | training {batch_idx + 1}{of} batches | {per_batch:.2f} s/batch"],
                              stamp_first=True)
 
