@@ -128,12 +128,17 @@ def pi05_sft_checkpoint(tiny, tmp_path_factory):
     return out
 
 
+# π0.5 PPO: +0.23 success over 40 RL steps, +0.37 over 60 (measured at 1f448fc, success_once of the first vs the
+# last 8 steps; the test asks for +0.1): 40 keeps the test well inside its timeout
+PI05_SETUPS = {**SETUPS, "ppo": {**SETUPS["ppo"], "epochs": 40}}
+
+
 @pytest.mark.parametrize("algo", list(SETUPS))
 def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_path, algo):
     from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openpi.settings import CriticConfig
 
-    setup = SETUPS[algo]
+    setup = PI05_SETUPS[algo]
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM
