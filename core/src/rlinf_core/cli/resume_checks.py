@@ -76,8 +76,6 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
 def stop_if_finished(trainer: Any, model: Any, path: Path, ckpt: dict) -> None:
     """A checkpoint that already reached the trainer's limit would run 0 steps in a new run directory: say so and
     which key continues it, and exit 0 before that directory is written."""
-    import sys
-
     progress = (((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}).get("current") or {}
     # an epoch-end checkpoint counts its epoch as processed (completed follows after the save); resume skips it
     epochs = int(progress.get("processed", progress.get("completed", int(ckpt.get("epoch", -1)) + 1)))
