@@ -31,22 +31,36 @@ if [ "${RLINF_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null; then
 fi
 
 [ -x "$VENV/bin/python" ] || { say "virtual environment $VENV"; python3 -m venv "$VENV"; }
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
+# pip's progress, one line per package it collects (not its download bars, nor "Requirement already satisfied");
+# errors in full. Returns pip's status.
+pip_install() {
+  "${PIP[@]}" "$@" 2>&1 | awk '
+    /is ignored/ {next}
+    /^Collecting / {n++; printf "    %3d %s\n", n, $2; fflush(); next}
+    /^Installing collected packages/ {
+      k = split($0, a, ","); printf "    installing %d packages (silent while they unpack)\n", k; fflush(); next}
+    /^Successfully installed/ {printf "    installed %d packages\n", NF - 2; fflush(); next}
+    /^WARNING/ {print; fflush(); next}
+    /^(ERROR|error|  ×)/ || failed {failed = 1; print; fflush()}'
+  return "${PIPESTATUS[0]}"
+}
 # The CPU build of torch first, pinned: anything unpinned later would pull the CUDA build.
 CONSTRAINTS="$(mktemp)"; echo "torch==2.13.0" > "$CONSTRAINTS"
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  say "torch 2.13.0 (pinned; the largest download)"
-  "${PIP[@]}" "torch==2.13.0"
+  say "torch 2.13.0 (pinned; the largest download: about 1 min, longer on a slow link)"
+  pip_install "torch==2.13.0"
 fi
 args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test,lerobot]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
-say "rlinf-core and plugins: ${plugins[*]} (with their dependencies: Lightning, transformers, simulators...)"
-"${PIP[@]}" "${args[@]}" 2>&1 | grep -v "is ignored" || true
+say "rlinf-core and plugins: ${plugins[*]} (with their dependencies: Lightning, transformers, simulators...;" \
+  "about 1 min 30 s for the quickstart's two plugins and 2 min 30 s for all of them with pip's cache warm, 4+ min cold)"
+pip_install "${args[@]}"
 # openpi-client, the real reference of the `rlinf serve` tests (WebsocketClientPolicy) and of the openpi plugin's
 # resize parity test (image_tools): it pins numpy<2 (and dm-tree) for openpi's JAX stack, but what we use of it
 # (msgpack + websockets, numpy + pillow) runs on numpy 2, so it comes without its pins and pip check passes over its lines
 say "openpi-client (the serve tests' websocket client, the openpi resize reference) and pip check"
-"${PIP[@]}" --no-deps "openpi-client==0.1.2" 2>&1 | grep -v "is ignored" || true
+pip_install --no-deps "openpi-client==0.1.2"
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }
 

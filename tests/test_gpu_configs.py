@@ -27,6 +27,32 @@ CHECKED_IN_PLUGIN_TESTS = {"wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan
 POLICY = "model.init_args.policy.init_args"
 
 
+PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
+
+
+def performance_table() -> dict[str, tuple[float | None, float | None]]:
+    """docs/performance.md's table of shipped GPU configs: ``{config: (training step GiB, rollout GiB)}`` (a cell
+    of several values, ``25.0 / 21.0 GiB``, gives one per config of the row's ``{a, b}``, in order)."""
+    import re
+
+    table = {}
+    for line in PERFORMANCE_DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 6 or ".yaml" not in cells[0]:
+            continue
+        pattern = cells[0].split(" (")[0]
+        brace = re.search(r"\{(.*?)\}", pattern)
+        names = [pattern[: brace.start()] + n.strip() + pattern[brace.end():] for n in brace.group(1).split(",")] \
+            if brace else [pattern]
+        columns = []
+        for cell in cells[3:5]:
+            values = [float(v) for v in re.findall(r"\d+\.\d+", re.sub(r"\(.*?\)", "", cell))]
+            columns.append(values * len(names) if len(values) == 1 else values or [None] * len(names))
+        for i, name in enumerate(names):
+            table[name] = (columns[0][i], columns[1][i])
+    return table
+
+
 # eval configs of a policy exported by one of our fit configs (``<run name>/policy``): the kind it was trained from
 EXPORTED_FROM = {"libero_130_grpo_openvlaoft": "rlinf-openvla-oft-libero-130"}
 
@@ -250,6 +276,11 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
         assert len(wm_train) == 3 and sum(wm_train) > 2.0 and peak > 1.0, est.format(config.name)
         assert "world_model" in info and sum(v for k, v in wm_rollout.items() if k.startswith("world model")) > 3.0
     assert est.gpu_memory_gib == (cfg.get("memory") or {}).get("gpu_memory_gb", 80.0)
+    shown = performance_table().get(str(config.relative_to(ROOT / "configs")))
+    if shown is not None:  # docs/performance.md's row is what `rlinf memory` prints, to its 0.1 GiB
+        for doc, total in zip(shown, (est.train_total, est.rollout_total)):
+            assert doc is None or abs(doc - total) <= 0.051, f"docs/performance.md shows {shown}, the estimate " \
+                f"is {est.train_total:.2f} / {est.rollout_total:.2f} GiB"
 
 
 def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
@@ -260,6 +291,12 @@ def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
     out = capsys.readouterr().out
     assert "fsdp2 x8" in out and "gathered policy for the rollout" in out and "fits" in out
     assert "with ckpt" in out and "parameters: 7541237184" in out
+    # docs/performance.md's breakdown of this config shows the same two totals
+    import re
+
+    block = PERFORMANCE_DOC.read_text().split("Breakdown of `configs/libero/spatial.yaml`:")[1].split("```")[1]
+    totals = lambda text: sorted(float(v) for v in re.findall(r"total +(\d+\.\d+) GiB", text))  # noqa: E731
+    assert totals(block) == totals(out), (totals(block), totals(out))
 
 
 def test_rlinf_memory_prints_the_world_model_of_a_shipped_config(released_dir, capsys):

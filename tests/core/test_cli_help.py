@@ -77,3 +77,22 @@ def test_help_into_a_closed_pipe_is_not_an_error():
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+
+
+def test_help_examples_name_the_run_directory_their_config_writes(capsys):
+    """An example's ``--ckpt_path`` is a ``version_N`` under the config's own logger directory (issue 39)."""
+    import re
+
+    import yaml
+
+    from rlinf_core.cli.configs import resolve_config_args
+
+    assert main(["--help"]) == 0
+    examples = [ln.split("#")[0].split() for ln in capsys.readouterr().out.splitlines() if "--ckpt_path" in ln]
+    assert examples
+    for words in examples:
+        config = resolve_config_args(["--config", words[words.index("--config") + 1]])[1]
+        logger = yaml.safe_load(open(config))["trainer"]["logger"]["init_args"]
+        run_root = f"{logger['save_dir']}/{logger['name']}/"
+        ckpt = words[words.index("--ckpt_path") + 1]
+        assert ckpt.startswith(run_root) and re.match(r"version_\d+", ckpt[len(run_root):]), (ckpt, run_root)

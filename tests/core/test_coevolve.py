@@ -34,6 +34,8 @@ def small_toy_loop(tmp_path: Path) -> Path:
 def test_toy_loop_runs_every_stage_feeds_paths_forward_and_resumes(tmp_path, capsys):
     path = small_toy_loop(tmp_path)
     assert main(["coevolve", "--config", str(path)]) == 0
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("coevolve: the toy loop checks")]
+    assert len(said) == 2 and "not learning" in said[0]  # what the toy loop is for, when it starts and ends
     out = tmp_path / "loop"
     records = json.loads((out / "coevolve.json").read_text())["records"]
     # no collect after the last round (feeds_next_round)

@@ -60,3 +60,14 @@ def test_a_run_output_shown_in_the_docs_says_how_it_was_made(doc):
             line = text[: m.start()].count("\n") + 1
             assert re.search(r"commit [0-9a-f]{7}|same run", before), (
                 f"{doc.relative_to(ROOT)}:{line} shows a run's output without the commit and command that made it")
+
+
+def test_package_long_descriptions_have_no_escaped_newlines():
+    """The README each pyproject names as its long description is Markdown, not a string literal with ``\\n``."""
+    import tomllib
+
+    for pyproject in [ROOT / "core" / "pyproject.toml", *sorted(ROOT.glob("plugins/*/pyproject.toml"))]:
+        readme = tomllib.loads(pyproject.read_text())["project"].get("readme")
+        if isinstance(readme, str):
+            text = re.sub(r"```.*?```|`[^`]*`", "", (pyproject.parent / readme).read_text(), flags=re.S)  # code
+            assert "\\n" not in text, f"{(pyproject.parent / readme).relative_to(ROOT)} holds a literal \\n"

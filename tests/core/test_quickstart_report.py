@@ -37,3 +37,13 @@ def test_the_readme_table_is_the_quickstarts():
     recorded = (ROOT / "docs" / "quickstart_runs" / "seed0.md").read_text()
     [row] = re.findall(r"^\| 0 \|.*$", recorded.split("## README row")[1], re.M)
     assert row in readme, f"the README's seed-0 row is not the recorded run's: {row}"
+
+
+def test_docs_quickstart_states_the_recorded_changes():
+    """docs/quickstart.md's current figures are the recorded runs' (their README rows), seed by seed (issue 39)."""
+    doc = (ROOT / "docs" / "quickstart.md").read_text()
+    for recorded in sorted((ROOT / "docs" / "quickstart_runs").glob("seed*.md")):
+        seed = int(recorded.stem.removeprefix("seed"))
+        [row] = re.findall(rf"^\| {seed} \|.*$", recorded.read_text().split("## README row")[1], re.M)
+        change = re.findall(r"\*\*([+-][\d.]+)\*\*", row)[-1]
+        assert f"{change} (seed {seed})" in doc, f"docs/quickstart.md lacks seed {seed}'s {change}"

@@ -148,3 +148,16 @@ def test_window_labels_stay_positive_after_the_first_success():
     ep.success[5] = True  # a success flag that flickers off again (MetaWorld's per-step success)
     win = cut_windows([ep], starts=[2], horizon=6)
     assert win.labels[0].tolist() == [False, False, True, True, True, True]  # frames 3..8, as the classifier's labels
+
+
+def test_the_readme_command_runs_with_its_defaults_on_short_episodes(tmp_path, capsys):
+    """``rlinf wm-score actions --world_model ToyWorldModel --episodes DIR`` (the README's line, no --horizon) on
+    episodes shorter than 24 steps: the horizon defaults to what the episodes hold (issue 39)."""
+    from rlinf_core.cli.main import main
+
+    for i, e in enumerate(simulated_episodes(steps=13)):
+        save_init_trajectory(tmp_path / "eps" / f"traj{i}.npy", e.frames, e.instruction, e.actions, e.success)
+    assert main(["wm-score", "actions", "--world_model", "ToyWorldModel", "--episodes", str(tmp_path / "eps")]) == 0
+    out = capsys.readouterr().out
+    assert "horizon 12 frames" in out and "open-loop error of 4 windows, k = 1..12" in out
+    assert "verdict: responds" in out

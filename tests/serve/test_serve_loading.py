@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -163,6 +164,16 @@ def test_rlinf_serve_command_serves_until_stopped(toy_export):
         proc.terminate()
         _, err = proc.communicate(timeout=60)
     assert "TinyVLAPolicy (export" in err and "greedy" in err
+    # docs/serving.md shows the lines it prints when ready, and what it prints per connection
+    ready = [r"rlinf serve: \w+ \(export \S+\), openpi protocol on [\d.]+:\d+, mapping libero, actions \[\d+, \d+\], "
+             r"greedy; reachable from this machine only \(--host 0\.0\.0\.0 to serve the network; add --api-key\)",
+             r"rlinf serve: server listening on [\d.]+:\d+"]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    shown = re.search(r"When it is ready the server prints (\w+) lines.*?```text\n(.*?)```", doc, re.S)
+    assert shown and shown.group(1) == "two" and len(shown.group(2).splitlines()) == len(ready)
+    for pattern, doc_line, line in zip(ready, shown.group(2).splitlines(), err.splitlines()):
+        assert re.fullmatch(pattern, doc_line) and re.fullmatch(pattern, line), (doc_line, line)
+    assert "connection open" in err and "connection from ('127.0.0.1'," in err
 
     bad = subprocess.run([*RLINF, "serve", "--policy", str(toy_export),
                           "--chunk", "0"], env=env, capture_output=True, text=True, timeout=120)

@@ -79,7 +79,7 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
     trainer.fit(module)
     success = _scalars(trainer, "env/success_once")
     start, end = sum(success[:8]) / 8, sum(success[-8:]) / 8
-    print(f"{algo} success_once {start:.3f} -> {end:.3f}")  # shown with pytest -s
+    print(f"{algo} success_once {start:.3f} -> {end:.3f}; by step: {' '.join(f'{x:.2f}' for x in success)}")  # -s
     if setup["critic"]:
         assert max(_scalars(trainer, "train/critic/explained_variance")) > 0.2
     return start, end
@@ -103,17 +103,34 @@ def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
 
 @pytest.fixture(scope="module")
 def pi05_sft_checkpoint(tiny, tmp_path_factory):
-    """The tiny π0.5 after 600 whole-model SFT steps on the weak expert, saved as a checkpoint directory."""
+    """The tiny π0.5 after 600 whole-model SFT steps on the weak expert, saved as a checkpoint directory: made once
+    per test run, also under pytest-xdist (the first worker makes it, under a lock; the others load it), so that the
+    two RL tests do not each pay for it."""
+    import fcntl
+    import os
+
     from rlinf_policy_openpi.policy import OpenPIPolicy
 
-    path = tiny(pi05=True, layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False)
-    torch.manual_seed(0)
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False,
-                          train_expert_only=False)
-    _imitate_weak_expert(policy, steps=600, lr=3e-3)
-    out = tmp_path_factory.mktemp("pi05-sft")
-    policy.save_pretrained(out)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id per pytest run, the same in every worker
+    out = tmp_path_factory.getbasetemp().parent / f"pi05-sft-{run}" if run else tmp_path_factory.mktemp("pi05-sft")
+    with open(f"{out}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = out.parent / f"{out.name}.done"
+        if not done.is_file():
+            path = tiny(pi05=True, layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False)
+            torch.manual_seed(0)
+            policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False,
+                                  train_expert_only=False)
+            _imitate_weak_expert(policy, steps=600, lr=3e-3)
+            out.mkdir(parents=True, exist_ok=True)
+            policy.save_pretrained(out)
+            done.write_text("")
     return out
+
+
+# π0.5 PPO: +0.23 success over 40 RL steps, +0.37 over 60 (measured at 1f448fc, success_once of the first vs the
+# last 8 steps; the test asks for +0.1): 40 keeps the test well inside its timeout
+PI05_SETUPS = {**SETUPS, "ppo": {**SETUPS["ppo"], "epochs": 40}}
 
 
 @pytest.mark.parametrize("algo", list(SETUPS))
@@ -121,7 +138,7 @@ def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_pat
     from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openpi.settings import CriticConfig
 
-    setup = SETUPS[algo]
+    setup = PI05_SETUPS[algo]
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM

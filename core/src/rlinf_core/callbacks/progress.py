@@ -18,6 +18,7 @@ from typing import Any, Callable, TextIO
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from rlinf_core.callbacks.startup import release_startup_lines
 from rlinf_core.distributed.trainer import attached_trainer
 
 # (logged metric, label, format): the step's key numbers, in the bar and the plain lines
@@ -84,7 +85,9 @@ class RLProgressBar(ProgressBar):
         plain: ``null``: timestamped lines when stdout is not a terminal, else the live bar;
             ``true``: always timestamped lines; ``false``: always the live bar.
         history_s: in a terminal, also keep a finished RL step's line in the scrollback, at most
-            once every ``history_s`` seconds (the last step always); ``0``: every step.
+            once every ``history_s`` seconds (the last step always); ``0``: every step. In a log file, an
+            epoch of another module (SFT, world / reward model) prints a line after its first batch and then
+            every ``history_s`` seconds.
     """
 
     def __init__(self, refresh_s: float = 0.5, plain: bool | None = None, history_s: float = 30.0) -> None:
@@ -103,6 +106,7 @@ class RLProgressBar(ProgressBar):
         self._steps_done = 0
         self._live = False  # between on_train_start and on_train_end, or during validate
         self._unit = "step"  # "step": an RLModule's RL step; "epoch": any other module's epoch
+        self._header_done = False  # validate / test / predict: the header was printed
 
     # ------------------------------------------------------------------ Lightning's ProgressBar API
     def disable(self) -> None:
@@ -134,6 +138,7 @@ class RLProgressBar(ProgressBar):
             lines = [f"{_now()} {lines[0]}", *lines[1:]]
         self._clear()
         self._stream.write("\n".join(lines) + "\n")
+        self._stream.flush()  # before anything the run writes to stderr next (`> log 2>&1` keeps the order)
         self._draw(force=True)
 
     # ------------------------------------------------------------------ phases
@@ -161,9 +166,28 @@ class RLProgressBar(ProgressBar):
         self._fit_t0 = time.perf_counter()
         log_dir = trainer.log_dir  # a broadcast under DDP: every rank calls it
         self.print_lines([run_header(trainer, pl_module, log_dir)], stamp_first=True)
+        release_startup_lines()
         self._live = True
         self._steps_done = 0
         self._unit = "step" if hasattr(pl_module, "step_metrics") else "epoch"
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._header_outside_fit(trainer, pl_module)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._header_outside_fit(trainer, pl_module)
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._header_outside_fit(trainer, pl_module)
+
+    def _header_outside_fit(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """``rlinf validate`` / ``test`` / ``predict``: the same first line as fit's, once per run."""
+        if trainer.state.fn == "fit" or self._header_done:
+            return
+        self._header_done = True
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank calls it
+        self.print_lines([run_header(trainer, pl_module, log_dir)], stamp_first=True)
+        release_startup_lines()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._step_t0 = time.perf_counter()
@@ -177,6 +201,16 @@ class RLProgressBar(ProgressBar):
         total = self.total_train_batches
         of = f"/{int(total)}" if math.isfinite(total) else ""
         self.set_phase(f"training {batch_idx + 1}{of} batches")
+        now = time.perf_counter()
+        if self.timestamped and self.is_enabled and (self._steps_done == 0 and batch_idx == 0
+                                                     or now - self._last_history >= self.history_s):
+            # a log file hears from a long epoch: after its first batch (the cost of one), then every history_s
+            self._last_history = now
+            per_batch = (now - self._step_t0) / (batch_idx + 1)
+            of_epochs = f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else ""
+            step = f"epoch {trainer.current_epoch + 1}{of_epochs}"
+            self.print_lines([f"{step} | training {batch_idx + 1}{of} batches | {per_batch:.2f} s/batch"],
+                             stamp_first=True)
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -260,18 +294,29 @@ class RLProgressBar(ProgressBar):
             self._stream.flush()
 
 
-def run_header(trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None) -> str:
-    """``"fit RLModule (TinyVLAPolicy, 17.3 K trainable parameters): 80 RL steps on 1 device(s); logs: runs/x"``."""
+def _what(pl_module: pl.LightningModule, trainable_only: bool) -> str:
+    """``"RLModule (TinyVLAPolicy, 17.3 K trainable parameters)"``: the module and the model it trains."""
     from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
-    policy = getattr(pl_module, "policy", None)
-    what = type(pl_module).__name__ + (f" ({type(policy).__name__}" if policy is not None else " (")
-    trainable = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
-    what += f", {get_human_readable_count(trainable).strip()} trainable parameters)"
+    inner = getattr(pl_module, "policy", None)
+    if inner is None and callable(getattr(pl_module, "trained_module", None)):  # world / reward model trainers
+        inner = pl_module.trained_module()
+    count = sum(p.numel() for p in pl_module.parameters() if p.requires_grad or not trainable_only)
+    numbers = f"{get_human_readable_count(count).strip()} {'trainable ' if trainable_only else ''}parameters"
+    return f"{type(pl_module).__name__} ({type(inner).__name__ + ', ' if inner is not None else ''}{numbers})"
+
+
+def run_header(trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None) -> str:
+    """``"fit RLModule (TinyVLAPolicy, 17.3 K trainable parameters): 80 RL steps on 1 device(s); logs: runs/x"``;
+    ``"validate RLModule (TinyVLAPolicy, 17.3 K parameters) on 1 device(s); logs: runs/x"`` for the other
+    commands."""
+    fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
+    if fn != "fit":
+        return f"{fn} {_what(pl_module, False)} on {trainer.world_size} device(s); logs: {log_dir}"
     unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
     unit = unit[:-1] if trainer.max_epochs == 1 else unit
     steps = f"{trainer.max_epochs} {unit}" if trainer.max_epochs and trainer.max_epochs > 0 else f"unbounded {unit}"
-    return f"fit {what}: {steps} on {trainer.world_size} device(s); logs: {log_dir}"
+    return f"fit {_what(pl_module, True)}: {steps} on {trainer.world_size} device(s); logs: {log_dir}"
 
 
 def _now() -> str:

@@ -89,6 +89,7 @@ class LoopSpec:
         vars: starting values of the variables (``policy: path/to/sft_policy``).
         prelude: stages run once before round 1 (``${round}`` = 0), e.g. the starting policy's eval.
         stages: the stages of every round, in order.
+        note: what the loop shows (printed when it starts and ends), e.g. that a toy loop checks the plumbing.
     """
 
     out_dir: str = "runs/coevolve"
@@ -97,6 +98,7 @@ class LoopSpec:
     vars: dict[str, Any] = field(default_factory=dict)
     prelude: list[dict[str, Any]] = field(default_factory=list)  # StageSpec mappings, each checked on its own
     stages: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
 
 
 def _fields(cls) -> list[str]:
@@ -349,10 +351,14 @@ def coevolve_command(argv: list[str], rlinf_main: Callable[[list[str]], Any] | N
                 raise LoopError(f"--set {item!r}: expected NAME=VALUE")
             name, value = item.split("=", 1)
             spec.vars[name] = value
+        if spec.note:
+            print(f"coevolve: {spec.note.strip()}", flush=True)
         records = run_loop(spec, rlinf_main=rlinf_main)
     except LoopError as exc:
         print(f"rlinf coevolve: error: {exc}", file=sys.stderr)
         return 2
     out = Path(spec.out_dir).resolve()
     print(f"coevolve: {len(records)} stages done; results: {out / 'results.md'}")
+    if spec.note:
+        print(f"coevolve: {spec.note.strip()}")
     return 0

@@ -79,7 +79,7 @@ def help_text(plugin_commands: dict | None = None, errors: list[str] | None = No
         "",
         "examples:",
         "  rlinf fit --config toy/reach_grpo.yaml",
-        "  rlinf validate --config toy/reach_grpo.yaml --ckpt_path runs/rlinf/version_0/checkpoints",
+        "  rlinf validate --config toy/reach_grpo.yaml --ckpt_path runs/reach_grpo/version_0   # its first run",
         "  rlinf fit --config toy/reach_grpo.yaml --print_config   # the full config with every default",
     ]
     if errors:

@@ -192,18 +192,25 @@ def main(args: list[str] | None = None) -> int | None:
     cli_class.quiet = not verbose
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
     parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
+    from rlinf_core.callbacks.startup import hold_startup_lines, release_startup_lines
     from rlinf_core.cli.suggest import with_key_suggestions
 
-    run_cli(with_key_suggestions(lambda: cli_class(
-        pl.LightningModule,
-        None,
-        subclass_mode_model=True,
-        args=argv,
-        save_config_kwargs={"overwrite": True},
-        seed_everything_default=0,
-        trainer_defaults=trainer_defaults(quiet=not verbose),
-        parser_kwargs=parser_kwargs,
-    ), argv))
+    hold_startup_lines()  # Lightning's `Seed set to` / device lines come after the run's first line (its directory)
+    try:
+        run_cli(with_key_suggestions(lambda: cli_class(
+            pl.LightningModule,
+            None,
+            subclass_mode_model=True,
+            args=argv,
+            save_config_kwargs={"overwrite": True},
+            seed_everything_default=0,
+            trainer_defaults=trainer_defaults(quiet=not verbose),
+            parser_kwargs=parser_kwargs,
+        ), argv))
+    except BaseException:  # an error (or a finished run) before the header: its message is the last word
+        release_startup_lines(drop=True)
+        raise
+    release_startup_lines()  # a run without rlinf's progress bar: they come at its end
     return 0
 
 

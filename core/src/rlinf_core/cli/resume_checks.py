@@ -70,4 +70,26 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
         what = f"{extra[0]} which the config's model lacks" if extra else f"no {missing[0]}, which the config builds"
         raise ValueError(f"checkpoint {path} holds {what} ({len(extra)} extra, {len(missing)} missing tensors): "
                          "it is a checkpoint of another model; resume with its own config")
+    stop_if_finished(trainer, model, path, ckpt)
+
+
+def stop_if_finished(trainer: Any, model: Any, path: Path, ckpt: dict) -> None:
+    """A checkpoint that already reached the trainer's limit would run 0 steps in a new run directory: say so and
+    which key continues it, and exit 0 before that directory is written."""
+    progress = (((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}).get("current") or {}
+    # an epoch-end checkpoint counts its epoch as processed (completed follows after the save); resume skips it
+    epochs = int(progress.get("processed", progress.get("completed", int(ckpt.get("epoch", -1)) + 1)))
+    steps = int(ckpt.get("global_step", 0))
+    unit = "RL steps" if hasattr(model, "step_metrics") else "epochs"
+    if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epochs:
+        done, key, more = f"{epochs} {unit[:-1] if epochs == 1 else unit}", "trainer.max_epochs", 2 * epochs
+    elif trainer.max_steps is not None and 0 < trainer.max_steps <= steps:
+        done, key, more = f"{steps} optimizer steps", "trainer.max_steps", 2 * steps
+    else:
+        return
+    if trainer.is_global_zero:
+        print(f"rlinf: {path} has already finished: {done}, and the config stops at {key} = "
+              f"{getattr(trainer, key.split('.')[1])}. Nothing to run; to continue it, raise the limit, e.g. "
+              f"--{key}={more}", flush=True)
+    raise SystemExit(0)
 

@@ -42,6 +42,13 @@ def _windows(a, world_model):
         files = files[: a.max_episodes]
     size = getattr(world_model, "image_size", None)
     episodes = [load_episode(f, int(size) if size else None) for f in files]
+    if a.horizon is None:  # the longest horizon (up to 24) that half of the episodes hold after the latest start
+        lengths = sorted(len(e.frames) for e in episodes)
+        a.horizon = max(1, min(24, lengths[len(lengths) // 2] - 1 - max(a.start))) if lengths else 24
+        print(f"horizon {a.horizon} frames (--horizon; the median episode has {lengths[len(lengths) // 2]} frames)"
+              if lengths else "horizon 24 frames (--horizon)")
+    if a.chunk is None:
+        a.chunk = min(8, a.horizon)
     return cut_windows(episodes, a.start, a.horizon)
 
 
@@ -108,8 +115,10 @@ def _parser() -> argparse.ArgumentParser:
     rollout.add_argument("--world_model_args", default="{}", help="its __init__ arguments as a JSON object")
     rollout.add_argument("--episodes", required=True, help="directory of recorded traj*.npy episodes (held out)")
     rollout.add_argument("--start", type=int, nargs="+", default=[0], help="steps the windows start at")
-    rollout.add_argument("--horizon", type=int, default=24, help="frames predicted open loop (k = 1..horizon)")
-    rollout.add_argument("--chunk", type=int, default=8, help="frames per predict call (the env's action chunk)")
+    rollout.add_argument("--horizon", type=int, default=None, help="frames predicted open loop (k = 1..horizon; "
+                         "default: up to 24, as many as the median episode holds after the latest --start)")
+    rollout.add_argument("--chunk", type=int, default=None, help="frames per predict call (the env's action chunk; "
+                         "default: 8, or the horizon when shorter)")
     rollout.add_argument("--max_episodes", type=int, default=0, help="use the first N episode files (0: all)")
     rollout.add_argument("--batch", type=int, default=16, help="windows per predict call")
     rollout.add_argument("--seed", type=int, default=0)
