@@ -53,6 +53,14 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
      "hf download RLinf/RLinf-OpenSora-LIBERO-Spatial --local-dir /path/to/RLinf-OpenSora-LIBERO-Spatial"):
         "a download of released weights (tests run offline)",
     ("opensora.md", "rlinf fit --config opensora/libero_spatial_grpo_openvlaoft.yaml"): GPU,
+    ("performance.md", "bash scripts/gpu_check.sh --dry-run --out /tmp/gpu-check"):
+        "tests/test_gpu_check.py runs the dry run (into tmp_path)",
+    ("performance.md", "bash scripts/gpu_check.sh --prepare"): "downloads the wheels the GPU machine lacks",
+    ("plugins.md", "rlinf new env gridworld"): "tests/core/test_rlinf_new.py writes each kind and runs it",
+    ("plugins.md", "pip install -e './rlinf-env-gridworld[test]'"):
+        "tests/core/test_rlinf_new.py installs what rlinf new writes",
+    ("plugins.md", "pytest rlinf-env-gridworld/tests"): "tests/core/test_rlinf_new.py runs the written package's kit",
+    ("plugins.md", "rlinf fit --config gridworld/grpo.yaml"): "tests/core/test_rlinf_new.py trains each written kind",
     ("plugins.md", "pip install ./rlinf-slide"): "tests/core/test_plugin_tutorial.py installs the tutorial package",
     ("plugins.md", "rlinf plugins"): [],
     ("plugins.md", "pytest rlinf-slide/tests"): "tests/core/test_plugin_tutorial.py runs the package's tests",
