@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlinf_core.cli.plot import by_rl_step, read_scalars
+from rlinf_core.run.learning_curves import by_rl_step, read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "metaworld"
@@ -106,8 +106,8 @@ def eval_results(run_dir: Path) -> list[dict]:
 
 
 def learning_curve(rl_dir: Path, sft: dict, path: Path) -> Path | None:
-    """The RL run's learning curve (rlinf_core.cli.plot), with the SFT policy's held-out eval at step 0."""
-    from rlinf_core.cli.plot import PlotError, plot_learning_curve
+    """The RL run's learning curve (rlinf_core.run.learning_curves), with the SFT policy's held-out eval at step 0."""
+    from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
     baseline = {k: v for k, v in sft["metrics"].items() if k in ("eval/success_once", "eval/return")}
     try:

@@ -8,7 +8,7 @@ import torch
 
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.ppo import PPO
-from rlinf_core.envs.reset_states import ResetStateSampler
+from rlinf_core.contracts.reset_states import ResetStateSampler
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.rl.schedule import build_schedule, count_micro_batches, minibatch_denominators, minibatch_sizes

@@ -5,7 +5,7 @@ import torch
 
 from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 
 
 def write_init_data(root, n=6, size=16):

@@ -46,7 +46,7 @@ class RLinfCLI(LightningCLI):
             self.config[sub]["ckpt_path"] = resolve_resume_path(self.config[sub]["ckpt_path"])
 
     def before_instantiate_classes(self) -> None:
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         config = self.config[self.subcommand] if self.subcommand else self.config
         trainer = config.get("trainer")

@@ -114,13 +114,13 @@ def _build_component(registry, node: Any, what: str):
 
 
 def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
-    """The :class:`~rlinf_core.memory.world_model.WorldModelMemory` of the training env when it is a world-model env
+    """The :class:`~rlinf_core.memory.meta_peak.WorldModelMemory` of the training env when it is a world-model env
     (``env.init_args`` has ``world_model`` and ``reward_model``), else None."""
     env = _init_args(model_args.get("env"))
     if "world_model" not in env:
         return None
     from rlinf_core.plugins.manager import load_plugins
-    from rlinf_core.memory.world_model import world_model_env_memory
+    from rlinf_core.memory.meta_peak import world_model_env_memory
 
     device_type = "cpu" if str(accelerator) == "cpu" else "cuda"
     key = json.dumps([_architecture_key(env["world_model"]), _architecture_key(env.get("reward_model")),

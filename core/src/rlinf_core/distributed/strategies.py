@@ -33,7 +33,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
 from torch import nn
 
-from rlinf_core.distributed.trainer import attached_trainer
+from rlinf_core.foundation.trainer import attached_trainer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

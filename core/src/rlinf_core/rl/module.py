@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.rl.algorithms.base import Algorithm
-from rlinf_core.distributed.trainer import attached_trainer
+from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
@@ -47,8 +47,8 @@ from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summ
 from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.rl.schedule import batch_split_error
 from rlinf_core.rl.update import optimizer_step, precision_context, recompute_old_logprobs
-from rlinf_core.contracts.validation import first_non_finite
-from rlinf_core.rl.validation import check_rl_sizes
+from rlinf_core.foundation.checks import first_non_finite
+from rlinf_core.rl.consistency import check_rl_sizes
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.

@@ -1,6 +1,6 @@
 """Supervised training: SFT on demos, and the demo format plugins write (DemoWriter)."""
 
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.foundation.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {

@@ -143,7 +143,7 @@ class WorldModelPluginTests:
         assert torch.equal(a[1], b[1]) and torch.equal(a[0], c[0]) and torch.equal(a[2], c[2])
 
     def test_runs_as_an_env_from_released_format_init_files(self):
-        from rlinf_core.envs.world_model import WorldModelEnv
+        from rlinf_core.envs.world_model_env import WorldModelEnv
 
         model = self.make_model()
         root = Path(tempfile.mkdtemp()) / "dataset"

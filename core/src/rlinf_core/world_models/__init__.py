@@ -1,6 +1,6 @@
 """World-model helpers for plugins: initial-state data, conditioning, reward models."""
 
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.foundation.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {

@@ -96,7 +96,7 @@ class Algorithm:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
         check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)

@@ -42,7 +42,7 @@ class PPO(Algorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.gamma", gamma, low=0, high=1)
         check_number("algorithm.gae_lambda", gae_lambda, low=0, high=1)

@@ -1,7 +1,7 @@
 """Parse-time checks of config values against their allowed ranges (one-line ``ValueError`` each).
 
 Called from the ``__init__`` / ``__post_init__`` of the config classes, so a bad value fails while jsonargparse
-builds the run, before anything is written; :mod:`rlinf_core.cli.errors` prints the message as the one-line cause.
+builds the run, before anything is written; :mod:`rlinf_core.cli.error_report` prints the message as the one-line cause.
 """
 
 from __future__ import annotations
