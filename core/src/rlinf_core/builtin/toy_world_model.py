@@ -17,7 +17,7 @@ from torch import nn
 from rlinf_core.run.checkpoint_files import load_safetensors
 
 from rlinf_core.contracts.world_model import RewardModel, WorldModel
-from rlinf_core.world_models.init_data import ConditionSpec
+from rlinf_core.contracts.world_model import ConditionSpec
 
 
 class ToyWorldModel(WorldModel):

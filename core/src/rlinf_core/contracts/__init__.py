@@ -6,7 +6,7 @@ from rlinf_core.foundation.lazy import lazy_getattr
 _LAZY = {
     "ActOutput": "rlinf_core.contracts.policy",
     "ChunkStepResult": "rlinf_core.contracts.observation",
-    "ConditionSpec": "rlinf_core.world_models.init_data",
+    "ConditionSpec": "rlinf_core.contracts.world_model",
     "Env": "rlinf_core.contracts.env",
     "EvaluateOutput": "rlinf_core.contracts.policy",
     "MemoryProfile": "rlinf_core.memory.estimate",

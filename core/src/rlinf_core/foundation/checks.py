@@ -7,9 +7,6 @@ builds the run, before anything is written; :mod:`rlinf_core.cli.error_report` p
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import torch
 
 
 def check_number(
@@ -48,11 +45,3 @@ def check_number(
     ):
         raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
 
-
-def first_non_finite(module: torch.nn.Module) -> str | None:
-    """Name of the first parameter or buffer holding NaN / inf (``None``: all finite)."""
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        t: Any = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t.detach()).all()):
-            return name
-    return None

@@ -47,7 +47,7 @@ from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summ
 from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.rl.schedule import batch_split_error
 from rlinf_core.rl.update import optimizer_step, precision_context, recompute_old_logprobs
-from rlinf_core.foundation.checks import first_non_finite
+from rlinf_core.models.weights import first_non_finite
 from rlinf_core.rl.consistency import check_rl_sizes
 
 class RLModule(pl.LightningModule):
