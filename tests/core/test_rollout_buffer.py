@@ -17,7 +17,7 @@ from rlinf_core.rl.algorithms import PPO
 from rlinf_core.rl.buffer import RolloutBuffer
 from rlinf_core.rl.config import RolloutConfig
 from rlinf_core.rl.module import RLModule
-from rlinf_core.rl.trajectory import Samples
+from rlinf_core.rl.algorithms.trajectory import Samples
 
 
 def make_module() -> RLModule:

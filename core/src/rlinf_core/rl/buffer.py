@@ -6,7 +6,7 @@ algorithm, then :meth:`RolloutBuffer.fill`) and read by every ``training_step`` 
 (:meth:`RolloutBuffer.micro_batch`). The fill is keyed by the RL step it was made for, so a micro-batch can only be
 read by the step that filled it. The index math (minibatch sizes, shuffles, denominators) is in
 :mod:`rlinf_core.rl.schedule`; the storage types (:class:`Trajectory`, :class:`Samples`) in
-:mod:`rlinf_core.rl.trajectory`.
+:mod:`rlinf_core.rl.algorithms.trajectory`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rlinf_core.rl.schedule import (
     minibatch_sizes,
     schedule_seed,
 )
-from rlinf_core.rl.trajectory import Samples
+from rlinf_core.rl.algorithms.trajectory import Samples
 
 
 @dataclass

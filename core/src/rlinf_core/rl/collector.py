@@ -17,7 +17,7 @@ import torch
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, Policy
-from rlinf_core.rl.trajectory import Trajectory
+from rlinf_core.rl.algorithms.trajectory import Trajectory
 
 
 @dataclass

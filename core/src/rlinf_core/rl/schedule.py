@@ -20,7 +20,7 @@ class ScheduleSlot:
     """The indices of one forward/backward pass.
 
     Args:
-        idx: sample indices into the RL step's :class:`rlinf_core.rl.trajectory.Samples` ``[m]``.
+        idx: sample indices into the RL step's :class:`rlinf_core.rl.algorithms.trajectory.Samples` ``[m]``.
         minibatch: index of its minibatch in the step (keys the denominators).
         minibatch_size: samples of that minibatch on this rank.
         last: the minibatch's last micro-batch (the optimizer steps after it).

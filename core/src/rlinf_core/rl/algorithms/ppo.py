@@ -8,7 +8,7 @@ from rlinf_core.rl.algorithms.advantages import gae
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.trajectory import Samples, Trajectory
+from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
 
 
 class PPO(Algorithm):
