@@ -8,7 +8,7 @@ import torch
 
 from rlinf_core.rl.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer, global_std
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
+from rlinf_core.rl.algorithms.trajectory import Trajectory
 
 
 class GRPO(Algorithm):
@@ -57,19 +57,17 @@ class GRPO(Algorithm):
             raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
         super().check(env, policy)
 
-    def compute(
-        self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
-    ) -> tuple[Samples, dict[str, float]]:
-        # scale_rewards: batch divides by one std over every score of the step on every rank
-        self._batch_std = None
-        if self.scale_rewards == "batch":
-            scores = torch.cat([_scores(t) for t in trajs])
-            total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
-            if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
-                self._batch_std = global_std(scores, reduce)
-        return super().compute(trajs, group_size, reduce, max_episode_steps)
+    def _rollout_stats(self, trajs: list[Trajectory], reduce: Reducer) -> float | None:
+        """``scale_rewards: batch``: one std over every score of the step on every rank (``None`` otherwise)."""
+        if self.scale_rewards != "batch":
+            return None
+        scores = torch.cat([_scores(t) for t in trajs])
+        total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
+        if len(trajs) > 1 or total != scores.numel():
+            return global_std(scores, reduce)
+        return None  # one trajectory on one rank: its own std is this std, bit for bit
 
-    def _advantages(self, traj: Trajectory, group_size: int):
+    def _advantages(self, traj: Trajectory, group_size: int, stats: float | None):
         if group_size < 2:
             raise ValueError(
                 "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
@@ -80,9 +78,7 @@ class GRPO(Algorithm):
                 f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
             )
         scores = _scores(traj)
-        adv = group_normalized_scores(
-            scores, group_size, scale=self.scale_rewards, batch_std=getattr(self, "_batch_std", None)
-        )
+        adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards, batch_std=stats)
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
             keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
@@ -91,7 +87,6 @@ class GRPO(Algorithm):
         keep_b = keep.view(1, -1, *([1] * (mask.dim() - 2)))
         mask = (mask & keep_b).to(torch.float32)
         adv_b = adv.view(1, -1, *([1] * (mask.dim() - 2))).expand_as(mask) * mask
-        self.last_scores = scores
         return adv_b, mask, None
 
 

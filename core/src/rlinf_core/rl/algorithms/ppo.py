@@ -57,7 +57,7 @@ class PPO(Algorithm):
         self.normalize_advantages = normalize_advantages
         self.bootstrap_on_truncation = bootstrap_on_truncation
 
-    def _advantages(self, traj: Trajectory, group_size: int):
+    def _advantages(self, traj: Trajectory, group_size: int, stats: object):
         if traj.values is None:
             raise ValueError("PPO needs a policy with a value head (e.g. add_value_head: true)")
         seq = traj.at_level(self.reward_type)
