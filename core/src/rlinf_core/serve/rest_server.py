@@ -58,7 +58,7 @@ class OpenVLARestServer:
                 raise BadRequest('a double-encoded request is {"encoded": json_numpy.dumps(payload)} alone')
             payload = json_numpy_loads(payload["encoded"])
         if isinstance(payload, dict) and payload.get("unnorm_key") is not None:
-            have = getattr(self.runner.policy, "unnorm_key", None)
+            have = self.runner.policy.unnorm_key
             if payload["unnorm_key"] != have:
                 raise BadRequest(f"unnorm_key {payload['unnorm_key']!r}: this server un-normalises with {have!r} "
                                  "(restart it with --unnorm-key to serve another dataset's statistics)")

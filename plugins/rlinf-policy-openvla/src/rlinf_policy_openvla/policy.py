@@ -371,6 +371,11 @@ class _PrismaticPolicy(Policy):
         logits, _ = self._teacher_logits(obs, bins)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), bins.reshape(-1))
 
+    @property
+    def image_size(self) -> int:
+        """Side of the images the vision backbone takes (the checkpoint's first vision tower)."""
+        return self.spec.vision[0].image_size
+
     def memory_profile(self):
         """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf_core.memory.estimate`)."""
         from rlinf_policy_openvla.memory import prismatic_profile
