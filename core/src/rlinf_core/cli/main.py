@@ -126,7 +126,7 @@ def _dispatch(argv: list[str]) -> int | None:
         module, _, function = builtin[name].target.partition(":")
         run = getattr(importlib.import_module(module), function)
         rest = argv[argv.index(name) + 1 :]
-        return run(rest, rlinf_main=main) if name == "coevolve" else run(rest)
+        return run(rest)
     registry = load_plugins(warn=False)
     if name in registry.commands:
         return run_plugin_command(name, argv[argv.index(name) + 1 :], registry)
@@ -179,11 +179,7 @@ def main(args: list[str] | None = None) -> int | None:
 
     import rlinf_core.rl.algorithms  # noqa: F401 - makes PPO / GRPO short names resolvable
     import rlinf_core.rl.module  # noqa: F401 - makes RLModule resolvable
-
-    try:
-        import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
-    except ImportError:
-        pass
+    import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
     import rlinf_core.callbacks.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
     import rlinf_core.supervised.world_model_trainers  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
     from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
