@@ -336,7 +336,7 @@ def estimate(
     if not training:
         offload_optimizer_in_rollout = True  # no optimizer state exists in an eval-only run
 
-    # rollout: no gradients; FSDP2 gathers the whole policy once (rlinf_core.distributed.strategies.rollout_mode)
+    # rollout: no gradients; FSDP2 gathers the whole policy once (rlinf_core.distributed.rollout_mode.rollout_mode)
     ro: list[tuple[str, float]] = []
     if strategy.kind == "fsdp2":
         ro.append(("weight shards", (tb + fb) / N / GiB))

@@ -36,14 +36,9 @@ from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_s
 from rlinf_core.callbacks.progress import phase_reporter
 from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer, batch_split_error
 from rlinf_core.rl.collector import RolloutCollector
-from rlinf_core.distributed.strategies import (
-    backward_sync,
-    deepspeed_engine,
-    export_policy,
-    rollout_mode,
-    set_accumulation_boundary,
-    shard_policy,
-)
+from rlinf_core.distributed.grad_accumulation import backward_sync, deepspeed_engine, set_accumulation_boundary
+from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
+from rlinf_core.distributed.rollout_mode import rollout_mode
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
 from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from rlinf_core.distributed.strategies import deepspeed_engine, deepspeed_step
+from rlinf_core.distributed.grad_accumulation import deepspeed_engine, deepspeed_step
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.precision import compute_context
 from rlinf_core.rl.metrics import MetricSums
