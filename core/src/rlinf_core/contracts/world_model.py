@@ -87,7 +87,7 @@ class WorldModel(nn.Module):
         """``state`` with rows ``env_ids`` replaced by ``new``."""
         raise NotImplementedError
 
-    # -- fine-tuning (optional; :class:`rlinf_core.supervised.world_model_trainers.WorldModelTrainer` needs both) ------------
+    # -- fine-tuning (optional; :class:`rlinf_core.supervised.world_model_trainers.WorldModelTrainer` needs both) --
     def training_loss(
         self, frames: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
@@ -157,7 +157,7 @@ class RewardModel(nn.Module):
         frame) lets a task-conditioned model (Wan's ``TaskEmbedResnetRewModel``) pick the task."""
         raise NotImplementedError
 
-    # -- training (optional; :class:`rlinf_core.supervised.world_model_trainers.RewardModelTrainer` needs both) --------------
+    # -- training (optional; :class:`rlinf_core.supervised.world_model_trainers.RewardModelTrainer` needs both) ---
     def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
         """``float [N]`` logits whose sigmoid is :meth:`success_prob` (trained with BCE)."""
         raise NotImplementedError(

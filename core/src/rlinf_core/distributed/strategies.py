@@ -6,7 +6,8 @@ initial states, and the module gathers metrics over all ranks:
 * ``ddp`` (Lightning's): a full replica per rank, gradients all-reduced.
 * :class:`FSDP2Strategy`: FSDP2 (``fully_shard``) data parallelism through Lightning's
   ``ModelParallelStrategy``; parameters, gradients and optimizer state are sharded over ranks.
-  :class:`rlinf_core.RLModule` shards the policy in ``configure_model`` (:func:`rlinf_core.distributed.fsdp_sharding.shard_policy`).
+  :class:`rlinf_core.RLModule` shards the policy in ``configure_model``
+  (:func:`rlinf_core.distributed.fsdp_sharding.shard_policy`).
 * :class:`DeepSpeedStrategy`: Lightning's DeepSpeed strategy (ZeRO stage 1/2) that also runs on
   CPU; on CUDA it is the stock strategy.
 
@@ -26,7 +27,6 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
-from rlinf_core.foundation.trainer import attached_trainer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

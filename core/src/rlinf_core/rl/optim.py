@@ -1,4 +1,5 @@
-"""AdamW with the warm-up / decay schedule of :class:`rlinf_core.rl.config.OptimConfig`, shared by the RL and SFT modules."""
+"""AdamW with the warm-up / decay schedule of :class:`rlinf_core.rl.config.OptimConfig`, shared by the RL and SFT
+modules."""
 
 from __future__ import annotations
 

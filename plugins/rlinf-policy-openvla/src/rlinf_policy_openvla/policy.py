@@ -189,7 +189,8 @@ class _PrismaticPolicy(Policy):
             return AutoTokenizer.from_pretrained(str(path))
         except Exception as exc:  # noqa: BLE001 - one line with the cause
             raise CheckpointError(
-                f"cannot load the tokenizer of {path} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''});"
+                f"cannot load the tokenizer of {path} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''});"
                 " expected tokenizer.json or tokenizer.model with tokenizer_config.json"
             ) from None
 
@@ -349,7 +350,8 @@ class _PrismaticPolicy(Policy):
         B = tokens.shape[0]
         if tuple(tokens.shape[1:]) != (self.num_action_chunks, self.action_dim):
             raise ValueError(
-                f"record['action_tokens'] has shape {tuple(tokens.shape)}, expected [B, {self.num_action_chunks}, {self.action_dim}]"
+                f"record['action_tokens'] has shape {tuple(tokens.shape)}, "
+                f"expected [B, {self.num_action_chunks}, {self.action_dim}]"
             )
         bins = self.action_tokenizer.tokens_to_bins(tokens).reshape(B, -1)
         logits, value_hidden = self._teacher_logits(obs, bins)

@@ -115,7 +115,8 @@ def default_image_resize(model_path: str | Path) -> tuple[str, str]:
     """``(image_resize, why)`` for a checkpoint directory whose config.json does not record one.
 
     Official OFT side files (``*action_head*`` / ``*proprio_projector*checkpoint*.pt``) mean the official OFT
-    pipeline (its processor resizes PIL images; its LIBERO eval resizes with TF before that, not reproduced); a path component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
+    pipeline (its processor resizes PIL images; its LIBERO eval resizes with TF before that, not reproduced); a path
+    component naming a released repo (``openvla-7b``, ``models--openvla--openvla-7b``)
     gives that kind's :attr:`ReleasedKind.image_resize`; anything else is taken for an RLinf checkpoint (tensor).
     """
     path = Path(model_path)
