@@ -279,14 +279,14 @@ class _RunPhase(_run_phase_callback_base()):
     logs the start warnings."""
 
     def on_fit_start(self, trainer, pl_module) -> None:  # after setup and the checkpoint restore
-        from rlinf_core.cli import error_report as errors
+        from rlinf_core.cli import error_report
 
-        errors.PHASE = "run"
+        error_report.PHASE = "run"
         experiment = getattr(trainer.logger, "experiment", None) if trainer.is_global_zero else None
         if WARNINGS and hasattr(experiment, "add_text"):
             experiment.add_text("rlinf/warnings", "\n\n".join(WARNINGS), 0)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        from rlinf_core.cli import error_report as errors
+        from rlinf_core.cli import error_report
 
-        errors.PHASE = "config"
+        error_report.PHASE = "config"
