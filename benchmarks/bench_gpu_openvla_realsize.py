@@ -106,7 +106,7 @@ def main() -> None:
         print(f"B={b:3d}: act {act_s * 1e3:8.1f} ms ({b / act_s:7.1f} frames/s) | update {upd_s * 1e3:8.1f} ms "
               f"| update peak above weights {peak:6.2f} GiB", flush=True)
     b0, a0, u0, _ = rows[0]
-    print("ratios vs B=%d (frames/s gain, update time per sample):" % b0)
+    print(f"ratios vs B={b0} (frames/s gain, update time per sample):")
     for b, a, u, _ in rows:
         print(f"  B={b:3d}: throughput x{(b / a) / (b0 / a0):6.2f} | update s/sample x{(u / b) / (u0 / b0):5.2f}")
 

@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> None:
             t_seq = time_median(lambda: sequential.act(obs, do_sample=True, temperature=1.6), args.repeats, warmup=True)
     n = args.chunks * parallel.action_dim
     params = sum(p.numel() for p in parallel.parameters()) / 1e6
-    print(f"tiny OpenVLA checkpoint: {params:.2f} M parameters, batch {args.batch}, chunk {args.chunks} x {parallel.action_dim} = {n} tokens, {args.threads} thread(s)")
+    print(
+        f"tiny OpenVLA checkpoint: {params:.2f} M parameters, batch {args.batch}, "
+        f"chunk {args.chunks} x {parallel.action_dim} = {n} tokens, {args.threads} thread(s)"
+    )
     print(f"  parallel (OFT, one forward)       : {1000 * t_par:8.1f} ms per chunk")
     print(f"  token-by-token (KV cache, {n:3d} steps): {1000 * t_seq:8.1f} ms per chunk")
     print(f"  speed-up of parallel decoding     : {t_seq / t_par:8.1f}x")

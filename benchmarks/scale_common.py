@@ -185,7 +185,7 @@ def free_cores(n: int = 3_000_000) -> float:
 
 def load_line() -> str:
     try:
-        return "load average %.2f %.2f %.2f" % os.getloadavg() + f", {os.cpu_count()} cores"
+        return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) + f", {os.cpu_count()} cores"
     except OSError:
         return ""
 

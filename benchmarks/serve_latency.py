@@ -6,9 +6,9 @@ Each model is served in this process over openpi's websocket protocol and driven
 ``encode`` from the next reply's ``prev_encode_ms``; ``round trip`` is the client's wall time of ``infer``
 (pack, send, server, receive, unpack); ``hand-off`` is the server's time between the mapped observation and
 the model's result that is not the model (queueing and the two thread hand-offs). The OFT model is also served
-over OpenVLA's REST protocol (``requests`` + ``json_numpy``, times from the ``Server-Timing`` header). Last, K clients at once against
-``--max-batch 1`` and ``--max-batch K`` (3 alternating rounds, medians): requests/s, p50 round trip, and the
-throughput ratio::
+over OpenVLA's REST protocol (``requests`` + ``json_numpy``, times from the ``Server-Timing`` header). Last, K
+clients at once against ``--max-batch 1`` and ``--max-batch K`` (3 alternating rounds, medians): requests/s, p50
+round trip, and the throughput ratio::
 
     OMP_NUM_THREADS=1 python benchmarks/serve_latency.py [--requests 30] [--device cpu|cuda] [--clients 4]
 """

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlinf_core.cli.plot import by_rl_step, read_scalars
+from rlinf_core.run.learning_curves import by_rl_step, read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "metaworld"
@@ -106,8 +106,8 @@ def eval_results(run_dir: Path) -> list[dict]:
 
 
 def learning_curve(rl_dir: Path, sft: dict, path: Path) -> Path | None:
-    """The RL run's learning curve (rlinf_core.cli.plot), with the SFT policy's held-out eval at step 0."""
-    from rlinf_core.cli.plot import PlotError, plot_learning_curve
+    """The RL run's learning curve (rlinf_core.run.learning_curves), with the SFT policy's held-out eval at step 0."""
+    from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
     baseline = {k: v for k, v in sft["metrics"].items() if k in ("eval/success_once", "eval/return")}
     try:
@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "--num-action-chunks", "8"])  # fmt: skip
     run("collect demos", [py, "-m", "rlinf_env_metaworld.collect", "--tasks", *args.tasks, "--episodes-per-task",
                           str(args.demos_per_task), "--trial-seed", "0", "--out", str(out / "demos"),
-                          "--image-size", "64", "--camera-name", "corner", "--num-action-chunks", "8", "--quiet"])  # fmt: skip
+                          "--image-size", "64", "--camera-name", "corner", "--num-action-chunks", "8",
+                          "--quiet"])  # fmt: skip
     run("SFT", [rlinf, "fit", "--config", str(CONFIGS / "quickstart_sft.yaml"),
                 f"--model.init_args.policy.init_args.model_path={out / 'tiny_oft'}",
                 f"--model.init_args.data_path={out / 'demos'}", f"--model.init_args.export_dir={out / 'sft_policy'}",
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     grpo = str(CONFIGS / "quickstart_grpo.yaml")
     run("eval SFT on held-out scenes", [rlinf, "validate", "--config", grpo, *eval_overrides,
                                         f"--model.init_args.policy.init_args.model_path={out / 'sft_policy'}",
-                                        f"--model.init_args.eval_env.init_args.video_cfg.video_base_dir={out / 'videos' / 'sft'}",
+                                        "--model.init_args.eval_env.init_args.video_cfg.video_base_dir="
+                                        f"{out / 'videos' / 'sft'}",
                                         "--trainer.logger.init_args.name=sft_eval"])  # fmt: skip
     rl_steps = args.rl_steps
     run("RL (GRPO)", [rlinf, "fit", "--config", grpo, *eval_overrides,
@@ -229,7 +231,8 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     header, row = readme_row(args.seed, args.tasks, sft, rl, total)
     text = (
         f"# rlinf CPU quickstart\n\nTasks: {', '.join(args.tasks)}; {args.demos_per_task} scripted demos per task "
-        f"(trial seed 0); {rl_steps} GRPO steps; seed {args.seed}; evaluated on {args.eval_trials} held-out scenes per task "
+        f"(trial seed 0); {rl_steps} GRPO steps; seed {args.seed}; evaluated on {args.eval_trials} held-out scenes "
+        "per task "
         f"(trial seed 1, {n} episodes, {eval_sampling(rl_dir)}).\n\n## Held-out success\n\n{table}\n\n{train_line}\n\n"
         f"## Time\n\n{timing}\n\n## README row\n\n{header}\n{row}\n"
     )
@@ -239,7 +242,8 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     print(f"success table:   {out / 'results.md'}")
     if curve:
         print(f"learning curve:  {curve}")
-    print(f"eval videos:     {out / 'videos'} ({len(videos)} mp4: videos/sft = the SFT policy, videos/rl = after GRPO steps)")
+    print(f"eval videos:     {out / 'videos'} ({len(videos)} mp4: videos/sft = the SFT policy, "
+          "videos/rl = after GRPO steps)")
     print(f"TensorBoard:     tensorboard --logdir {out / 'tensorboard'}")
     print(f"policies:        {out / 'sft_policy'} (SFT), {rl_dir / 'policy'} (SFT + GRPO)")
     return 0

@@ -124,3 +124,10 @@ def test_missing_output_is_reported(tmp_path):
         {"name": "a", "run": "exec", "command": ["${python}", "-c", "pass"], "outputs": {"x": "${stage_dir}/x"}}]}))
     with pytest.raises(LoopError, match="round 1 stage a finished but did not write its output x="):
         run_loop(load_loop(path), log=lambda _: None)
+
+
+def test_the_in_process_launcher_runs_the_installed_rlinf_command():
+    """No special case in ``rlinf``'s dispatch: coevolve finds the command through its console-script entry point."""
+    from rlinf_core.cli.coevolve import installed_rlinf_main
+
+    assert installed_rlinf_main() is main

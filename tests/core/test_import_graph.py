@@ -1,8 +1,11 @@
-"""No import circles anywhere: the module import graph of the core and every plugin is acyclic.
+"""No import circles anywhere: the module import graph of the core and every plugin is acyclic, and so is the graph
+of their folders (packages).
 
-Edges are the imports a module runs, at import time or inside a function (a lazy import that closes
-a circle is still a circle in the design); ``if TYPE_CHECKING:`` imports are left out (never run).
-``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
+Edges are every import a module names: at import time, inside a function (a lazy import that closes a circle is
+still a circle in the design) and under ``if TYPE_CHECKING:`` (an annotation that needs a circle is one too).
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. A folder edge joins the
+folders of two modules that import each other's folder (``rlinf_core.rl.module`` -> ``rlinf_core.rl.algorithms.base``:
+``rlinf_core.rl`` -> ``rlinf_core.rl.algorithms``).
 """
 
 from __future__ import annotations
@@ -25,21 +28,11 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, list[str]]]:
-    """``(base, names)`` per import statement that runs (TYPE_CHECKING blocks skipped)."""
+    """``(base, names)`` per import statement (``TYPE_CHECKING`` blocks included)."""
     found: list[tuple[str, list[str]]] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -137,7 +130,12 @@ def test_the_checker_finds_a_planted_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from . import y\n")
-    assert _imports(tree, "pkg.mod", False) == [("typing", ["TYPE_CHECKING"]), ("pkg", ["y"])]
+    assert _imports(tree, "pkg.mod", False) == [("typing", ["TYPE_CHECKING"]), ("x", []), ("pkg", ["y"])]
+    modules = {"p.a": Path("p/a.py"), "p.sub.b": Path("p/sub/b.py"), "p.sub": Path("p/sub/__init__.py")}
+    # no module circle, but p -> p.sub -> p: a folder circle
+    assert find_cycle(folder_graph({"p.a": {"p.sub.b"}, "p.sub.b": set(), "p.sub": {"p.a"}}, modules)) == [
+        "p", "p.sub", "p"
+    ]
 
 
 def test_graph_covers_core_and_plugins():
@@ -152,6 +150,34 @@ def test_no_import_cycles():
     assert not cycles, "import circles (each line: modules that import each other in a circle):\n" + "\n".join(
         " <-> ".join(c) for c in cycles
     )
+
+
+def _folder(module: str, modules: dict[str, Path]) -> str:
+    """The package a module lives in (a package's ``__init__`` belongs to the package itself)."""
+    return module if modules[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def folder_graph(graph: dict[str, set[str]], modules: dict[str, Path]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = _folder(module, modules)
+        out.setdefault(here, set()).update(_folder(t, modules) for t in targets if _folder(t, modules) != here)
+    return out
+
+
+def test_no_folder_cycles():
+    """Folders form floors: no package imports (through any of its modules) a package that imports it back."""
+    cycles = all_cycles(folder_graph(import_graph(), _modules()))
+    assert not cycles, "folder circles (each line: packages whose modules import each other's):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_the_documented_layers_form_floors():
+    """docs/architecture.md's table itself allows no circle between layers."""
+    table = documented_layers()
+    cycles = all_cycles({layer: allowed & set(table) for layer, allowed in table.items()})
+    assert not cycles, f"docs/architecture.md's table allows circles: {cycles}"
 
 
 def documented_layers() -> dict[str, set[str]]:

@@ -24,9 +24,9 @@ from rlinf_core.lerobot.mapping import PRESETS, resolve_mapping
 from rlinf_core.lerobot.reader import LeRobotFormatError, LeRobotReader
 from rlinf_core.lerobot.writer import LeRobotWriter
 from rlinf_core.rl.config import OptimConfig
-from rlinf_core.supervised.demos import DemoDataset
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.supervised.sft import SFTModule
-from rlinf_core.supervised.world_model import WorldModelTrainer
+from rlinf_core.supervised.world_model_trainers import WorldModelTrainer
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
 from rlinf_core.world_models.init_data import load_init_trajectory
 

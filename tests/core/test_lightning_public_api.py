@@ -123,7 +123,7 @@ def test_no_private_lightning_attribute_or_override() -> None:
 
 def test_attached_trainer_is_none_until_a_trainer_attaches() -> None:
     from rlinf_core.callbacks.progress import RLProgressBar
-    from rlinf_core.distributed.trainer import attached_trainer
+    from rlinf_core.foundation.trainer import attached_trainer
 
     module, bar = pl.LightningModule(), RLProgressBar()
     assert attached_trainer(module) is None and attached_trainer(bar) is None and not bar.is_enabled

@@ -17,10 +17,10 @@ def test_actor_loss_reference_and_stats():
     for r, a, m in zip(ratio.tolist(), adv.tolist(), mask.tolist()):
         if not m:
             continue
-        l = max(-a * r, -a * min(max(r, 0.8), 1.28))
+        term = max(-a * r, -a * min(max(r, 0.8), 1.28))
         if a < 0:
-            l = min(l, 3.0 * abs(a))
-        ref.append(l)
+            term = min(term, 3.0 * abs(a))
+        ref.append(term)
     torch.testing.assert_close(loss, torch.tensor(sum(ref) / len(ref)))
     clipped = torch.clamp(ratio, 0.8, 1.28)
     frac = ((-adv * clipped > -adv * ratio) & mask).sum() / mask.sum()

@@ -111,7 +111,7 @@ def test_eval_only_configs_hold_no_optimizer(tmp_path):
 
 
 def test_peak_mode_counts_live_tensors_of_a_meta_forward():
-    from rlinf_core.memory.world_model import module_bytes, peak_bytes
+    from rlinf_core.memory.meta_peak import module_bytes, peak_bytes
 
     n, h, f = 64, 256, 1024
     with torch.device("meta"):
@@ -124,7 +124,7 @@ def test_peak_mode_counts_live_tensors_of_a_meta_forward():
 
 
 def test_estimate_counts_a_world_model_in_both_phases():
-    from rlinf_core.memory.world_model import WorldModelMemory
+    from rlinf_core.memory.meta_peak import WorldModelMemory
 
     c = count_parameters(_model())
     kw = dict(strategy=StrategySpec("ddp", 1), micro_batch_size=1, rollout_batch=1, autocast=True)
@@ -142,7 +142,7 @@ def test_estimate_counts_a_world_model_in_both_phases():
 def test_world_model_that_cannot_run_on_meta_reports_weights_and_a_note():
     from rlinf_core.models.meta import meta_init
     from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
-    from rlinf_core.memory.world_model import module_bytes, world_model_env_memory
+    from rlinf_core.memory.meta_peak import module_bytes, world_model_env_memory
 
     with meta_init():
         wm, rm = ToyWorldModel(), ToyRewardModel()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlinf_core.envs import mujoco_gl
-from rlinf_core.plugins.imports import MissingDependencyError, require
+from rlinf_core.foundation.optional_deps import MissingDependencyError, require
 from rlinf_core.models.weights import INDEX_NAME, CheckpointError, load_weights, save_weights
 from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict
 from rlinf_core.models.norm_stats import bounds, normalize_bounds, read_norm_stats, resolve_unnorm_key, unnormalize_bounds

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
-from rlinf_core.cli.plot import learning_curve_figure, plot_learning_curve, run_kind, read_scalars  # noqa: E402
+from rlinf_core.run.learning_curves import learning_curve_figure, plot_learning_curve, run_kind, read_scalars  # noqa: E402
 
 
 def _write(run_dir, rows):

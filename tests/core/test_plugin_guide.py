@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "plugins.md"
 GENERATED = re.compile(r"(<!-- generated: (\w+) .*?-->\n)(.*?)(<!-- end generated -->)", re.S)
-ENV_SOURCES = [ROOT / "core/src/rlinf_core/builtin/toy_env.py", ROOT / "core/src/rlinf_core/envs/world_model.py",
+ENV_SOURCES = [ROOT / "core/src/rlinf_core/builtin/toy_env.py", ROOT / "core/src/rlinf_core/envs/world_model_env.py",
                *sorted(ROOT.glob("plugins/*/src/*/env.py"))]  # fmt: skip
 
 

@@ -25,7 +25,9 @@ CHEAP: dict[str, list[str] | str] = {
     "rlinf plugins": [],
     "rlinf coevolve --config toy/coevolve.yaml": "tests/core/test_coevolve.py runs the toy loop",
     "rlinf fit --config toy/reach_grpo.yaml": [*SHORT, "--trainer.logger.init_args.name=short_name"],
-    "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy": "tests/serve/ start the server on exported policies",
+    "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy": (
+        "tests/serve/ start the server on exported policies"
+    ),
     "rlinf wm-score actions --world_model ToyWorldModel --episodes DIR":
         "tests/core/test_wm_scoring.py runs this line, with its defaults, on recorded toy episodes",
     "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16": "needs a GPU and the 7 B weights",

@@ -6,7 +6,7 @@ import torch
 
 from rlinf_core.builtin.toy_world_model import ToyWorldModel
 from rlinf_core.testing.world_model_conformance import RewardModelPluginTests
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.reward_models import (
     LIBERO_TASKS,

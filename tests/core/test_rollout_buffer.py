@@ -1,6 +1,6 @@
-"""The RolloutBuffer owns one RL step's data: micro-batches carry their samples and denominators, and are read only
-by the step they were filled for (also right after a resume, where Lightning has no public hook that says which
-step a dataloader iterator belongs to)."""
+"""The RolloutBuffer owns one RL step's data: micro-batches carry their samples, training_step receives them, and
+they are read only by the step they were filled for (also right after a resume, where Lightning has no public hook
+that says which step a dataloader iterator belongs to). The algorithm owns the loss denominators: one all-reduce."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.rl.algorithms import PPO
-from rlinf_core.rl.buffer import RolloutBuffer
+from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer
 from rlinf_core.rl.config import RolloutConfig
 from rlinf_core.rl.module import RLModule
-from rlinf_core.rl.trajectory import Samples
+from rlinf_core.rl.algorithms.trajectory import Samples
 
 
 def make_module() -> RLModule:
@@ -44,18 +44,37 @@ def _samples(n: int) -> Samples:
                    adv=torch.randn(n), mask=mask)
 
 
-def test_micro_batches_carry_their_samples_and_minibatch_denominators():
+class CountingReducer:
+    """Two "ranks" holding the same data: sums double; counts the collective calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * 2
+
+
+def test_micro_batches_carry_their_samples_and_the_algorithm_its_minibatch_denominators():
     buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=3, update_epoch=2)
     samples = _samples(10)
-    buffer.fill(5, samples, denominator=lambda m: m.sum().double(), reduce_sum=lambda x: x * 2, rank=0, world=2)
+    samples.value_mask = torch.ones(10, 1)
+    buffer.fill(5, samples, rank=0, world=2)
     mbs = list(buffer)
     assert len(mbs) == len(buffer) == buffer.num_micro_batches(10, world=2) == 10
     assert [m.last_of_step for m in mbs] == [False] * 9 + [True]
+    assert [(m.step, m.index) for m in mbs] == [(5, i) for i in range(10)]
+    algorithm, reducer = PPO(update_epoch=2), CountingReducer()
+    algorithm.prepare_update(samples, buffer.minibatch_rows(), reducer, world=2)
+    assert reducer.calls == 1 and len(algorithm.denominators) == 6  # one all-reduce for every minibatch
     for m in mbs:  # the data is the rows named by idx, the denominators those of the micro-batch's minibatch
         assert torch.equal(m.samples.old_logprobs, samples.old_logprobs[m.idx])
         assert torch.equal(m.samples.records["tokens"][:, 0], m.idx)
         rows = torch.cat([x.idx for x in mbs if x.minibatch == m.minibatch])
-        assert m.denominators.policy == max(float(samples.mask[rows].sum()), 1.0)  # x2 ranks / world 2
+        assert torch.equal(torch.sort(buffer.minibatch_rows()[m.minibatch]).values, torch.sort(rows).values)
+        denominators = algorithm.denominators[m.minibatch]
+        assert denominators.policy == max(float(samples.mask[rows].sum()), 1.0)  # x2 ranks / world 2
+        assert denominators.value == float(len(rows))
     for epoch in range(2):  # every sample once per update epoch
         rows = torch.cat([m.idx for m in mbs if epoch * 3 <= m.minibatch < (epoch + 1) * 3])
         assert sorted(rows.tolist()) == list(range(10))
@@ -70,22 +89,23 @@ def test_the_shuffle_is_a_function_of_step_and_rank():
     orders = {}
     for step, rank in [(0, 0), (1, 0), (0, 1), (0, 0)]:
         buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=4, update_epoch=1)
-        buffer.fill(step, _samples(8), lambda m: m.sum(), lambda x: x, rank=rank, world=2)
+        buffer.fill(step, _samples(8), rank=rank, world=2)
         orders.setdefault((step, rank), []).append(torch.cat([m.idx for m in buffer]).tolist())
     assert orders[(0, 0)][0] == orders[(0, 0)][1]
     assert len({tuple(v[0]) for v in orders.values()}) == 3
 
 
 class StepRecorder(Callback):
-    """Per training_step: the RL step Lightning runs and the shuffle of the buffer it reads."""
+    """Per training_step: the RL step Lightning runs, the step of the micro-batch it receives and the step's
+    shuffle."""
 
     def __init__(self) -> None:
         self.steps: dict[int, list[int]] = {}
         self.batches: list[tuple[int, int]] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        assert batch == batch_idx
-        self.batches.append((trainer.current_epoch, pl_module.buffer.step))
+        assert isinstance(batch, MicroBatch) and batch.index == batch_idx  # training_step receives its data
+        self.batches.append((trainer.current_epoch, batch.step))
         if batch_idx == 0:
             self.steps[trainer.current_epoch] = torch.cat([m.idx for m in pl_module.buffer]).tolist()
 

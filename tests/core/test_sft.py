@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from rlinf_core.rl.config import OptimConfig
-from rlinf_core.supervised.demos import DemoDataset, DemoWriter, read_meta
+from rlinf_core.datasets.demos import DemoDataset, DemoWriter, read_meta
 from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy

@@ -13,7 +13,7 @@ from rlinf_core.cli.main import main
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.init_data import load_init_trajectory
 from rlinf_core.callbacks.recorder import RolloutRecorder
 

@@ -5,7 +5,7 @@ import torch
 
 from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 
 
 def write_init_data(root, n=6, size=16):
@@ -60,12 +60,8 @@ def test_success_is_detected_by_the_reward_model_and_only_finished_envs_reset(tm
 import pytest  # noqa: E402
 
 from rlinf_core.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
-from rlinf_core.world_models.init_data import (  # noqa: E402
-    ConditionSpec,
-    condition_inputs,
-    load_init_trajectory,
-    save_init_trajectory,
-)
+from rlinf_core.contracts.world_model import ConditionSpec  # noqa: E402
+from rlinf_core.world_models.init_data import condition_inputs, load_init_trajectory, save_init_trajectory  # noqa: E402
 
 
 class TestToyWorldModelKit(WorldModelPluginTests):

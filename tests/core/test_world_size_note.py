@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from rlinf_core.rl.schedule import world_size_note
+from rlinf_core.rl.buffer import world_size_note
 
 
 def test_note_numbers_for_the_seeds_libero_sizes():
@@ -43,7 +43,7 @@ def test_global_batch_not_divisible_by_the_world_size_is_refused_at_start(tmp_pa
     import pytest
 
     from rlinf_core.cli.main import main
-    from rlinf_core.rl.schedule import batch_split_error
+    from rlinf_core.rl.buffer import batch_split_error
 
     assert batch_split_error(32, 2) is None and batch_split_error(33, 1) is None
     monkeypatch.chdir(tmp_path)

@@ -50,8 +50,7 @@ class GradSyncProbe(pl.Callback):
             mb.obs, dict(mb.records), temperature=pl_module.rollout_cfg.temperature_train, compute_entropy=True,
             compute_values=pl_module.algorithm.uses_critic,
         )
-        denom = items[-1].denominators
-        loss, _ = pl_module.algorithm.loss(out, mb, denom.policy, denom.value)
+        loss, _ = pl_module.algorithm.update_loss(out, mb, items[-1].minibatch)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         want = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
         dist.all_reduce(want)

@@ -285,7 +285,9 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
     valid = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     term = torch.zeros(2, 6, dtype=torch.bool)
     term[1, 2] = True
-    to_nbc = lambda x: x.view(2, 3, 2).permute(1, 0, 2)  # [B, N*C] -> [N, B, C]
+    def to_nbc(x):  # [B, N*C] -> [N, B, C]
+        return x.view(2, 3, 2).permute(1, 0, 2)
+
     out = _mask_dropped_episodes(to_nbc(valid), to_nbc(term), to_nbc(torch.zeros_like(term)))
     flat = out.permute(1, 0, 2).reshape(2, 6)
     assert not flat[0].any(), "all steps of the dropped episode are masked"
@@ -294,7 +296,9 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
     valid2 = torch.tensor([[1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     term2 = torch.zeros(1, 6, dtype=torch.bool)
     term2[0, 1] = True
-    to1 = lambda x: x.view(1, 3, 2).permute(1, 0, 2)
+    def to1(x):
+        return x.view(1, 3, 2).permute(1, 0, 2)
+
     out2 = _mask_dropped_episodes(to1(valid2), to1(term2), to1(torch.zeros_like(term2))).permute(1, 0, 2).reshape(1, 6)
     assert out2[0].tolist() == [True, True, False, False, False, False]
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf_core.distributed.strategies import DeepSpeedStrategy, FSDP2Strategy, _meta_copy, deepspeed_step, move_optimizer_state
+from rlinf_core.distributed.strategies import DeepSpeedStrategy, FSDP2Strategy
+from rlinf_core.distributed.fsdp_sharding import _meta_copy
+from rlinf_core.distributed.grad_accumulation import deepspeed_step
+from rlinf_core.distributed.rollout_mode import move_optimizer_state
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
 
@@ -78,7 +81,8 @@ def test_deepspeed_step_freezes_actor_groups_during_critic_warmup():
 
 
 def test_fsdp_param_dtype_follows_trainer_precision():
-    from rlinf_core.distributed.strategies import FSDP2Strategy, fsdp_param_dtype
+    from rlinf_core.distributed.strategies import FSDP2Strategy
+    from rlinf_core.distributed.fsdp_sharding import fsdp_param_dtype
 
     assert fsdp_param_dtype(FSDP2Strategy(), "bf16-mixed") == "bfloat16"  # fp32 shards, bf16 gathers
     assert fsdp_param_dtype(FSDP2Strategy(), "32-true") is None

@@ -31,7 +31,7 @@ def _env(reset_state_id: int | None = None):
 
 def test_libero_episode_through_the_server_equals_validate():
     from rlinf_core.rl.evaluation import eval_passes
-    from rlinf_policy_openvla.policy import OpenVLAOFTPolicy
+    from rlinf_policy_openvla.oft_policy import OpenVLAOFTPolicy
     from rlinf_policy_openvla.testing import tiny_checkpoint
 
     path = tiny_checkpoint(kind="oft")

@@ -21,7 +21,7 @@ def _greedy(policy, request) -> np.ndarray:
 
 
 def test_tiny_oft_served_actions_equal_policy_act(tmp_path):
-    from rlinf_policy_openvla.policy import OpenVLAOFTPolicy
+    from rlinf_policy_openvla.oft_policy import OpenVLAOFTPolicy
     from rlinf_policy_openvla.testing import tiny_checkpoint
 
     path = tiny_checkpoint(kind="oft")

@@ -49,7 +49,7 @@ def test_openvla_rest_client_gets_the_greedy_action(monkeypatch):
 
 
 def test_double_encoded_requests_and_chunks_of_an_oft_payload():
-    from rlinf_policy_openvla.policy import OpenVLAOFTPolicy
+    from rlinf_policy_openvla.oft_policy import OpenVLAOFTPolicy
     from rlinf_policy_openvla.testing import tiny_checkpoint
 
     path = tiny_checkpoint(kind="oft")

@@ -41,7 +41,8 @@ def write_weights() -> None:
     import safetensors.torch
     import torch
 
-    from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel
+    from rlinf_policy_openpi._gemma_layers import AdaRMSNorm
+    from rlinf_policy_openpi._modeling import OpenPIModel
     from rlinf_policy_openpi.make_tiny import build_tokenizer, tiny_config
 
     for name, pi05 in VARIANTS.items():

@@ -5,8 +5,8 @@ The names below are what plugins import (see docs/plugins.md, "Where plugins imp
 that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point module stay fast.
 """
 
-from rlinf_core.plugins.hookspecs import hookimpl
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.plugins.hookspecs import hookimpl  # noqa: F401 - public (in __all__)
+from rlinf_core.foundation.lazy import lazy_getattr
 
 # public name -> module that defines it
 _LAZY = {
@@ -22,8 +22,8 @@ _LAZY = {
     "RLModule": "rlinf_core.rl.module",
     "PPO": "rlinf_core.rl.algorithms",
     "GRPO": "rlinf_core.rl.algorithms",
-    "MissingDependencyError": "rlinf_core.plugins.imports",
-    "require": "rlinf_core.plugins.imports",
+    "MissingDependencyError": "rlinf_core.foundation.optional_deps",
+    "require": "rlinf_core.foundation.optional_deps",
 }
 
 __all__ = sorted([*_LAZY, "hookimpl", "lazy_getattr"])

@@ -11,7 +11,7 @@ import torch
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from rlinf_core.rl.config import OptimConfig  # noqa: E402
-from rlinf_core.supervised.demos import DemoDataset, read_meta  # noqa: E402
+from rlinf_core.datasets.demos import DemoDataset, read_meta  # noqa: E402
 from rlinf_core.supervised.sft import SFTModule  # noqa: E402
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
 from rlinf_env_metaworld import INSTRUCTIONS  # noqa: E402

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel, make_att_2d_masks, sinusoidal_time_embedding
+from rlinf_policy_openpi._gemma_layers import AdaRMSNorm, make_att_2d_masks, sinusoidal_time_embedding
+from rlinf_policy_openpi._modeling import OpenPIModel
 from rlinf_policy_openpi.checkpoint import load_model
 from rlinf_policy_openpi.config import variant_from_keys
 from rlinf_policy_openpi.testing import make_inputs
@@ -195,7 +196,7 @@ def test_fsdp2_units(tiny):
 
 @pytest.mark.parametrize("kv_heads, slen", [(1, 3), (2, 3), (1, 40), (4, 5)])
 def test_folded_and_repeated_grouped_attention_agree(kv_heads, slen):
-    from rlinf_policy_openpi._modeling import additive_mask, attention
+    from rlinf_policy_openpi._gemma_layers import additive_mask, attention
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, h, n, 16, generator=gen) for h, n in ((8, slen), (kv_heads, 50), (kv_heads, 50)))
@@ -210,7 +211,7 @@ def test_folded_and_repeated_grouped_attention_agree(kv_heads, slen):
 
 
 def test_fp16_masks_stay_finite():
-    from rlinf_policy_openpi._modeling import additive_mask, attention
+    from rlinf_policy_openpi._gemma_layers import additive_mask, attention
 
     pad = torch.tensor([[True, True, False]])
     mask = additive_mask(make_att_2d_masks(pad, torch.zeros_like(pad)), torch.float32)

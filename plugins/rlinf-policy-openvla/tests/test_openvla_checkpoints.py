@@ -298,7 +298,8 @@ def test_wrong_settings_are_explained(tmp_path, tiny_oft, obs):
 def test_shape_mismatch_names_the_parameter(tmp_path, tiny_oft):
     model = _copy(tiny_oft, tmp_path)
     _edit_config(model, lambda cfg: cfg["text_config"].update(intermediate_size=96))
-    with pytest.raises(CheckpointError, match=r"'language_model.model.layers.0.mlp.gate_proj.weight' has shape \(128, 64\) in the checkpoint but \(96, 64\)") as e:
+    with pytest.raises(CheckpointError, match=r"'language_model.model.layers.0.mlp.gate_proj.weight' has shape \(128, 64\) "
+                       r"in the checkpoint but \(96, 64\)") as e:
         OpenVLAOFTPolicy(model_path=str(model))
     _one_line(e)
     model = _copy(tiny_oft, tmp_path, "extra")

@@ -1,4 +1,5 @@
-"""The activation formula of rlinf_core.memory.estimate against what autograd really keeps (tiny OpenVLA / OFT on CPU)."""
+"""The activation formula of rlinf_core.memory.estimate against what autograd really keeps (tiny OpenVLA / OFT on
+CPU)."""
 
 import pytest
 import torch

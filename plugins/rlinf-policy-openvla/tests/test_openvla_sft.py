@@ -5,7 +5,7 @@ import lightning.pytorch as pl
 import torch
 
 from rlinf_core.rl.config import OptimConfig
-from rlinf_core.supervised.demos import DemoDataset
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_policy_openvla import OpenVLAOFTPolicy
@@ -26,8 +26,8 @@ def test_sft_module_trains_and_exports(tmp_path):
     obs, actions = DemoDataset.collate([ds[i] for i in range(len(ds))])
     with torch.no_grad():
         before = float(policy.sft_loss(obs, actions))
-    module = SFTModule(policy, str(tmp_path / "demos"), batch_size=16, optim=OptimConfig(lr=3e-3, clip_grad=None), val_fraction=0.0,
-                       only_success=False, export_dir=str(tmp_path / "sft_policy"))  # fmt: skip
+    module = SFTModule(policy, str(tmp_path / "demos"), batch_size=16, optim=OptimConfig(lr=3e-3, clip_grad=None),
+                       val_fraction=0.0, only_success=False, export_dir=str(tmp_path / "sft_policy"))  # fmt: skip
     trainer = pl.Trainer(max_epochs=10, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(module)

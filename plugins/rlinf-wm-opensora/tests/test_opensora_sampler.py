@@ -73,7 +73,7 @@ def test_predict_is_rflow_over_the_dit_with_q01_q99_actions(model):
 
 
 def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
-    from rlinf_core.envs.world_model import WorldModelEnv
+    from rlinf_core.envs.world_model_env import WorldModelEnv
     from rlinf_core.world_models.reward_models import ResnetRewardModel
 
     root = tiny_world_model()
@@ -98,7 +98,7 @@ def test_reward_model_scores_the_float_decoded_frames_as_upstream(model):
     """RLinf's OpenSora env feeds ``current_obs`` (the VAE's float output) to ``ResnetRM.predict_rew``, which
     clamps it to [-1, 1] (world_model_opensora_env.py:584-614, resnet_rm.py:91-94); the observation is the
     truncated uint8 frame. Not the uint8 frame mapped back to [-1, 1]."""
-    from rlinf_core.envs.world_model import WorldModelEnv
+    from rlinf_core.envs.world_model_env import WorldModelEnv
     from rlinf_core.world_models.reward_models import ResnetRewardModel
 
     root = tiny_world_model()

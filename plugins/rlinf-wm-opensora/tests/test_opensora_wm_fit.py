@@ -7,7 +7,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlinf_core.cli.main import main
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_opensora.testing import tiny_world_model

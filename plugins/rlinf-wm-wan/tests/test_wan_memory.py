@@ -3,7 +3,7 @@
 import torch
 
 from rlinf_core.models.meta import meta_init
-from rlinf_core.memory.world_model import module_bytes, peak_bytes
+from rlinf_core.memory.meta_peak import module_bytes, peak_bytes
 from rlinf_wm_wan import WanWorldModel
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_wan import WanWorldModel
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from rlinf_core.envs.world_model import WorldModelEnv
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.init_data import load_init_trajectory
 from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_wan import WanWorldModel

@@ -7,7 +7,7 @@ from rlinf_core.plugins.hookspecs import hookimpl
 @hookimpl
 def register_envs(register):
     register("rlinf_core.builtin.toy_env:ReachEnv")
-    register("rlinf_core.envs.world_model:WorldModelEnv")
+    register("rlinf_core.envs.world_model_env:WorldModelEnv")
 
 
 @hookimpl

@@ -1,5 +1,5 @@
 """Scripted-expert demonstrations of the built-in :class:`~rlinf_core.builtin.toy_env.ReachEnv`, written
-with :class:`~rlinf_core.supervised.demos.DemoWriter`: an SFT dataset for tests of policy plugins."""
+with :class:`~rlinf_core.datasets.demos.DemoWriter`: an SFT dataset for tests of policy plugins."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlinf_core.supervised.demos import DemoWriter
+from rlinf_core.datasets.demos import DemoWriter
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.builtin.toy_env import ReachEnv
 

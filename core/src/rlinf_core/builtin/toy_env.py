@@ -40,7 +40,7 @@ class ReachEnv(Env):
         radius: float = 0.12,
         **kwargs,
     ) -> None:
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("env.image_size", image_size, low=8, high=4096, hint="pixels per side of the rendered image")
         super().__init__(**kwargs)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from rlinf_core.contracts.validation import check_number
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.run.checkpoint_files import load_safetensors
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy

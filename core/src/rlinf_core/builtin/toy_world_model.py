@@ -1,8 +1,9 @@
 """A tiny world model and reward model, for tests of the world-model env path.
 
 The "video model" translates the current frame by the commanded (x, y) motion and passes it
-through a 1×1 convolution (frozen in the env, trainable by :class:`rlinf_core.supervised.world_model.WorldModelTrainer`);
-the reward model scores how bright the image centre is.
+through a 1×1 convolution (frozen in the env, trainable by
+:class:`rlinf_core.supervised.world_model_trainers.WorldModelTrainer`); the reward model scores how bright the
+image centre is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 from rlinf_core.run.checkpoint_files import load_safetensors
 
 from rlinf_core.contracts.world_model import RewardModel, WorldModel
-from rlinf_core.world_models.init_data import ConditionSpec
+from rlinf_core.contracts.world_model import ConditionSpec
 
 
 class ToyWorldModel(WorldModel):

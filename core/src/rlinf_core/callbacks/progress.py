@@ -19,7 +19,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from rlinf_core.callbacks.startup import release_startup_lines
-from rlinf_core.distributed.trainer import attached_trainer
+from rlinf_core.foundation.trainer import attached_trainer
 
 # (logged metric, label, format): the step's key numbers, in the bar and the plain lines
 KEY_METRICS = [

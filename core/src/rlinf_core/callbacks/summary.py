@@ -117,7 +117,7 @@ class RunSummary(Callback):
 
     @staticmethod
     def _plot(log_dir: str) -> str:
-        from rlinf_core.cli.plot import PlotError, plot_learning_curve
+        from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
         try:
             return _rel(plot_learning_curve(log_dir))

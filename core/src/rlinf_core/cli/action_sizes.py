@@ -4,7 +4,7 @@
 a world model's ``action_dim`` under ``WorldModelEnv``) and in the policy's (``init_args`` or a group such as
 OpenVLA's ``actions:``). When both sides state one and the values differ, the run stops with one line naming both
 keys, before a policy's weights are loaded. (Sizes an env only declares as a class attribute are compared once
-the classes are built, by :func:`rlinf_core.rl.validation.check_rl_sizes`.)
+the classes are built, by :func:`rlinf_core.rl.consistency.check_rl_sizes`.)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Three moments, each before anything is built or written:
 - :func:`check_before_fit`: the built trainer and module against ``--ckpt_path`` and the output directories,
   before the launcher starts a rank or a process group.
 
-An error raises ``ValueError`` (printed by :func:`rlinf_core.cli.errors.run_cli` as ``rlinf: error: ...``). What
+An error raises ``ValueError`` (printed by :func:`rlinf_core.cli.error_report.run_cli` as ``rlinf: error: ...``). What
 might be deliberate is a warning: one ``rlinf: warning: ...`` line on the console at start, also written to the
 run's logger (TensorBoard text ``rlinf/warnings``) once the run starts.
 """
@@ -289,18 +289,18 @@ def _run_phase_callback_base():
 
 
 class _RunPhase(_run_phase_callback_base()):
-    """Marks the training window (``on_fit_start`` .. ``on_train_end``) for :mod:`rlinf_core.cli.errors` and
+    """Marks the training window (``on_fit_start`` .. ``on_train_end``) for :mod:`rlinf_core.cli.error_report` and
     logs the start warnings."""
 
     def on_fit_start(self, trainer, pl_module) -> None:  # after setup and the checkpoint restore
-        from rlinf_core.cli import errors
+        from rlinf_core.cli import error_report
 
-        errors.PHASE = "run"
+        error_report.PHASE = "run"
         experiment = getattr(trainer.logger, "experiment", None) if trainer.is_global_zero else None
         if WARNINGS and hasattr(experiment, "add_text"):
             experiment.add_text("rlinf/warnings", "\n\n".join(WARNINGS), 0)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        from rlinf_core.cli import errors
+        from rlinf_core.cli import error_report
 
-        errors.PHASE = "config"
+        error_report.PHASE = "config"

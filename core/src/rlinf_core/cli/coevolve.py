@@ -248,20 +248,32 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def installed_rlinf_main() -> Callable[[list[str]], Any]:
+    """The installed ``rlinf`` command's function (its console-script entry point), to run ``rlinf ARGS`` in this
+    process: the same command the subprocess launcher runs, without this module importing the one that
+    dispatches to it."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="console_scripts", name="rlinf")
+    if not found:
+        raise LoopError("launcher: in_process needs the rlinf command installed (pip install rlinf-core)")
+    return next(iter(found)).load()
+
+
 def run_loop(
     spec: LoopSpec, log: Callable[[str], None] = print, rlinf_main: Callable[[list[str]], Any] | None = None
 ) -> list[dict[str, Any]]:
     """Run (or continue) the loop; returns one record per stage (``round``, ``stage``, ``outputs``, ``eval``, ...).
 
-    ``rlinf_main`` runs ``rlinf ARGS`` in this process (``launcher: in_process``); the ``rlinf`` command passes
-    itself, so that this module does not import the command that imports it.
+    ``rlinf_main`` runs ``rlinf ARGS`` in this process (``launcher: in_process``; default: the installed ``rlinf``
+    command, :func:`installed_rlinf_main`).
     """
     out = Path(spec.out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if spec.launcher == "subprocess" or rlinf_main is None:
+    if spec.launcher == "subprocess":
         launch = _launch_subprocess
     else:
-        launch = functools.partial(_launch_in_process, main=rlinf_main)
+        launch = functools.partial(_launch_in_process, main=rlinf_main or installed_rlinf_main())
     values: dict[str, Any] = dict(spec.vars)
     plan = [(0, s) for s in spec.prelude] + [(r, s) for r in range(1, spec.rounds + 1) for s in spec.stages
                                              if r < spec.rounds or not s.feeds_next_round]
@@ -332,7 +344,7 @@ def results_table(records: list[dict[str, Any]], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def coevolve_command(argv: list[str], rlinf_main: Callable[[list[str]], Any] | None = None) -> int:
+def coevolve_command(argv: list[str]) -> int:
     """``rlinf coevolve``: parse, run the loop, print where the results are; bad input is one line, exit 2."""
     p = argparse.ArgumentParser(
         prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
@@ -353,7 +365,7 @@ def coevolve_command(argv: list[str], rlinf_main: Callable[[list[str]], Any] | N
             spec.vars[name] = value
         if spec.note:
             print(f"coevolve: {spec.note.strip()}", flush=True)
-        records = run_loop(spec, rlinf_main=rlinf_main)
+        records = run_loop(spec)
     except LoopError as exc:
         print(f"rlinf coevolve: error: {exc}", file=sys.stderr)
         return 2

@@ -52,7 +52,7 @@ class RLinfCLI(LightningCLI):
                 load_checkpoint_file(ckpt, mmap=True)
 
     def before_instantiate_classes(self) -> None:
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         config = self.config[self.subcommand] if self.subcommand else self.config
         trainer = config.get("trainer")
@@ -77,7 +77,7 @@ class RLinfCLI(LightningCLI):
                     init["save_last"] = "link"
 
     def before_fit(self) -> None:
-        from rlinf_core.rl.schedule import world_size_note
+        from rlinf_core.rl.buffer import world_size_note
         from rlinf_core.run.run_dirs import check_outputs
 
         check_outputs(self.trainer, self.model)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from rlinf_core.cli.class_paths import check_config_class_paths
-from rlinf_core.cli.errors import run_cli
+from rlinf_core.cli.error_report import run_cli
 from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, Registry, load_plugins
 
 def plugins_command(argv: list[str]) -> int:
@@ -89,7 +89,7 @@ def plot_command(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
     parser.add_argument("--title", default=None, help="figure title (default <name>/<version> of RUN_DIR)")
     opts = parser.parse_args(argv)
-    from rlinf_core.cli.plot import PlotError, plot_learning_curve
+    from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
     try:
         path = plot_learning_curve(opts.run_dir, opts.out, title=opts.title)
@@ -126,7 +126,7 @@ def _dispatch(argv: list[str]) -> int | None:
         module, _, function = builtin[name].target.partition(":")
         run = getattr(importlib.import_module(module), function)
         rest = argv[argv.index(name) + 1 :]
-        return run(rest, rlinf_main=main) if name == "coevolve" else run(rest)
+        return run(rest)
     registry = load_plugins(warn=False)
     if name in registry.commands:
         return run_plugin_command(name, argv[argv.index(name) + 1 :], registry)
@@ -179,13 +179,9 @@ def main(args: list[str] | None = None) -> int | None:
 
     import rlinf_core.rl.algorithms  # noqa: F401 - makes PPO / GRPO short names resolvable
     import rlinf_core.rl.module  # noqa: F401 - makes RLModule resolvable
-
-    try:
-        import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
-    except ImportError:
-        pass
+    import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
     import rlinf_core.callbacks.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
-    import rlinf_core.supervised.world_model  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
+    import rlinf_core.supervised.world_model_trainers  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
     from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
 
     cli_class = RLinfCLI

@@ -79,13 +79,12 @@ def build_policy(model_args: dict):
                             "configs of a policy (world-model and reward-model fine-tuning are not estimated)")
     cls = registry.resolve("policy", node["class_path"])
     model_path = _init_args(node).get("model_path")
-    standin = getattr(cls, "released_standin", None)
-    if isinstance(model_path, str) and not Path(model_path).exists() and standin is not None:
+    if isinstance(model_path, str) and not Path(model_path).exists():
         # a placeholder path (/path/to/<released repo name>): the architecture is the released checkpoint's, so
         # a weightless released-form directory stands in for it (the policy class knows its released kinds)
         scratch = tempfile.mkdtemp(prefix="rlinf-memory-")
         atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-        path = standin(model_path, scratch)
+        path = cls.released_standin(model_path, scratch)
         if path is not None:
             print(f"rlinf memory: {model_path} is not on disk; estimating the released checkpoint it names "
                   f"({Path(path).name}, weightless stand-in)", file=sys.stderr)
@@ -114,13 +113,13 @@ def _build_component(registry, node: Any, what: str):
 
 
 def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
-    """The :class:`~rlinf_core.memory.world_model.WorldModelMemory` of the training env when it is a world-model env
+    """The :class:`~rlinf_core.memory.meta_peak.WorldModelMemory` of the training env when it is a world-model env
     (``env.init_args`` has ``world_model`` and ``reward_model``), else None."""
     env = _init_args(model_args.get("env"))
     if "world_model" not in env:
         return None
     from rlinf_core.plugins.manager import load_plugins
-    from rlinf_core.memory.world_model import world_model_env_memory
+    from rlinf_core.memory.meta_peak import world_model_env_memory
 
     device_type = "cpu" if str(accelerator) == "cpu" else "cuda"
     key = json.dumps([_architecture_key(env["world_model"]), _architecture_key(env.get("reward_model")),
@@ -155,10 +154,9 @@ def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
     samples = int(ro.get("rollout_epoch", 1)) * (steps // C) * int(env.get("num_envs", 1))
     size = env.get("image_size")
     if size is None:
-        spec = getattr(policy, "spec", None)
-        size = spec.vision[0].image_size if spec is not None else 224
+        size = policy.image_size or 224
     size = size if isinstance(size, (list, tuple)) else (size, size)
-    views = int(getattr(policy, "num_images_in_input", 1) or 1)
+    views = int(policy.num_images_in_input or 1)
     image = views * size[0] * size[1] * 3
     per_token = C * policy.action_dim * (8 + 4 + 4)  # action token ids, old log-probs, advantages
     return samples * (image + 4 * 64 + per_token)
@@ -198,10 +196,10 @@ def estimate_policy(
             p.requires_grad_(False)
     strategy = strategy_spec(trainer)
     counts = count_parameters(policy)
-    profile = policy.memory_profile() if hasattr(policy, "memory_profile") else None
+    profile = policy.memory_profile()
     stacks = list(profile.stacks) if profile is not None else []
     precision = str(trainer.get("precision", "32-true"))
-    compute = getattr(policy, "compute_dtype", None)
+    compute = policy.compute_dtype
     autocast = precision.endswith("-mixed") or (compute is not None and compute.itemsize == 2)
     env = _init_args(model_args.get("env"))
     ro = model_args.get("rollout") or {}
@@ -236,7 +234,7 @@ def estimate_policy(
         "trainable": counts.trainable,
         "strategy": f"{strategy.kind} x{strategy.world_size}"
         + (f" ZeRO-{strategy.zero_stage}" if strategy.kind == "deepspeed" else ""),
-        "precision": f"trainer {precision}, policy {getattr(policy, 'precision', 'n/a')}",
+        "precision": f"trainer {precision}, policy {policy.precision or 'n/a'}",
         "gradient_checkpointing": any(s.checkpointed for s in stacks),
     }
     if wm is not None:

@@ -166,7 +166,7 @@ def with_key_suggestions(fn: Callable[[], Any], argv: list[str]) -> Callable[[],
         try:
             return fn()
         except ArgumentError as exc:
-            from rlinf_core.cli.errors import describe
+            from rlinf_core.cli.error_report import describe
 
             hint = suggestion(exc, argv)
             text = describe(exc)

@@ -1,12 +1,12 @@
 """The plugin contracts: what an env, a policy, a world model and a reward model implement."""
 
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.foundation.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
     "ActOutput": "rlinf_core.contracts.policy",
     "ChunkStepResult": "rlinf_core.contracts.observation",
-    "ConditionSpec": "rlinf_core.world_models.init_data",
+    "ConditionSpec": "rlinf_core.contracts.world_model",
     "Env": "rlinf_core.contracts.env",
     "EvaluateOutput": "rlinf_core.contracts.policy",
     "MemoryProfile": "rlinf_core.memory.estimate",
@@ -16,9 +16,9 @@ _LAZY = {
     "Stack": "rlinf_core.memory.estimate",
     "VideoConfig": "rlinf_core.contracts.env",
     "WorldModel": "rlinf_core.contracts.world_model",
-    "WorldModelMemory": "rlinf_core.memory.world_model",
-    "module_bytes": "rlinf_core.memory.world_model",
-    "peak_bytes": "rlinf_core.memory.world_model",
+    "WorldModelMemory": "rlinf_core.memory.meta_peak",
+    "module_bytes": "rlinf_core.memory.meta_peak",
+    "peak_bytes": "rlinf_core.memory.meta_peak",
 }
 
 __all__ = ['ActOutput', 'ChunkStepResult', 'ConditionSpec', 'Env', 'EvaluateOutput', 'MemoryProfile', 'Observation', 'Policy', 'RewardModel', 'Stack', 'VideoConfig', 'WorldModel', 'WorldModelMemory', 'module_bytes', 'peak_bytes']

@@ -34,7 +34,7 @@ them (``reset``, ``chunk_step``, episodes, frames, ``clone``) is :class:`rlinf_c
 the base class. An env runs its sub-envs in this process. Worker processes are a
 wrapper, :class:`rlinf_core.envs.vector.WorkerEnv`, that the RL loop applies to any env whose
 ``num_workers > 0`` (:func:`rlinf_core.envs.vector.vectorize`); initial-state sampling lives in
-:mod:`rlinf_core.envs.reset_states` and the step result in :mod:`rlinf_core.contracts.observation`.
+:mod:`rlinf_core.contracts.reset_states` and the step result in :mod:`rlinf_core.contracts.observation`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import torch
 
 from rlinf_core.contracts.env_runtime import EnvRuntime, _Episode, observed
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
-from rlinf_core.envs.reset_states import ResetStateSampler
+from rlinf_core.contracts.reset_states import ResetStateSampler
 
 __all__ = ["ChunkStepResult", "Env", "VideoConfig", "check_worker_split", "observed"]
 

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
-
-if TYPE_CHECKING:
-    from rlinf_core.contracts.env import Env
 
 __all__ = ["EnvRuntime", "observed"]
 
@@ -264,7 +261,7 @@ class EnvRuntime:
         if not isinstance(obs, Observation) or len(obs) != n:
             raise TypeError(f"{type(self).__name__}._observe must return an Observation with {n} rows")
 
-    def clone(self, **overrides: Any) -> Env:
+    def clone(self, **overrides: Any) -> EnvRuntime:
         """A new, unbuilt env of the same class and arguments, with ``overrides`` applied."""
         args, kwargs = self._init_args
         return type(self)(*args, **{**kwargs, **overrides})

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.models.precision import under_compute_dtype
+
+if TYPE_CHECKING:
+    from rlinf_core.memory.estimate import MemoryProfile
 
 
 @dataclass
@@ -56,6 +59,10 @@ class Policy(nn.Module):
     Subclasses set ``action_dim`` and ``num_action_chunks`` and implement :meth:`act` and
     :meth:`evaluate`; models with a critic set ``has_value_head = True`` and name the critic's
     parameters with ``value_head`` (they get ``optim.value_lr``).
+
+    This class declares everything the core reads of a policy: the attributes below (with their defaults) and the
+    methods. ``tests/core/test_policy_contract.py`` checks that the core reads nothing else, and
+    :mod:`rlinf_core.testing.conformance` checks a plugin's values of them.
     """
 
     action_dim: int
@@ -64,6 +71,25 @@ class Policy(nn.Module):
     #: autocast dtype of ``act`` / ``evaluate`` / ``sft_loss`` (set from the policy's ``precision``,
     #: see :mod:`rlinf_core.models.precision`); ``None``: compute in the parameters' dtype
     compute_dtype: torch.dtype | None = None
+    #: the precision setting the policy was built with, as its config names it (``rlinf memory`` reports it);
+    #: ``None``: the policy has no such setting
+    precision: str | None = None
+    #: the checkpoint directory the weights were read from (``None``: built from scratch). The core refuses a run
+    #: whose export would overwrite it (:mod:`rlinf_core.run.run_dirs`); trainable-only checkpoints re-read the
+    #: frozen weights from it on resume
+    model_path: str | None = None
+    #: camera views of one observation the policy reads (main camera first); ``rlinf memory`` sizes the rollout
+    #: buffer's stored images with it
+    num_images_in_input: int = 1
+    #: side, or ``(height, width)``, of the images the policy's vision encoder takes (``None``: not declared);
+    #: ``rlinf memory`` uses it for the stored images when the env config does not give their size
+    image_size: int | tuple[int, int] | None = None
+    #: the key of the dataset statistics the policy un-normalises its actions with (OpenVLA's ``unnorm_key``;
+    #: ``rlinf serve``'s REST protocol refuses a request for another one); ``None``: one set of statistics
+    unnorm_key: str | None = None
+    #: flat setting names → ``(config group, field)`` for a policy whose constructor groups its settings: the
+    #: flat names RLinf's configs and ``rlinf serve``'s overrides use (``{"unnorm_key": ("actions", "unnorm_key")}``)
+    FLAT_SETTINGS: ClassVar[dict[str, tuple[str, str]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -131,6 +157,24 @@ class Policy(nn.Module):
         """Called by the RL loop at the start of every RL step, before its rollout, with the number of RL steps
         done so far (0 first; the right count after a resume). Policies with schedules read it (e.g. π0's
         ``noise_anneal``). Default: nothing."""
+
+    @staticmethod
+    def released_standin(model_path: str, directory: str) -> str | None:
+        """For ``rlinf memory`` on a config whose ``model_path`` is a placeholder (``/path/to/<released name>``):
+        write a weightless directory of the released checkpoint that name stands for into ``directory`` and return
+        its path, so the estimate builds the released architecture. Default: ``None`` (no released checkpoints
+        known)."""
+        return None
+
+    def memory_profile(self) -> MemoryProfile | None:
+        """What ``rlinf memory`` needs to know about one sample beyond the parameters: the transformer stacks and
+        KV cache (:class:`rlinf_core.memory.estimate.MemoryProfile`). Default: ``None`` (parameters only)."""
+        return None
+
+    def unused_parameter_prefixes(self) -> list[str]:
+        """Parameter-name prefixes of modules the policy's forward never runs (LoRA leaves them out:
+        :func:`rlinf_core.models.lora.unused_prefixes` reads this of any module). Default: none."""
+        return []
 
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters of the critic (trained at ``value_lr``)."""

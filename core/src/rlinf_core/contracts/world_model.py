@@ -5,12 +5,37 @@ Shapes: B = batch, C = frames per action chunk, H×W images.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from rlinf_core.world_models.init_data import ConditionSpec
+
+@dataclass(frozen=True)
+class ConditionSpec:
+    """How a world model wants the condition frames and actions of a new episode.
+
+    Args:
+        num_frames: condition frames ``T``.
+        frames: ``repeat_first``: frame 0 repeated ``T`` times (OpenSora fills its condition queue this
+            way); ``first_and_last``: frame 0 then the file's last ``T - 1`` frames when it has at least
+            ``T - 1`` frames (keyframe init, Wan; with exactly ``T - 1`` frames these include frame 0, as
+            upstream), else frame 0 repeated.
+        pad_gripper: condition actions of frames that are copies of frame 0 are zeros with the last
+            (gripper) entry set to this value (Wan: -1, open); ``None``: all zeros. Frames taken from the
+            file keep their ``delta_action``.
+    """
+
+    num_frames: int = 1
+    frames: Literal["repeat_first", "first_and_last"] = "repeat_first"
+    pad_gripper: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_frames < 1:
+            raise ValueError(f"ConditionSpec.num_frames must be >= 1, got {self.num_frames}")
+        if self.frames not in ("repeat_first", "first_and_last"):
+            raise ValueError(f"ConditionSpec.frames must be 'repeat_first' or 'first_and_last', got {self.frames!r}")
 
 
 class WorldModel(nn.Module):
@@ -62,7 +87,7 @@ class WorldModel(nn.Module):
         """``state`` with rows ``env_ids`` replaced by ``new``."""
         raise NotImplementedError
 
-    # -- fine-tuning (optional; :class:`rlinf_core.supervised.world_model.WorldModelTrainer` needs both) ------------
+    # -- fine-tuning (optional; :class:`rlinf_core.supervised.world_model_trainers.WorldModelTrainer` needs both) --
     def training_loss(
         self, frames: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
@@ -83,7 +108,7 @@ class WorldModel(nn.Module):
         """Write the model to directory ``path`` in the layout its loader reads unchanged (the released one)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement save_pretrained")
 
-    # -- memory (``rlinf memory``; :mod:`rlinf_core.memory.world_model`) ------------------------------------------------
+    # -- memory (``rlinf memory``; :mod:`rlinf_core.memory.meta_peak`) ------------------------------------------------
     def runtime_dtype(self, device_type: str) -> torch.dtype | None:
         """The dtype the weights run in on a ``device_type`` device (``None``: as built). Override when a
         precision setting such as ``auto`` resolves by device (bf16 on ``cuda``)."""
@@ -95,9 +120,9 @@ class WorldModel(nn.Module):
         The default: weights of each child module cast to :meth:`runtime_dtype`, and the peaks of the real
         :meth:`init_state` (condition frames at ``image_size``, zero actions) and :meth:`predict` run on the meta
         device. Override it when a forward cannot run on meta, or to add terms; return a
-        :class:`rlinf_core.memory.world_model.WorldModelMemory`.
+        :class:`rlinf_core.memory.meta_peak.WorldModelMemory`.
         """
-        from rlinf_core.memory.world_model import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
+        from rlinf_core.memory.meta_peak import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
 
         require_meta(self, type(self).__name__)
         dtype = self.runtime_dtype(device_type)
@@ -132,7 +157,7 @@ class RewardModel(nn.Module):
         frame) lets a task-conditioned model (Wan's ``TaskEmbedResnetRewModel``) pick the task."""
         raise NotImplementedError
 
-    # -- training (optional; :class:`rlinf_core.supervised.world_model.RewardModelTrainer` needs both) --------------
+    # -- training (optional; :class:`rlinf_core.supervised.world_model_trainers.RewardModelTrainer` needs both) ---
     def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
         """``float [N]`` logits whose sigmoid is :meth:`success_prob` (trained with BCE)."""
         raise NotImplementedError(

@@ -6,16 +6,14 @@ initial states, and the module gathers metrics over all ranks:
 * ``ddp`` (Lightning's): a full replica per rank, gradients all-reduced.
 * :class:`FSDP2Strategy`: FSDP2 (``fully_shard``) data parallelism through Lightning's
   ``ModelParallelStrategy``; parameters, gradients and optimizer state are sharded over ranks.
-  :class:`rlinf_core.RLModule` shards the policy in ``configure_model`` (:func:`shard_policy`).
+  :class:`rlinf_core.RLModule` shards the policy in ``configure_model``
+  (:func:`rlinf_core.distributed.fsdp_sharding.shard_policy`).
 * :class:`DeepSpeedStrategy`: Lightning's DeepSpeed strategy (ZeRO stage 1/2) that also runs on
   CPU; on CUDA it is the stock strategy.
 
-Rollouts and evals call the policy a different number of times on each rank (episodes end at
-different times), so a sharded policy must not communicate there: :func:`rollout_mode` gathers
-the full parameters once (a collective every rank enters at the same point), keeps them for the
-whole rollout, and frees them afterwards — the rollout model exists only during the rollout.
-It can also move the optimizer state to CPU for the rollout (``offload_optimizer``), which frees
-accelerator memory for inference batches and simulators while it is not needed.
+The hooks the RL module calls live beside this file, one topic each: :mod:`.fsdp_sharding` (sharding the policy,
+exporting it gathered), :mod:`.grad_accumulation` (when gradients are reduced; DeepSpeed's optimizer step) and
+:mod:`.rollout_mode` (full parameters and an offloaded optimizer during rollouts).
 
 Stock Lightning refuses ``deepspeed`` on CPU; :class:`DeepSpeedStrategy` changes only what is needed for
 CPU, through the strategy's public methods (``setup_environment``, ``setup_distributed``, ``root_device``,
@@ -24,16 +22,11 @@ CPU, through the strategy's public methods (``setup_environment``, ``setup_distr
 
 from __future__ import annotations
 
-import copy
-from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
-from torch import nn
-
-from rlinf_core.distributed.trainer import attached_trainer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -148,231 +141,3 @@ def _skip_deepspeed_shm_op() -> None:
     from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
     deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
-
-
-# ---------------------------------------------------------------------------------------------
-# hooks used by rlinf_core.RLModule
-# ---------------------------------------------------------------------------------------------
-def _fsdp_units(policy: nn.Module, names: set[str]) -> list[nn.Module]:
-    if names:
-        found = [m for m in policy.modules() if type(m).__name__ in names and m is not policy]
-        if found:
-            return found
-    return [m for m in policy.children() if any(True for _ in m.parameters())]
-
-
-def shard_policy(module) -> None:
-    """``configure_model`` hook: shard ``module.policy`` with FSDP2 under a ``ModelParallelStrategy``.
-
-    Blocks become FSDP units bottom-up, then the policy itself; ``act`` / ``value`` /
-    ``evaluate`` / ``sft_loss`` are registered as forward methods so that FSDP's hooks run for them. Keeps a
-    parameter-free (meta) copy of the policy for :func:`export_policy`.
-    """
-    trainer = attached_trainer(module)
-    if trainer is None or not isinstance(trainer.strategy, ModelParallelStrategy):
-        return
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
-
-    policy = module.policy
-    if isinstance(policy, FSDPModule):
-        return
-    strategy = trainer.strategy
-    module._export_template = [_meta_copy(policy)]
-    mesh = strategy.device_mesh["data_parallel"]
-    kwargs: dict[str, Any] = {"mesh": mesh}
-    dtype = fsdp_param_dtype(strategy, getattr(trainer, "precision", None))
-    if dtype is not None:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_DTYPES[dtype], reduce_dtype=torch.float32)
-    names = set(getattr(strategy, "wrap_modules", None) or [])
-    if not names:
-        for m in policy.modules():
-            names.update(getattr(m, "_no_split_modules", None) or [])
-    reshard = getattr(strategy, "reshard_after_forward", True)
-    units = _fsdp_units(policy, names)
-    unit_ids = {id(u) for u in units}
-    for m in reversed(list(policy.modules())):  # children before their parents
-        if id(m) in unit_ids:
-            fully_shard(m, reshard_after_forward=reshard, **kwargs)
-    fully_shard(policy, **kwargs)
-    for name in ("act", "value", "evaluate", "sft_loss"):
-        if callable(getattr(policy, name, None)):
-            register_fsdp_forward_method(policy, name)
-
-
-def fsdp_param_dtype(strategy, trainer_precision: str | None) -> str | None:
-    """FSDP2 compute dtype of gathered parameters: the strategy's ``param_dtype``, else bf16/fp16
-    when the trainer runs ``bf16-mixed`` / ``16-mixed`` (sharded fp32 masters, one cast per gather)."""
-    dtype = getattr(strategy, "param_dtype", None)
-    if dtype is None and trainer_precision in ("bf16-mixed", "16-mixed"):
-        dtype = "bfloat16" if trainer_precision == "bf16-mixed" else "float16"
-    return dtype
-
-
-def _meta_copy(policy: nn.Module) -> nn.Module:
-    """A deep copy whose parameters and buffers live on the meta device (no memory)."""
-    memo: dict[int, Any] = {}
-    for p in policy.parameters():
-        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-    for b in policy.buffers():
-        memo[id(b)] = torch.empty_like(b, device="meta")
-    return copy.deepcopy(policy, memo)
-
-
-def _fsdp_modules(policy: nn.Module) -> list[nn.Module]:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover
-        return []
-    return [m for m in policy.modules() if isinstance(m, FSDPModule)]
-
-
-def deepspeed_engine(strategy) -> Any:
-    """The DeepSpeed engine when training under a DeepSpeed strategy, else ``None``."""
-    if isinstance(strategy, _LightningDeepSpeedStrategy):
-        return strategy.model
-    return None
-
-
-def backward_sync(strategy, enabled: bool):
-    """Context for a micro-batch backward: with ``enabled=False`` DDP keeps the gradients local
-    (``no_sync``) so that a minibatch's micro-batches are all-reduced once, at its last backward.
-    Other strategies reduce on their own schedule (FSDP2 every backward, DeepSpeed at the boundary).
-
-    Wrapping only the backward suffices with manual optimization: Lightning's DDP forward redirection
-    keeps DDP's forward from arming the gradient reducer (``require_backward_grad_sync`` is off
-    after the inner forward), so it is armed only by ``manual_backward`` when sync is on here
-    (checked with a comm hook in tests/scale: one all-reduce per bucket per optimizer step)."""
-    model = getattr(strategy, "model", None)
-    if enabled or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return nullcontext()  # (Lightning's block_backward_sync would also catch DeepSpeed's engine)
-    return model.no_sync()
-
-
-def set_accumulation_boundary(strategy, is_last: bool) -> None:
-    """Tell DeepSpeed whether the next backward ends a minibatch (it reduces gradients there)."""
-    engine = deepspeed_engine(strategy)
-    if engine is not None:
-        engine.set_gradient_accumulation_boundary(is_last)
-
-
-def deepspeed_step(strategy, optimizer, freeze_actor: bool = False) -> tuple[torch.Tensor, bool]:
-    """Optimizer step under DeepSpeed (it clips with ``gradient_clipping``); returns the grad norm and whether the
-    step was applied (DeepSpeed's fp16 mode skips a step whose gradients overflowed and lowers its loss scale: its
-    engine's ``skipped_steps`` counts them).
-
-    ``freeze_actor`` (critic warm-up): every parameter group not named ``critic`` runs at learning
-    rate 0 for this step (DeepSpeed keeps the gradients in its own partitions, so they cannot
-    simply be dropped).
-    """
-    engine = deepspeed_engine(strategy)
-    inner = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
-    frozen = []
-    if freeze_actor:
-        for group in inner.param_groups:
-            if group.get("name") != "critic":
-                frozen.append((group, group["lr"]))
-                group["lr"] = 0.0
-    skipped = engine.skipped_steps
-    optimizer.step()
-    for group, lr in frozen:
-        group["lr"] = lr
-    norm = engine.get_global_grad_norm()
-    return torch.as_tensor(0.0 if norm is None else float(norm)), engine.skipped_steps == skipped
-
-
-def _optimizer_states(optimizer) -> Iterator[dict[str, Any]]:
-    inner = getattr(optimizer, "optimizer", optimizer)  # LightningOptimizer -> torch optimizer
-    yield from inner.state.values()
-
-
-def _moved(value: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if hasattr(value, "to_local") and hasattr(value, "device_mesh"):  # FSDP2 DTensor state: move the shard
-        from torch.distributed.tensor import DTensor
-
-        local = value.to_local().to(device)
-        return DTensor.from_local(
-            local, value.device_mesh, value.placements, run_check=False, shape=value.shape, stride=value.stride()
-        )
-    return value.to(device)
-
-
-def move_optimizer_state(optimizer, device: torch.device | str) -> int:
-    """Move every tensor of the optimizer state to ``device``; returns the bytes moved."""
-    device = torch.device(device)
-    moved = 0
-    for state in _optimizer_states(optimizer):
-        for key, value in state.items():
-            if torch.is_tensor(value) and value.dim() > 0 and value.device != device:
-                state[key] = _moved(value, device)
-                moved += value.numel() * value.element_size()
-    return moved
-
-
-@contextmanager
-def rollout_mode(module, offload_optimizer: bool = False) -> Iterator[None]:
-    """Full policy parameters on every rank for the rollout/eval, sharded again afterwards.
-
-    FSDP2: all-gathers every unit once and disables resharding, so that the rollout's policy
-    calls (their number differs per rank) do not communicate; reshards on exit. DDP, DeepSpeed
-    ZeRO 1/2 and single-device training keep full parameters anyway (no-op).
-    ``offload_optimizer``: move the optimizer state to CPU while inside, back on exit (a no-op on CPU).
-    """
-    units = _fsdp_units_of(module)
-    optimizers = []
-    device = getattr(module, "device", torch.device("cpu"))
-    if offload_optimizer and device.type != "cpu" and attached_trainer(module) is not None:
-        if deepspeed_engine(module.trainer.strategy) is None:
-            optimizers = list(module.trainer.optimizers)
-            for opt in optimizers:
-                move_optimizer_state(opt, "cpu")
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    for m in units:
-        m.unshard()
-        m.set_reshard_after_forward(False, recurse=False)
-    try:
-        yield
-    finally:
-        for m in units:
-            m.reshard()
-            m.set_reshard_after_forward(_reshard_default(module, m), recurse=False)
-        for opt in optimizers:
-            move_optimizer_state(opt, device)
-
-
-def _fsdp_units_of(module) -> list[nn.Module]:
-    policy = getattr(module, "policy", None)
-    return _fsdp_modules(policy) if policy is not None else []
-
-
-def _reshard_default(module, unit: nn.Module) -> bool:
-    if unit is module.policy:
-        return True
-    trainer = attached_trainer(module)
-    strategy = trainer.strategy if trainer is not None else None
-    return getattr(strategy, "reshard_after_forward", True)
-
-
-def export_policy(module, path) -> None:
-    """Save the policy with ``save_pretrained`` on rank 0; under FSDP2 all ranks must call this.
-
-    Sharded policies are gathered into the meta copy kept by :func:`shard_policy`
-    (materialized on CPU on rank 0 only).
-    """
-    template = getattr(module, "_export_template", None)
-    if not template or not _fsdp_units_of(module):
-        if module.global_rank == 0:
-            module.policy.save_pretrained(path)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(module.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if module.global_rank != 0:
-        return
-    plain = template[0].to_empty(device="cpu")
-    plain.load_state_dict(full)
-    buffers = dict(module.policy.named_buffers())
-    for name, buf in plain.named_buffers():
-        if name in buffers:
-            buf.copy_(buffers[name].detach().cpu())
-    plain.save_pretrained(path)

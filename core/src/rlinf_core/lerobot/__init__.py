@@ -3,7 +3,7 @@
 See docs/lerobot.md. Needs the ``lerobot`` extra (pyarrow, PyAV), not the ``lerobot`` package.
 """
 
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.foundation.lazy import lazy_getattr
 
 _LAZY = {
     "FeatureMap": "rlinf_core.lerobot.mapping",

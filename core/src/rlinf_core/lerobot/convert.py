@@ -90,7 +90,7 @@ def demos_to_lerobot(
     src: str | Path, dst: str | Path, fps: int = 10, video: bool = True, overwrite: bool = False
 ) -> Path:
     """Copy an ``rlinf-demos`` dataset to a LeRobot dataset (every episode, in order); returns ``dst``."""
-    from rlinf_core.supervised.demos import read_meta
+    from rlinf_core.datasets.demos import read_meta
 
     meta = read_meta(src)
     writer = LeRobotDemoWriter(dst, meta["action_dim"], fps=fps, video=video, overwrite=overwrite,

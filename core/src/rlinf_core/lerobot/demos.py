@@ -2,7 +2,7 @@
 
 ``SFTModule(data=LeRobotDemos(root=..., preset="libero"))`` trains on a LeRobot dataset exactly as on an
 ``rlinf-demos`` directory: samples are ``(Observation with one row, action chunk [C, D])`` cut at load time
-(:mod:`rlinf_core.supervised.demos`). Episodes are decoded when first sampled and kept (``cache_episodes``).
+(:mod:`rlinf_core.datasets.demos`). Episodes are decoded when first sampled and kept (``cache_episodes``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from rlinf_core.lerobot.mapping import FeatureMap, resolve_mapping
 from rlinf_core.lerobot.reader import LeRobotFormatError, LeRobotReader
-from rlinf_core.supervised.demos import DemoDataset
+from rlinf_core.datasets.demos import DemoDataset
 
 __all__ = ["LeRobotDemoDataset", "LeRobotDemos", "norm_stats_of"]
 
@@ -78,7 +78,7 @@ class LeRobotDemos:
         self.episode = functools.lru_cache(maxsize=max(1, self.cache_episodes))(self._read_episode)
 
     def _read_episode(self, e: int) -> dict[str, Any]:
-        """Episode ``e`` in the arrays :class:`~rlinf_core.supervised.demos.DemoDataset` samples from."""
+        """Episode ``e`` in the arrays :class:`~rlinf_core.datasets.demos.DemoDataset` samples from."""
         r, m = self.reader, self.mapping
         ep: dict[str, Any] = {"actions": r.column(e, m.action_key, "action").astype(np.float32)}
         if ep["actions"].ndim != 2:

@@ -7,7 +7,7 @@ rollout's inference peak, and — in host RAM — the rollout buffer. Sizes come
 parameters (any ``nn.Module``; built on the meta device for full-size models) and, for
 activations, from the transformer stacks the policy describes (:meth:`memory_stacks`). A world-model
 training env adds its frozen models' weights and their measured inference peak
-(:mod:`rlinf_core.memory.world_model`, ``WorldModel.memory_profile``).
+(:mod:`rlinf_core.memory.meta_peak`, ``WorldModel.memory_profile``).
 
 Activation model (bytes per token and layer, measured tensor by tensor with autograd's
 saved-tensor hooks on CPU and checked by ``tests/core/test_memory.py`` on tiny models): ``h``
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from rlinf_core.memory.world_model import WorldModelMemory
+    from rlinf_core.memory.meta_peak import WorldModelMemory
 
 GiB = 1024**3
 Mode = Literal["fp32", "mixed", "bf16"]
@@ -174,7 +174,7 @@ class MemoryTarget:
     world_size: int | None = None
 
     def __post_init__(self) -> None:
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("memory.gpu_memory_gb", self.gpu_memory_gb, low=0, low_open=True)
         check_number("memory.world_size", self.world_size, low=1, optional=True)
@@ -288,7 +288,7 @@ def estimate(
         buffer_bytes_per_node: rollout buffer in host RAM (all ranks of a node).
         gpu_memory_gib: memory of one GPU.
         training: ``False`` for eval-only runs (``rlinf validate``): no gradients, no optimizer state.
-        world_model: a world-model simulator on the same GPU (:mod:`rlinf_core.memory.world_model`): its frozen weights
+        world_model: a world-model simulator on the same GPU (:mod:`rlinf_core.memory.meta_peak`): its frozen weights
             count in both phases, its inference peak in the rollout.
     """
     N = max(1, strategy.world_size)
@@ -336,7 +336,7 @@ def estimate(
     if not training:
         offload_optimizer_in_rollout = True  # no optimizer state exists in an eval-only run
 
-    # rollout: no gradients; FSDP2 gathers the whole policy once (rlinf_core.distributed.strategies.rollout_mode)
+    # rollout: no gradients; FSDP2 gathers the whole policy once (rlinf_core.distributed.rollout_mode.rollout_mode)
     ro: list[tuple[str, float]] = []
     if strategy.kind == "fsdp2":
         ro.append(("weight shards", (tb + fb) / N / GiB))

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlinf_core.plugins.imports import require
+from rlinf_core.foundation.optional_deps import require
 from rlinf_core.models.meta import is_meta_init
 
 ADAPTER = "default"

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -183,3 +184,12 @@ def copy_side_files(src: str | Path, dst: str | Path) -> None:
     for f in src.iterdir():
         if f.is_file() and f.name not in skip and f.suffix not in WEIGHT_SUFFIXES:
             shutil.copy2(f, dst / f.name)
+
+
+def first_non_finite(module: torch.nn.Module) -> str | None:
+    """Name of the first parameter or buffer holding NaN / inf (``None``: all finite)."""
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        t: Any = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t.detach()).all()):
+            return name
+    return None

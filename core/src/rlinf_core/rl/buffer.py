@@ -1,31 +1,117 @@
-"""The data of one RL step: its samples, cut into shuffled micro-batches that carry their own data and loss
-denominators.
+"""The data of one RL step: its samples, cut into shuffled micro-batches that carry their own data, and the
+schedule that cuts them.
 
 :class:`RolloutBuffer` is filled once per RL step (``RLModule.on_train_epoch_start``: trajectories → samples by the
-algorithm, then :meth:`RolloutBuffer.fill`) and read by every ``training_step`` of that step
-(:meth:`RolloutBuffer.micro_batch`). The fill is keyed by the RL step it was made for, so a micro-batch can only be
-read by the step that filled it. The index math (minibatch sizes, shuffles, denominators) is in
-:mod:`rlinf_core.rl.schedule`; the storage types (:class:`Trajectory`, :class:`Samples`) in
-:mod:`rlinf_core.rl.trajectory`.
+algorithm, then :meth:`RolloutBuffer.fill`). Lightning's loader counts the step's micro-batches;
+``RLModule.on_before_batch_transfer`` turns count ``i`` into :meth:`RolloutBuffer.micro_batch` ``(step, i)`` and
+``training_step`` receives that :class:`MicroBatch`. The fill is keyed by the RL step it was made for, so a
+micro-batch can only be read by the step that filled it.
+
+The schedule: samples of a rank are shuffled per update epoch, cut into minibatches (one optimizer step each) and
+each minibatch into micro-batches (gradient accumulation); it is a pure function of the sizes and a seed. The
+storage types (:class:`Trajectory`, :class:`Samples`) in
+:mod:`rlinf_core.rl.algorithms.trajectory`; the loss denominators of each minibatch are the algorithm's
+(:meth:`rlinf_core.rl.algorithms.base.Algorithm.prepare_update`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import torch
 
-from rlinf_core.rl.schedule import (
-    Denominators,
-    ScheduleSlot,
-    build_schedule,
-    count_micro_batches,
-    minibatch_denominators,
-    minibatch_sizes,
-    schedule_seed,
-)
-from rlinf_core.rl.trajectory import Samples
+from rlinf_core.rl.algorithms.trajectory import Samples
+
+
+@dataclass(frozen=True)
+class ScheduleSlot:
+    """The indices of one forward/backward pass.
+
+    Args:
+        idx: sample indices into the RL step's :class:`rlinf_core.rl.algorithms.trajectory.Samples` ``[m]``.
+        minibatch: index of its minibatch in the step (keys the loss denominators).
+        minibatch_size: samples of that minibatch on this rank.
+        last: the minibatch's last micro-batch (the optimizer steps after it).
+    """
+
+    idx: torch.Tensor
+    minibatch: int
+    minibatch_size: int
+    last: bool
+
+
+def minibatch_sizes(samples_per_rank: int, global_batch_size: int, world: int) -> list[int]:
+    """Per-rank minibatch sizes of one update epoch (the last one may be short)."""
+    per_rank = min(max(1, global_batch_size // world), samples_per_rank)
+    sizes = [per_rank] * (samples_per_rank // per_rank)
+    if samples_per_rank % per_rank:
+        sizes.append(samples_per_rank % per_rank)
+    return sizes
+
+
+def batch_split_error(global_batch_size: int, world: int) -> str | None:
+    """Why ``global_batch_size`` cannot be split evenly over ``world`` ranks (``None`` when it can).
+
+    Each rank takes ``global_batch_size // world`` samples per optimizer step; a remainder would silently
+    shrink every optimizer step below the configured batch (the remainder's samples never make a batch).
+    """
+    if world <= 1 or global_batch_size % world == 0:
+        return None
+    low = global_batch_size - global_batch_size % world
+    return (
+        f"global_batch_size ({global_batch_size}) is not a multiple of the world size ({world}): each optimizer "
+        f"step would take {low} samples, not {global_batch_size}; set global_batch_size to a multiple of {world} "
+        f"(e.g. {low} or {low + world})"
+    )
+
+
+def count_micro_batches(sizes: list[int], micro_batch_size: int, update_epoch: int) -> int:
+    """Micro-batches (training steps) of one RL step."""
+    return sum(math.ceil(m / micro_batch_size) for m in sizes) * update_epoch
+
+
+def schedule_seed(world: int, rank: int, epoch: int) -> int:
+    """A shuffle seed that differs per RL step (``epoch``) and rank."""
+    return (world * 100_003 * (epoch + 1) + rank) * 7 + 12345
+
+
+def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, seed: int) -> list[ScheduleSlot]:
+    """Micro-batches of every update epoch, each epoch a fresh permutation of ``sum(sizes)`` samples."""
+    gen = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    schedule: list[ScheduleSlot] = []
+    minibatch = 0
+    for _ in range(update_epoch):
+        perm = torch.randperm(n, generator=gen)
+        start = 0
+        for size in sizes:
+            mb_idx = perm[start : start + size]
+            start += size
+            micros = list(torch.split(mb_idx, micro_batch_size))
+            for j, micro in enumerate(micros):
+                schedule.append(ScheduleSlot(micro, minibatch, size, j == len(micros) - 1))
+            minibatch += 1
+    return schedule
+
+
+def world_size_note(
+    config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
+) -> str | None:
+    """One line saying what changes when a config written for ``config_world`` processes runs on ``world``."""
+    if not config_world or config_world == world:
+        return None
+
+    def steps(w: int) -> int:
+        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
+
+    return (
+        f"rlinf: this config was written for {config_world} processes but runs on {world}: "
+        f"{envs_per_rank * world} envs in total instead of {envs_per_rank * config_world}, "
+        f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
+        f"(scale num_envs by {config_world}/{world} to keep the totals)"
+    )
 
 
 @dataclass
@@ -34,21 +120,31 @@ class MicroBatch:
 
     Args:
         samples: the pass's samples (selected from the step's samples when the micro-batch is handed out).
-        denominators: loss denominators of its minibatch (summed over all ranks).
         idx: indices of ``samples`` in the step's samples ``[m]``.
-        minibatch: index of its minibatch in the step (one optimizer step each).
+        step: the RL step it belongs to.
+        index: its position in the step (the loader's count).
+        minibatch: index of its minibatch in the step (one optimizer step each; keys the loss denominators).
         minibatch_size: samples of that minibatch on this rank.
         last: the minibatch's last micro-batch (the optimizer steps after it).
         last_of_step: the RL step's last micro-batch.
     """
 
     samples: Samples
-    denominators: Denominators
     idx: torch.Tensor
+    step: int
+    index: int
     minibatch: int
     minibatch_size: int
     last: bool
     last_of_step: bool
+
+    def to(self, device: torch.device | str) -> MicroBatch:
+        """The micro-batch with what the policy evaluates (observations, action records) on ``device``; the
+        loss moves the rest it reads."""
+        samples = replace(
+            self.samples, obs=self.samples.obs.to(device), records={k: v.to(device) for k, v in self.samples.records.items()}
+        )
+        return replace(self, samples=samples)
 
 
 class RolloutBuffer:
@@ -67,9 +163,6 @@ class RolloutBuffer:
         self.step: int | None = None  # the RL step the buffer was filled for
         self.samples: Samples | None = None
         self.schedule: list[ScheduleSlot] = []
-        self.denominators: list[Denominators] = []  # per minibatch
-        # per-rank RNG and env-sampler states read from a checkpoint: what the next step's rollout starts from
-        self.resume_states: list[dict] | None = None
 
     # ------------------------------------------------------------------ sizes (known before any rollout)
     def minibatch_sizes(self, samples_per_rank: int, world: int) -> list[int]:
@@ -85,24 +178,19 @@ class RolloutBuffer:
         return len(self.minibatch_sizes(samples_per_rank, world)) * self.update_epoch
 
     # ------------------------------------------------------------------ fill / read
-    def fill(
-        self,
-        step: int,
-        samples: Samples,
-        denominator: Callable[[torch.Tensor], torch.Tensor],
-        reduce_sum: Callable[[torch.Tensor], torch.Tensor],
-        rank: int = 0,
-        world: int = 1,
-    ) -> None:
-        """Store RL step ``step``'s samples, shuffle them into micro-batches (a seed per step and rank) and compute
-        each minibatch's loss denominators (``reduce_sum`` is a collective: every rank fills at the same point)."""
+    def fill(self, step: int, samples: Samples, rank: int = 0, world: int = 1) -> None:
+        """Store RL step ``step``'s samples and shuffle them into micro-batches (a seed per step and rank)."""
         self.step, self.samples = step, samples
         sizes = self.minibatch_sizes(len(samples), world)
         self.schedule = build_schedule(sizes, self.micro_batch_size, self.update_epoch,
                                        schedule_seed(world, rank, step))
-        self.denominators = minibatch_denominators(
-            self.schedule, samples.mask, samples.value_mask, denominator, reduce_sum, world
-        )
+
+    def minibatch_rows(self) -> list[torch.Tensor]:
+        """Per minibatch of the step, in order: the indices of its samples (what its loss averages over)."""
+        rows: dict[int, list[torch.Tensor]] = {}
+        for slot in self.schedule:
+            rows.setdefault(slot.minibatch, []).append(slot.idx)
+        return [torch.cat(rows[k]) for k in sorted(rows)]
 
     def __len__(self) -> int:
         return len(self.schedule)
@@ -114,8 +202,9 @@ class RolloutBuffer:
         slot = self.schedule[i]
         return MicroBatch(
             samples=self.samples.select(slot.idx),
-            denominators=self.denominators[slot.minibatch],
             idx=slot.idx,
+            step=step,
+            index=i,
             minibatch=slot.minibatch,
             minibatch_size=slot.minibatch_size,
             last=slot.last,
@@ -128,9 +217,4 @@ class RolloutBuffer:
 
     def clear(self) -> None:
         """Drop the step's data (at its end: the samples are the largest object of a step)."""
-        self.step, self.samples, self.schedule, self.denominators = None, None, [], []
-
-    def take_resume_states(self) -> list[dict] | None:
-        """The per-rank states a checkpoint recorded (once: ``None`` afterwards)."""
-        states, self.resume_states = self.resume_states, None
-        return states
+        self.step, self.samples, self.schedule = None, None, []

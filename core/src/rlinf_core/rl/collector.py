@@ -9,7 +9,9 @@ of their sum when the two are balanced.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -17,8 +19,8 @@ import torch
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, Policy
-from rlinf_core.contracts.validation import first_act
-from rlinf_core.rl.trajectory import Trajectory
+from rlinf_core.contracts.observation_mismatch import first_act
+from rlinf_core.rl.algorithms.trajectory import Trajectory
 
 
 @dataclass
@@ -70,6 +72,30 @@ class RolloutCollector:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+    def collect_epochs(
+        self,
+        epochs: int,
+        num_chunk_steps: int,
+        do_sample: bool,
+        temperature: float,
+        auto_reset: bool,
+        progress: Callable[[str], Callable[..., None] | None],
+        context: Callable[[], AbstractContextManager],
+    ) -> list[Trajectory]:
+        """The RL step's ``epochs`` rollouts, each under ``context()`` with ``progress(label)`` as its progress
+        callback. Without auto-reset every rollout starts from a reset and its episodes are flushed after it."""
+        trajs = []
+        for r in range(epochs):
+            reset = not auto_reset or self.last_obs[0] is None
+            label = f"rollout {r + 1}/{epochs}" if epochs > 1 else "rollout"
+            reporter = progress(label)
+            with context():
+                trajs.append(self.collect(num_chunk_steps, do_sample, temperature, reset=reset, progress=reporter))
+            if not auto_reset:
+                for env in self.envs:
+                    env.flush_episodes()
+        return trajs
 
     def _act(self, obs: Observation, do_sample: bool, temperature: float) -> ActOutput:
         t0 = time.perf_counter()

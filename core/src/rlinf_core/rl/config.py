@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rlinf_core.contracts.validation import check_number
+from rlinf_core.foundation.checks import check_number
 
 
 @dataclass

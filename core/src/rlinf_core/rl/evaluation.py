@@ -15,7 +15,7 @@ from rlinf_core.callbacks.eval_report import suite_columns
 from rlinf_core.rl.algorithms.base import Reducer
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.contracts.validation import first_act
+from rlinf_core.contracts.observation_mismatch import first_act
 
 
 @torch.no_grad()
@@ -92,3 +92,13 @@ def write_eval_table(directory: Path, epoch: int, result: dict[str, Any]) -> Non
     for task, row in rows:
         lines.append(f"| {task} | {100 * row['success_once']:.1f}% | {row['num_trajectories']} |")
     (directory / f"eval_epoch{epoch}.md").write_text("\n".join(lines) + "\n")
+
+
+def eval_summary(
+    records: list[dict[str, Any]], metrics: dict[str, float], task_names: list[str], reduce: Reducer
+) -> dict[str, Any]:
+    """``RLModule.last_eval``: the eval's ``metrics`` plus per-suite success, the per-task and per-suite tables."""
+    tasks = per_task(records, task_names, reduce)
+    suites = per_suite(tasks)
+    metrics = {**metrics, **{f"eval/{suite}/success_once": row["success_once"] for suite, row in suites.items()}}
+    return {"metrics": metrics, "per_task": tasks, "per_suite": suites}

@@ -1,9 +1,10 @@
 """The RL loop as a LightningModule.
 
 One Lightning epoch is one RL step: ``on_train_epoch_start`` collects ``rollout_epoch`` rollouts
-with the current policy (no grad, eval mode), computes advantages, and fills the step's
-:class:`rlinf_core.rl.buffer.RolloutBuffer`; then every ``training_step`` processes one micro-batch of it,
-and an optimizer step is taken at the end of each minibatch (gradient accumulation).
+with the current policy (no grad, eval mode), computes advantages, fills the step's
+:class:`rlinf_core.rl.buffer.RolloutBuffer` and lets the algorithm compute its loss denominators; then every
+``training_step`` receives one :class:`~rlinf_core.rl.buffer.MicroBatch` of it (``on_before_batch_transfer`` turns
+the loader's count into it), and an optimizer step is taken at the end of each minibatch (gradient accumulation).
 Multi-GPU / multi-node training comes from Lightning's strategies: every rank runs its own envs on its own
 share of initial states.
 
@@ -24,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.rl.algorithms.base import Algorithm
-from rlinf_core.distributed.trainer import attached_trainer
+from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
@@ -32,18 +33,18 @@ from rlinf_core.contracts.env import Env
 from rlinf_core.envs.vector import vectorize
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_states, rng_state
-from rlinf_core.rl.buffer import RolloutBuffer
+from rlinf_core.callbacks.progress import phase_reporter
+from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer, batch_split_error
 from rlinf_core.rl.collector import RolloutCollector
-from rlinf_core.distributed.strategies import (
-    backward_sync, export_policy, rollout_mode, set_accumulation_boundary, shard_policy,
-)
-from rlinf_core.rl.evaluation import eval_passes, per_suite, per_task, write_eval_table
+from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
+from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
+from rlinf_core.distributed.rollout_mode import rollout_mode
+from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
 from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
-from rlinf_core.rl.optim import configure_adamw
-from rlinf_core.rl.schedule import batch_split_error
+from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
 from rlinf_core.rl.update import GradientClip, optimizer_step, precision_context, recompute_old_logprobs
-from rlinf_core.contracts.validation import first_non_finite
-from rlinf_core.rl.validation import check_reset_filters, check_rl_sizes
+from rlinf_core.models.weights import first_non_finite
+from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.
@@ -107,6 +108,8 @@ class RLModule(pl.LightningModule):
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
         self._stage_envs: list[Env] = []
+        # per-rank RNG and env-sampler states read from a checkpoint: what the next step's rollout starts from
+        self._resume_states: list[dict] | None = None
 
     def check_world_size(self, world: int) -> None:
         """Raise ``ValueError`` (one line) when the sizes cannot run on ``world`` ranks as configured
@@ -169,10 +172,10 @@ class RLModule(pl.LightningModule):
 
     def train_dataloader(self):
         # Lightning has no public hook for an epoch driven by data the module makes itself (the rollout), so the
-        # loader only counts: it yields 0..n-1, one per training_step, and training_step reads micro-batch i of
-        # the RolloutBuffer filled in on_train_epoch_start. (Lightning may start the loader's iterator before or
-        # after that hook; a counter does not care: tests/core/test_rollout_buffer.py checks the step each batch
-        # reads, also right after a resume.)
+        # loader only counts: it yields 0..n-1, and on_before_batch_transfer turns count i into micro-batch i of the
+        # RolloutBuffer filled in on_train_epoch_start. (Lightning may start the loader's iterator before or after
+        # that hook, but calls on_before_batch_transfer per batch, after it: tests/core/test_rollout_buffer.py
+        # checks the step each batch belongs to, also right after a resume.)
         # Own generator: a DataLoader iterator otherwise draws from the global RNG (its shared seed) at a point
         # Lightning's loop order decides, which a resume from a checkpoint could not reproduce.
         return DataLoader(range(self.steps_per_epoch), batch_size=None, generator=torch.Generator())
@@ -182,15 +185,9 @@ class RLModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ optimizers
     def configure_optimizers(self):
-        value_ids = {id(p) for p in self.policy.value_parameters()}
-        params = [p for p in self.policy.parameters() if p.requires_grad]
         max_epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        return configure_adamw(
-            self.optim_cfg,
-            [p for p in params if id(p) not in value_ids],
-            [p for p in params if id(p) in value_ids],
-            total_steps=max_epochs * self.optimizer_steps_per_epoch,
-        )
+        actor, critic = actor_critic_parameters(self.policy)
+        return configure_adamw(self.optim_cfg, actor, critic, total_steps=max_epochs * self.optimizer_steps_per_epoch)
 
     # ------------------------------------------------------------------ rollout
     def on_train_epoch_start(self) -> None:
@@ -201,8 +198,12 @@ class RLModule(pl.LightningModule):
         self.policy.set_rl_step(self.current_epoch)
         self.policy.eval()
         t0 = time.perf_counter()
+        env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
         with rollout_mode(self, self.offload_optimizer):
-            trajs = self._collect_rollouts(ro, n_chunks)
+            trajs = self.collector.collect_epochs(  # in training_step's precision context: log-probs agree
+                ro.rollout_epoch, n_chunks, ro.do_sample, ro.temperature_train, self.env.auto_reset,
+                progress=lambda label: self._progress(label, env_steps_per_chunk), context=lambda: precision_context(self),
+            )
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
         samples, metrics = self.algorithm.compute(trajs, self.env.group_size, self.reducer, self.env.max_episode_steps)
@@ -217,30 +218,14 @@ class RLModule(pl.LightningModule):
             metrics["rollout/logprob_mismatch"] = float(self.reducer.max(torch.tensor(worst, dtype=torch.float64)))
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
-        self.buffer.fill(self.current_epoch, samples, self.algorithm.denominator, self.reducer.sum,
-                         self.global_rank, self.trainer.world_size)
+        self.buffer.fill(self.current_epoch, samples, self.global_rank, self.trainer.world_size)
+        self.algorithm.prepare_update(samples, self.buffer.minibatch_rows(), self.reducer, self.trainer.world_size)
         if len(self.buffer) != self.steps_per_epoch:  # the loader counts the micro-batches the config's sizes give
             raise RuntimeError(f"the rollout gave {len(samples)} samples, not the {self.samples_per_rank()} planned")
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._log_step(key, float(value))
         self.policy.train()
-
-    def _collect_rollouts(self, ro: RolloutConfig, n_chunks: int) -> list:
-        trajs = []
-        for r in range(ro.rollout_epoch):
-            reset = not self.env.auto_reset or self.collector.last_obs[0] is None
-            label = f"rollout {r + 1}/{ro.rollout_epoch}" if ro.rollout_epoch > 1 else "rollout"
-            env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
-            progress = self._progress(label, env_steps_per_chunk)
-            # same precision context as training_step, so rollout and update log-probs agree
-            with precision_context(self):
-                traj = self.collector.collect(n_chunks, ro.do_sample, ro.temperature_train, reset=reset, progress=progress)
-            trajs.append(traj)
-            if not self.env.auto_reset:
-                for env in self._stage_envs:
-                    env.flush_episodes()
-        return trajs
 
     def _env_counters(self) -> dict[str, float]:
         return summed_counters([env.pop_metrics() for env in self._stage_envs], self.reducer)
@@ -250,25 +235,28 @@ class RLModule(pl.LightningModule):
         progress bar (``None`` without it or with ``rollout.show_progress: false``)."""
         if not self.rollout_cfg.show_progress or attached_trainer(self) is None:
             return None
-        from rlinf_core.callbacks.progress import phase_reporter
-
         return phase_reporter(self.trainer, label, env_steps_per_chunk)
 
     # ------------------------------------------------------------------ update
-    def training_step(self, batch: int, batch_idx: int):
-        mb = self.buffer.micro_batch(self.current_epoch, batch)  # raises if filled for another RL step
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if not self.trainer.training:
+            return batch  # the validation loader's single item
+        return self.buffer.micro_batch(self.current_epoch, batch)  # raises if filled for another RL step
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch.to(device) if isinstance(batch, MicroBatch) else batch
+
+    def training_step(self, mb: MicroBatch, batch_idx: int):
         actor_on = self._optim_steps_done >= self.optim_cfg.critic_warmup_steps
         with precision_context(self):
             out = self.policy.evaluate(
-                mb.samples.obs.to(self.device),
-                {k: v.to(self.device) for k, v in mb.samples.records.items()},
+                mb.samples.obs,
+                mb.samples.records,
                 temperature=self.rollout_cfg.temperature_train,
                 compute_entropy=True,
                 compute_values=self.algorithm.uses_critic,
             )
-        loss, metrics = self.algorithm.loss(
-            out, mb.samples, mb.denominators.policy, mb.denominators.value, actor_enabled=actor_on
-        )
+        loss, metrics = self.algorithm.update_loss(out, mb.samples, mb.minibatch, actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, mb.last)  # DeepSpeed reduces grads at the boundary
         with backward_sync(self.trainer.strategy, enabled=mb.last):  # DDP all-reduces once per minibatch
             self.manual_backward(loss)
@@ -306,16 +294,11 @@ class RLModule(pl.LightningModule):
     def validation_step(self, batch: int, batch_idx: int):
         t0 = time.perf_counter()
         records = self.run_evaluation()
-        metrics = self._episode_metrics(records, "eval")
-        tasks = per_task(records, self.eval_env.task_names, self.reducer)
-        suites = per_suite(tasks)
-        for suite, row in suites.items():
-            metrics[f"eval/{suite}/success_once"] = row["success_once"]
-        metrics["time/eval"] = time.perf_counter() - t0
-        for key, value in metrics.items():
+        metrics = {**self._episode_metrics(records, "eval"), "time/eval": time.perf_counter() - t0}
+        self.last_eval = eval_summary(records, metrics, self.eval_env.task_names, self.reducer)
+        for key, value in self.last_eval["metrics"].items():
             if math.isfinite(value):
                 self.log(key, value, on_step=False, on_epoch=True, batch_size=1)
-        self.last_eval = {"metrics": metrics, "per_task": tasks, "per_suite": suites}
         self._write_eval_table()
 
     @torch.no_grad()
@@ -359,9 +342,7 @@ class RLModule(pl.LightningModule):
         state = checkpoint.get("rlinf", {})
         self._optim_steps_done = state.get("optim_steps_done", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
-        self.buffer.resume_states = checkpoint.get(RESUME_KEY)
-        if self.buffer.resume_states is None and "env_sampler" in state:  # older checkpoints: rank 0's samplers
-            self.buffer.resume_states = [{"env_sampler": state["env_sampler"]}]
+        self._resume_states = checkpoint.get(RESUME_KEY)
 
     def on_validation_start(self) -> None:
         if self.eval_env is not None:
@@ -370,7 +351,7 @@ class RLModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         for env in self._stage_envs:
             env.set_device(self.device)  # world-model envs run their models where the policy runs
-        states = self.buffer.take_resume_states()
+        states, self._resume_states = self._resume_states, None  # restored once
         if states is None:
             return
         why = restore_rank_states(states, self._stage_envs, self.global_rank, self.trainer.world_size)

@@ -1,4 +1,5 @@
-"""AdamW with the warm-up / decay schedule of :class:`rlinf_core.rl.config.OptimConfig`, shared by the RL and SFT modules."""
+"""AdamW with the warm-up / decay schedule of :class:`rlinf_core.rl.config.OptimConfig`, shared by the RL and SFT
+modules."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def lr_lambda(cfg: OptimConfig, total_steps: int, start: int = 0) -> Callable[[i
         return floor + (1 - floor) * (1 - progress)
 
     return fn
+
+
+def actor_critic_parameters(policy: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """A policy's trainable parameters: ``(actor, critic)``, the critic being its ``value_parameters()``."""
+    value_ids = {id(p) for p in policy.value_parameters()}
+    params = [p for p in policy.parameters() if p.requires_grad]
+    return [p for p in params if id(p) not in value_ids], [p for p in params if id(p) in value_ids]
 
 
 def configure_adamw(

@@ -54,7 +54,7 @@ def gather_rank_states(local: dict[str, Any]) -> list[dict[str, Any]]:
 def layout_mismatch(states: list[dict[str, Any]] | None, world: int, num_stages: int) -> str | None:
     """Why saved per-rank states cannot be restored (``None``: they can)."""
     if not states:
-        return "the checkpoint holds no per-rank random state (written by an older rlinf)"
+        return "the checkpoint holds no per-rank random state"
     if len(states) != world:
         return f"it was saved by {len(states)} ranks, this run has {world}"
     saved = len(states[0].get("env_sampler", []))
@@ -72,6 +72,5 @@ def restore_rank_states(states: list[dict[str, Any]], envs: list, rank: int, wor
     mine = states[rank]
     for env, sampler in zip(envs, mine["env_sampler"]):
         env.load_sampler_state(sampler)
-    if "rng" in mine:
-        set_rng_state(mine["rng"])
+    set_rng_state(mine["rng"])
     return None

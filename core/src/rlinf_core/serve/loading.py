@@ -83,7 +83,7 @@ def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
-    unsupported = sorted(set(overrides) - set(params) - set(getattr(cls, "FLAT_SETTINGS", {})))
+    unsupported = sorted(set(overrides) - set(params) - set(cls.FLAT_SETTINGS))
     if unsupported:
         flags = ", ".join("--" + k.replace("_", "-") for k in unsupported)
         raise ServeError(f"{cls.__name__} has no setting {', '.join(unsupported)}; drop {flags}")
@@ -92,7 +92,7 @@ def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
 def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> dict:
     """``init_args`` with the overrides set; a policy's ``FLAT_SETTINGS`` (flat name → (config group, field)) puts
     a flat override such as ``unnorm_key`` into its group (``actions: {unnorm_key: ...}``)."""
-    nested = getattr(cls, "FLAT_SETTINGS", {})
+    nested = cls.FLAT_SETTINGS
     params = inspect.signature(cls.__init__).parameters
     for key, value in overrides.items():
         if key in nested and key not in params:

@@ -103,7 +103,7 @@ class OpenVLARestServer:
                 raise BadRequest('a double-encoded request is {"encoded": json_numpy.dumps(payload)} alone')
             payload = json_numpy_loads(payload["encoded"])
         if isinstance(payload, dict) and payload.get("unnorm_key") is not None:
-            have, given = getattr(self.runner.policy, "unnorm_key", None), payload["unnorm_key"]
+            have, given = self.runner.policy.unnorm_key, payload["unnorm_key"]
             if not isinstance(given, str):
                 raise BadRequest(f"unnorm_key must be a string, got {type(given).__name__}")
             if given != have:

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from rlinf_core.rl.optim import configure_adamw
-from rlinf_core.distributed.trainer import attached_trainer
+from rlinf_core.foundation.trainer import attached_trainer
 
 __all__ = ["SupervisedModule"]
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.rl.config import OptimConfig
-from rlinf_core.supervised.demos import DemoDataset
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.supervised.base import SupervisedModule
@@ -25,7 +25,7 @@ class SFTModule(SupervisedModule):
 
     Args:
         policy: the policy to train (any :class:`rlinf_core.Policy` implementing ``sft_loss``).
-        data_path: an ``rlinf-demos`` dataset directory (see :mod:`rlinf_core.supervised.demos`); action
+        data_path: an ``rlinf-demos`` dataset directory (see :mod:`rlinf_core.datasets.demos`); action
             chunks are cut to the policy's ``num_action_chunks``.
         batch_size: samples (observation + action chunk) per optimizer step, per device.
         optim: optimizer and schedule settings (the RL module's; ``value_lr`` and ``critic_warmup_steps``

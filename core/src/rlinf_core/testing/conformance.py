@@ -21,9 +21,11 @@ positive (densities); ``do_sample=False`` must be deterministic whatever the ran
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -31,6 +33,7 @@ import torch
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.envs.vector import vectorize
+from rlinf_core.memory.estimate import MemoryProfile
 from rlinf_core.plugins.manager import Registry
 from rlinf_core.contracts.policy import ActOutput, Policy
 
@@ -256,6 +259,36 @@ class PolicyPluginTests(_KitTests):
     def test_registered_through_hooks(self):
         cls = type(self.make_policy())
         assert cls.__name__ in Registry().load().names("policy")
+
+    def test_declared_surface(self):
+        """Every attribute and method the core reads of a policy (declared on :class:`Policy`) has a value of the
+        declared type."""
+        policy = self.make_policy()
+        cls = type(policy)
+        for name in ("action_dim", "num_action_chunks", "num_images_in_input"):
+            value = getattr(policy, name)
+            assert isinstance(value, int) and value >= 1, f"{cls.__name__}.{name} must be an int >= 1, got {value!r}"
+        assert isinstance(policy.has_value_head, bool)
+        assert policy.compute_dtype is None or isinstance(policy.compute_dtype, torch.dtype)
+        for name in ("precision", "unnorm_key"):
+            assert getattr(policy, name) is None or isinstance(getattr(policy, name), str), f"{cls.__name__}.{name}"
+        assert policy.model_path is None or Path(policy.model_path).is_dir(), (
+            f"{cls.__name__}.model_path must name the directory the weights came from, got {policy.model_path!r}"
+        )
+        size = policy.image_size
+        assert size is None or isinstance(size, int) or (
+            isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) for s in size)
+        ), f"{cls.__name__}.image_size must be None, an int or (height, width), got {size!r}"
+        params = inspect.signature(cls.__init__).parameters
+        for flat, (group, field) in cls.FLAT_SETTINGS.items():
+            assert group in params, f"{cls.__name__}.FLAT_SETTINGS[{flat!r}] names group {group!r}, not a setting"
+            assert isinstance(field, str)
+        profile = policy.memory_profile()
+        assert profile is None or isinstance(profile, MemoryProfile)
+        prefixes = policy.unused_parameter_prefixes()
+        assert isinstance(prefixes, list) and all(isinstance(p, str) for p in prefixes)
+        with tempfile.TemporaryDirectory() as tmp:  # a name that is no released checkpoint: no stand-in
+            assert cls.released_standin("/path/to/no-such-released-checkpoint", tmp) is None
 
     @_explain_empty_inputs
     def test_act_shapes(self):

@@ -1,10 +1,10 @@
 """World-model helpers for plugins: initial-state data, conditioning, reward models."""
 
-from rlinf_core.plugins.lazy import lazy_getattr
+from rlinf_core.foundation.lazy import lazy_getattr
 
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
-    "ConditionSpec": "rlinf_core.world_models.init_data",
+    "ConditionSpec": "rlinf_core.contracts.world_model",
     "LIBERO_TASKS": "rlinf_core.world_models.reward_models",
     "ResnetRewardModel": "rlinf_core.world_models.reward_models",
     "TaskEmbedResnetRewardModel": "rlinf_core.world_models.reward_models",

@@ -12,37 +12,10 @@ keyframe.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
 import numpy as np
 
-
-@dataclass(frozen=True)
-class ConditionSpec:
-    """How a world model wants the condition frames and actions of a new episode.
-
-    Args:
-        num_frames: condition frames ``T``.
-        frames: ``repeat_first``: frame 0 repeated ``T`` times (OpenSora fills its condition queue this
-            way); ``first_and_last``: frame 0 then the file's last ``T - 1`` frames when it has at least
-            ``T - 1`` frames (keyframe init, Wan; with exactly ``T - 1`` frames these include frame 0, as
-            upstream), else frame 0 repeated.
-        pad_gripper: condition actions of frames that are copies of frame 0 are zeros with the last
-            (gripper) entry set to this value (Wan: -1, open); ``None``: all zeros. Frames taken from the
-            file keep their ``delta_action``.
-    """
-
-    num_frames: int = 1
-    frames: Literal["repeat_first", "first_and_last"] = "repeat_first"
-    pad_gripper: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_frames < 1:
-            raise ValueError(f"ConditionSpec.num_frames must be >= 1, got {self.num_frames}")
-        if self.frames not in ("repeat_first", "first_and_last"):
-            raise ValueError(f"ConditionSpec.frames must be 'repeat_first' or 'first_and_last', got {self.frames!r}")
+from rlinf_core.contracts.world_model import ConditionSpec
 
 
 def save_init_trajectory(

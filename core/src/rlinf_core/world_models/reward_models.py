@@ -18,7 +18,7 @@ The success rule, upstream and here. Upstream rounds the probability (``predict_
 frame counts when p > 0.5; ``torch.round(0.5) == 0``); a chunk succeeds when its max rounded value is
 ≥ 0.9 (``success_reward_threshold``), i.e. when some frame has p > 0.5, and the episode terminates at the
 end of that chunk; with ``use_rel_reward`` the reward of frame i is ``reward_coef · (r_i − r_{i−1})`` on the
-rounded values, carried across chunks. In :class:`rlinf_core.envs.world_model.WorldModelEnv` the same decision is
+rounded values, carried across chunks. In :class:`rlinf_core.envs.world_model_env.WorldModelEnv` the same decision is
 ``success_threshold: 0.5`` (a frame counts when p ≥ 0.5; :data:`UPSTREAM_SUCCESS_THRESHOLD` makes it p > 0.5
 exactly), ``success_frames: 1``, ``use_rel_reward: true`` and ``reward_coef: 5`` (OpenSora). Two deliberate
 differences: the episode ends on the successful frame (not at the end of its chunk), and the relative reward

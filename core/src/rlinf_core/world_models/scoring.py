@@ -12,7 +12,7 @@ plugin (``rlinf wm-score``, docs/imagination.md "Measuring a world model"):
 Windows are cut from recorded episodes (``RolloutRecorder`` files): start frame ``s`` (the condition, as a one-frame
 init file gives it), then frames ``s + 1 .. s + K`` and the actions that produced them (frame ``k``'s
 ``delta_action``). The world model is stepped open loop in chunks, as
-:class:`~rlinf_core.envs.world_model.WorldModelEnv` steps it.
+:class:`~rlinf_core.envs.world_model_env.WorldModelEnv` steps it.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def precision_recall(pred: np.ndarray, label: np.ndarray) -> tuple[float, float]
 
 
 def success_of(probs: np.ndarray, threshold: float, frames: int) -> np.ndarray:
-    """Episode success under :class:`~rlinf_core.envs.world_model.WorldModelEnv`'s rule: ``frames`` consecutive
+    """Episode success under :class:`~rlinf_core.envs.world_model_env.WorldModelEnv`'s rule: ``frames`` consecutive
     frames with probability ``>= threshold``, for ``probs [N, K]``."""
     hit = np.asarray(probs) >= threshold
     streak = np.zeros(hit.shape[0], int)

@@ -10,7 +10,8 @@ Two folders, in upstream's layouts:
 - ``bridge_dir``: ManiSkill's data folder (``$MS_ASSET_DIR/data``) with its ``bridge_v2_real2sim`` (table stage)
   and ``widowx250s`` (robot) downloads.
 
-Check a setup with ``rlinf maniskill-assets check [ASSET_DIR] [--bridge-dir DIR]`` (:mod:`rlinf_env_maniskill.assets_cli`).
+Check a setup with ``rlinf maniskill-assets check [ASSET_DIR] [--bridge-dir DIR]``
+(:mod:`rlinf_env_maniskill.assets_cli`).
 """
 
 from __future__ import annotations

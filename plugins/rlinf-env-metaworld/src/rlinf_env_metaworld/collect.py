@@ -8,7 +8,7 @@ Usage::
 Episodes run through :class:`MetaWorldEnv` exactly as a policy would see them (same camera, image
 size, instruction and states); trial ``k`` of a task is the env's reset state ``(task, k)`` for
 ``--trial-seed``, so evaluate on another trial seed for held-out scenes. The dataset format is
-described in :mod:`rlinf_core.supervised.demos`.
+described in :mod:`rlinf_core.datasets.demos`.
 """
 
 from __future__ import annotations

@@ -150,7 +150,8 @@ def make_tiny(
     import json
 
     from rlinf_core.models.weights import save_weights
-    from rlinf_policy_openpi._modeling import AdaRMSNorm, OpenPIModel
+    from rlinf_policy_openpi._gemma_layers import AdaRMSNorm
+    from rlinf_policy_openpi._modeling import OpenPIModel
     from rlinf_policy_openpi.checkpoint import UNUSED_KEYS
 
     if layout not in LAYOUTS:

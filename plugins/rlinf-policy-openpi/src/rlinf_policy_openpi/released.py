@@ -12,8 +12,8 @@ architecture independently of :mod:`rlinf_policy_openpi._modeling`: SigLIP So400
 8 query heads / 1 KV head of 256, vocabulary 257152, ``lm_head`` stored, tied ``embed_tokens`` not stored), the
 Gemma-300M expert (1024 wide, MLP 4096, same heads) with its unused ``lm_head``, and the flow-matching
 projections. :func:`write_released_dir` writes such a directory with a *sparse* ``model.safetensors`` (real
-header, zero-filled holes: no disk space) so that a build under :func:`rlinf_core.models.meta.meta_init` reads exactly the
-header a download has.
+header, zero-filled holes: no disk space) so that a build under :func:`rlinf_core.models.meta.meta_init` reads
+exactly the header a download has.
 
 Parameter counts (derived here, asserted by the tests): π0 builds 3,238,048,528 parameters = PaliGemma
 2,923,335,408 (SigLIP 412,442,352 + projector 2,361,344 + Gemma-2B 2,508,531,712) + expert 311,464,960

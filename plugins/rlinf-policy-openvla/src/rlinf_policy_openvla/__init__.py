@@ -4,7 +4,7 @@ from rlinf_core import lazy_getattr
 
 # public name -> module: imported on first use, so that the rlinf entry point (plugin.py) stays light
 _LAZY = {
-    "OpenVLAOFTPolicy": "rlinf_policy_openvla.policy",
+    "OpenVLAOFTPolicy": "rlinf_policy_openvla.oft_policy",
     "OpenVLAPolicy": "rlinf_policy_openvla.policy",
 }
 

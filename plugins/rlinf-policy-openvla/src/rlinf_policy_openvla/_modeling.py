@@ -17,7 +17,7 @@ from rlinf_core.models.value_head import ValueHead
 from rlinf_policy_openvla.checkpoint import CheckpointError, PrismaticSpec
 
 LlamaForCausalLM = require("transformers", "pip install 'transformers>=5,<6'", "rlinf-policy-openvla").LlamaForCausalLM
-from rlinf_policy_openvla.vit import TimmViT
+from rlinf_policy_openvla.vit import TimmViT  # noqa: E402 - after the transformers check
 
 
 class VisionBackbone(nn.Module):
@@ -213,7 +213,8 @@ def load_into(vla: PrismaticVLA, state: dict[str, torch.Tensor], source: str, dt
     if shape_err:
         k, got, want = shape_err[0]
         raise CheckpointError(
-            f"{source}: parameter {k!r} has shape {got} in the checkpoint but {want} in the model built from config.json"
+            f"{source}: parameter {k!r} has shape {got} in the checkpoint but {want} in the model built from "
+            "config.json"
             f" ({len(shape_err)} mismatches; check text_config / timm_model_configs / value_type / proprio_dim)"
         )
     unexpected = [

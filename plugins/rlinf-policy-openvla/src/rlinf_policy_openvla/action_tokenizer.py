@@ -39,7 +39,8 @@ class ActionTokenizer:
         self.vocab_size = vocab_size
         self.n_bins = n_bins
         self.token_begin = vocab_size - n_bins
-        # float64 lookup tables on the CPU (moved to the data's device on use), also under rlinf_core.models.meta.meta_init
+        # float64 lookup tables on the CPU (moved to the data's device on use), also under
+        # rlinf_core.models.meta.meta_init
         self.low, self.high, self.mask = bounds(action_stats, normalization_type)
         cpu = torch.device("cpu")
         self.bins = torch.linspace(-1.0, 1.0, n_bins, dtype=torch.float64, device=cpu)

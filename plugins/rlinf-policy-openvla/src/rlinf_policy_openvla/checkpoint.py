@@ -135,7 +135,8 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
         if act is not None:
             if act not in ACTIVATIONS:
                 raise CheckpointError(
-                    f"config.json: timm_override_act_layers[{i}] = {act!r} not supported; valid: {', '.join(ACTIVATIONS)}"
+                    f"config.json: timm_override_act_layers[{i}] = {act!r} not supported; "
+                    f"valid: {', '.join(ACTIVATIONS)}"
                 )
             spec = ViTSpec.from_dict({**spec.to_dict(), "act": act})
         specs.append(spec)

@@ -6,7 +6,7 @@ from rlinf_core import hookimpl
 @hookimpl
 def register_policies(register):
     register("rlinf_policy_openvla.policy:OpenVLAPolicy")
-    register("rlinf_policy_openvla.policy:OpenVLAOFTPolicy")
+    register("rlinf_policy_openvla.oft_policy:OpenVLAOFTPolicy")
 
 
 @hookimpl

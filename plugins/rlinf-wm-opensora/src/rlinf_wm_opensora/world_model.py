@@ -186,7 +186,8 @@ class OpenSoraWorldModel(WorldModel):
         return z.float().unflatten(0, (B, T)).transpose(1, 2)
 
     def decode_float(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, T, h, w]`` → the VAE's float32 frames ``[B, T, S, S, 3]``, nominally in ``[-1, 1]`` (not clamped)."""
+        """Latents ``[B, C, T, h, w]`` → the VAE's float32 frames ``[B, T, S, S, 3]``, nominally in ``[-1, 1]``
+        (not clamped)."""
         B, _, T = latents.shape[:3]
         x = decode_latents(self.vae, latents.transpose(1, 2).flatten(0, 1), self.vae_micro_batch).float()
         return x.permute(0, 2, 3, 1).unflatten(0, (B, T))

@@ -10,13 +10,14 @@ Granularity keys (as in RLinf):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.trajectory import Samples, Trajectory, flatten_steps
+from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
@@ -52,6 +53,15 @@ def expand_to(x: torch.Tensor, level: str) -> torch.Tensor:
     if level == "action_level":
         return x if x.dim() == 2 else x.view(-1, 1)
     return x if x.dim() == 1 else x[:, 0]
+
+
+@dataclass(frozen=True)
+class Denominators:
+    """Loss denominators of one minibatch: :meth:`Algorithm.denominator` of its masks, summed over ranks and divided
+    by the world size (>= 1), so that the micro-batch losses accumulated over ranks average over the minibatch."""
+
+    policy: float
+    value: float | None
 
 
 class Algorithm:
@@ -96,7 +106,7 @@ class Algorithm:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
         check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)
@@ -114,6 +124,7 @@ class Algorithm:
         self.reward_type = reward_type
         self.logprob_type = logprob_type
         self.entropy_type = entropy_type
+        self.denominators: list[Denominators] = []  # per minibatch of the current RL step (prepare_update)
 
     def check(self, env, policy) -> None:
         """Raise a one-line ``ValueError`` if ``env`` / ``policy`` settings cannot work with this
@@ -134,9 +145,10 @@ class Algorithm:
 
         ``max_episode_steps`` (default: the rollout length N·C) scales the ``trajectory_mean`` weights.
         """
+        stats = self._rollout_stats(trajs, reduce)
         advs, masks, targets = [], [], []
         for traj in trajs:
-            adv, mask, target = self._advantages(traj, group_size)
+            adv, mask, target = self._advantages(traj, group_size, stats)
             advs.append(adv)
             masks.append(mask)
             targets.append(target)
@@ -163,7 +175,11 @@ class Algorithm:
             metrics["rollout/returns_min"] = _global_extreme(samples.value_targets, vm, reduce, False)
         return samples, metrics
 
-    def _advantages(self, traj: Trajectory, group_size: int):
+    def _rollout_stats(self, trajs: list[Trajectory], reduce: Reducer) -> object:
+        """Statistics over all of the step's rollouts (all ranks) that :meth:`_advantages` needs (default: none)."""
+        return None
+
+    def _advantages(self, traj: Trajectory, group_size: int, stats: object):
         raise NotImplementedError
 
     def _postprocess(self, adv: torch.Tensor, mask: torch.Tensor, reduce: Reducer) -> torch.Tensor:
@@ -176,6 +192,28 @@ class Algorithm:
         if self.loss_agg == "trajectory_mean":
             return torch.tensor(float(mask.numel()), dtype=torch.float64)
         return mask.sum().double()
+
+    def prepare_update(self, samples: Samples, minibatch_rows: list[torch.Tensor], reduce: Reducer, world: int) -> None:
+        """The loss denominators of the RL step's minibatches (``minibatch_rows``: the sample indices of each), over
+        all ranks in one all-reduce (every rank calls this at the same point: a collective)."""
+        local = torch.zeros(len(minibatch_rows), 2, dtype=torch.float64)
+        for k, rows in enumerate(minibatch_rows):
+            local[k, 0] = self.denominator(samples.mask[rows])
+            if samples.value_mask is not None:
+                local[k, 1] = self.denominator(samples.value_mask[rows])
+        total = reduce.sum(local).tolist()
+        has_value = samples.value_mask is not None
+        self.denominators = [
+            Denominators(max(policy / world, 1.0), max(value / world, 1.0) if has_value else None)
+            for policy, value in total
+        ]
+
+    def update_loss(
+        self, out: EvaluateOutput, samples: Samples, minibatch: int, actor_enabled: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` of one micro-batch of minibatch ``minibatch``, with that minibatch's denominators."""
+        denominators = self.denominators[minibatch]
+        return self.loss(out, samples, denominators.policy, denominators.value, actor_enabled=actor_enabled)
 
     @staticmethod
     def _weighted(mask: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:

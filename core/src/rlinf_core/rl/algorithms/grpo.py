@@ -8,7 +8,7 @@ import torch
 
 from rlinf_core.rl.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer, global_std
-from rlinf_core.rl.trajectory import Samples, Trajectory
+from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
 
 
 class GRPO(Algorithm):
@@ -49,6 +49,7 @@ class GRPO(Algorithm):
         self.rewards_lower_bound = rewards_lower_bound
         self.rewards_upper_bound = rewards_upper_bound
         self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
+        self._warned_all_filtered = False
 
     def check(self, env, policy) -> None:
         if env.group_size < 2:
@@ -57,23 +58,26 @@ class GRPO(Algorithm):
             raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
         super().check(env, policy)
 
+    def _rollout_stats(self, trajs: list[Trajectory], reduce: Reducer) -> float | None:
+        """``scale_rewards: batch``: one std over every score of the step on every rank (``None`` otherwise)."""
+        if self.scale_rewards != "batch":
+            return None
+        scores = torch.cat([_scores(t) for t in trajs])
+        total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
+        if len(trajs) > 1 or total != scores.numel():
+            return global_std(scores, reduce)
+        return None  # one trajectory on one rank: its own std is this std, bit for bit
+
     def compute(
         self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
     ) -> tuple[Samples, dict[str, float]]:
-        # scale_rewards: batch divides by one std over every score of the step on every rank
-        self._batch_std = None
-        if self.scale_rewards == "batch":
-            scores = torch.cat([_scores(t) for t in trajs])
-            total = float(reduce.sum(torch.tensor(float(scores.numel()), dtype=torch.float64)))
-            if len(trajs) > 1 or total != scores.numel():  # else each trajectory's own std is this std, bit for bit
-                self._batch_std = global_std(scores, reduce)
-        self._kept_groups = []
         samples, metrics = super().compute(trajs, group_size, reduce, max_episode_steps)
         if self.filter_rewards:
-            kept = torch.stack(self._kept_groups).sum(0).double()  # [kept groups, groups] of this rank
-            kept, total = float(reduce.sum(kept[0])), float(reduce.sum(kept[1]))
+            kept = sum(self._kept_groups(t, group_size) for t in trajs)
+            groups = sum(t.rewards.shape[1] // group_size for t in trajs)
+            kept, total = float(reduce.sum(torch.tensor(float(kept)))), float(reduce.sum(torch.tensor(float(groups))))
             metrics["rollout/kept_groups_fraction"] = kept / max(total, 1.0)
-            if kept == 0 and not getattr(self, "_warned_all_filtered", False):
+            if kept == 0 and not self._warned_all_filtered:
                 self._warned_all_filtered = True
                 _warn_once_per_run(
                     f"rlinf: warning: algorithm.filter_rewards dropped every one of {total:.0f} groups of this RL "
@@ -82,7 +86,11 @@ class GRPO(Algorithm):
                 )
         return samples, metrics
 
-    def _advantages(self, traj: Trajectory, group_size: int):
+    def _kept_groups(self, traj: Trajectory, group_size: int) -> int:
+        keep = group_filter_mask(_scores(traj), group_size, self.rewards_lower_bound, self.rewards_upper_bound)
+        return int(keep.view(-1, group_size)[:, 0].sum())
+
+    def _advantages(self, traj: Trajectory, group_size: int, stats: float | None):
         if group_size < 2:
             raise ValueError(
                 "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
@@ -93,20 +101,15 @@ class GRPO(Algorithm):
                 f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
             )
         scores = _scores(traj)
-        adv = group_normalized_scores(
-            scores, group_size, scale=self.scale_rewards, batch_std=getattr(self, "_batch_std", None)
-        )
+        adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards, batch_std=stats)
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
             keep = group_filter_mask(scores, group_size, self.rewards_lower_bound, self.rewards_upper_bound)
-            groups = keep.view(-1, group_size)[:, 0]
-            getattr(self, "_kept_groups", []).append(torch.tensor([int(groups.sum()), groups.numel()]))
         seq = traj.at_level(self.reward_type)
         mask = traj.from_level(seq["valid"], self.reward_type)
         keep_b = keep.view(1, -1, *([1] * (mask.dim() - 2)))
         mask = (mask & keep_b).to(torch.float32)
         adv_b = adv.view(1, -1, *([1] * (mask.dim() - 2))).expand_as(mask) * mask
-        self.last_scores = scores
         return adv_b, mask, None
 
 

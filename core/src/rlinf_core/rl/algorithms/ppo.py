@@ -8,7 +8,7 @@ from rlinf_core.rl.algorithms.advantages import gae
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.trajectory import Samples, Trajectory
+from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
 
 
 class PPO(Algorithm):
@@ -42,7 +42,7 @@ class PPO(Algorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        from rlinf_core.contracts.validation import check_number
+        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.gamma", gamma, low=0, high=1)
         check_number("algorithm.gae_lambda", gae_lambda, low=0, high=1)
@@ -57,7 +57,7 @@ class PPO(Algorithm):
         self.normalize_advantages = normalize_advantages
         self.bootstrap_on_truncation = bootstrap_on_truncation
 
-    def _advantages(self, traj: Trajectory, group_size: int):
+    def _advantages(self, traj: Trajectory, group_size: int, stats: object):
         if traj.values is None:
             raise ValueError("PPO needs a policy with a value head (e.g. add_value_head: true)")
         seq = traj.at_level(self.reward_type)

@@ -1,5 +1,5 @@
 """Parse-time checks of an RL run's pieces against each other (one-line ``ValueError``); single values are checked by
-:func:`rlinf_core.contracts.validation.check_number`."""
+:func:`rlinf_core.foundation.checks.check_number`."""
 
 from __future__ import annotations
 

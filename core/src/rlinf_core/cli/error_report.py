@@ -2,10 +2,11 @@
 
 Only parsing and instantiating a config, and the documented checks before ``fit`` starts
 (:mod:`rlinf_core.cli.checks`), count as input. Once training has started (``PHASE == "run"``, set by the checks'
-callback at ``on_fit_start``, after setup and the checkpoint restore), an exception from the RL loop, a plugin's ``act`` / ``step`` or a callback is a
-bug: it keeps its traceback, headed by ``rlinf: bug in <module> during training (not a config error): ...``.
-Only a checkpoint that cannot be read or written (:class:`~rlinf_core.run.checkpoint_files.CheckpointError`) and a lost peer rank
-stay one-line errors there.
+callback at ``on_fit_start``, after setup and the checkpoint restore), an exception from the RL loop, a plugin's
+``act`` / ``step`` or a callback is a bug: it keeps its traceback, headed by
+``rlinf: bug in <module> during training (not a config error): ...``.
+Only a checkpoint that cannot be read or written (:class:`~rlinf_core.run.checkpoint_files.CheckpointError`) and a
+lost peer rank stay one-line errors there.
 
 jsonargparse reports a value that fails while a class is built (``num_envs`` not a multiple of ``group_size``,
 a missing ``model_path``) as two chained tracebacks and a ``Given value: Namespace(...)`` dump, and a parse
@@ -82,7 +83,7 @@ def _input_error(cause: BaseException) -> bool:
     if type(cause).__name__ == "MisconfigurationException":  # Lightning's verdict on a trainer flag
         return PHASE != "run"
     if PHASE == "run":
-        from rlinf_core.contracts.validation import ObservationMismatch
+        from rlinf_core.contracts.observation_mismatch import ObservationMismatch
         from rlinf_core.run.checkpoint_files import CheckpointError
 
         return isinstance(cause, (CheckpointError, ObservationMismatch))
@@ -100,9 +101,9 @@ def bug_location(exc: BaseException) -> str:
 
 
 def _mismatch_in_chain(exc: BaseException | None) -> BaseException | None:
-    """The :class:`~rlinf_core.contracts.validation.ObservationMismatch` in ``exc``'s chain (its own cause, the
+    """The :class:`~rlinf_core.contracts.observation_mismatch.ObservationMismatch` in ``exc``'s chain (its own cause, the
     policy's error, stays in the chain for ``RLINF_TRACEBACK=1``)."""
-    from rlinf_core.contracts.validation import ObservationMismatch
+    from rlinf_core.contracts.observation_mismatch import ObservationMismatch
 
     for _ in range(20):
         if exc is None or isinstance(exc, ObservationMismatch):

@@ -1,38 +1,12 @@
 """Parse-time checks of config values against their allowed ranges (one-line ``ValueError`` each).
 
 Called from the ``__init__`` / ``__post_init__`` of the config classes, so a bad value fails while jsonargparse
-builds the run, before anything is written; :mod:`rlinf_core.cli.errors` prints the message as the one-line cause.
+builds the run, before anything is written; :mod:`rlinf_core.cli.error_report` prints the message as the one-line cause.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import torch
-
-
-class ObservationMismatch(ValueError):
-    """The policy cannot read the env's first observation (a state or image size the config got wrong): raised at
-    the run's first ``act``, it stays a one-line input error inside training (:mod:`rlinf_core.cli.errors`)."""
-
-
-def first_act(policy: Any, env: Any, act: Any) -> Any:
-    """``act()``, with a ``ValueError`` of the policy's first call turned into :class:`ObservationMismatch` naming
-    the policy and the env (later calls, and other errors, keep their traceback: they are bugs)."""
-    if getattr(policy, "_rlinf_acted", False):
-        return act()
-    try:
-        out = act()
-    except ObservationMismatch:
-        raise
-    except ValueError as exc:
-        env_name = type(getattr(env, "env", env)).__name__
-        raise ObservationMismatch(f"policy {type(policy).__name__} cannot read the observations of env {env_name}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (make the "
-                                  "policy's sizes, e.g. state_dim, match the env)") from exc
-    policy._rlinf_acted = True
-    return out
 
 
 def check_number(
@@ -71,11 +45,3 @@ def check_number(
     ):
         raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
 
-
-def first_non_finite(module: torch.nn.Module) -> str | None:
-    """Name of the first parameter or buffer holding NaN / inf (``None``: all finite)."""
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        t: Any = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t.detach()).all()):
-            return name
-    return None

@@ -1,0 +1,29 @@
+"""The policy's first ``act`` on an env's observations: a size the config got wrong is the user's input error, not
+a bug, and gets a one-line cause (:mod:`rlinf_core.cli.error_report`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ObservationMismatch(ValueError):
+    """The policy cannot read the env's first observation (a state or image size the config got wrong): raised at
+    the run's first ``act``, it stays a one-line input error inside training (:mod:`rlinf_core.cli.error_report`)."""
+
+
+def first_act(policy: Any, env: Any, act: Any) -> Any:
+    """``act()``, with a ``ValueError`` of the policy's first call turned into :class:`ObservationMismatch` naming
+    the policy and the env (later calls, and other errors, keep their traceback: they are bugs)."""
+    if getattr(policy, "_rlinf_acted", False):
+        return act()
+    try:
+        out = act()
+    except ObservationMismatch:
+        raise
+    except ValueError as exc:
+        env_name = type(getattr(env, "env", env)).__name__
+        raise ObservationMismatch(f"policy {type(policy).__name__} cannot read the observations of env {env_name}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (make the "
+                                  "policy's sizes, e.g. state_dim, match the env)") from exc
+    policy._rlinf_acted = True
+    return out
