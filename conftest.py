@@ -19,17 +19,29 @@ torch.set_num_threads(1)
 # workers, subprocess fits, pip installs, real-simulator smoke configs, full-size meta builds. Single slow tests
 # elsewhere carry @pytest.mark.slow themselves.
 SLOW_FILES = {
-    "tests/test_quickstart.py", "tests/test_configs.py", "tests/test_gpu_configs.py",
-    "tests/test_imagination_example.py", "tests/core/test_kill_resume.py", "tests/core/test_console_output.py",
-    "tests/core/test_plugin_tutorial.py", "tests/core/test_coevolve.py",
-    "tests/scale/test_strategies_multiprocess.py", "tests/scale/test_env_workers.py", "tests/scale/test_bench_e2e.py",
-    "plugins/rlinf-env-libero/tests/test_libero_workers.py", "plugins/rlinf-env-libero/tests/test_libero_smoke_config.py",
+    "tests/test_quickstart.py",
+    "tests/test_configs.py",
+    "tests/test_gpu_configs.py",
+    "tests/test_imagination_example.py",
+    "tests/core/test_kill_resume.py",
+    "tests/core/test_console_output.py",
+    "tests/core/test_plugin_tutorial.py",
+    "tests/core/test_coevolve.py",
+    "tests/scale/test_strategies_multiprocess.py",
+    "tests/scale/test_env_workers.py",
+    "tests/scale/test_bench_e2e.py",
+    "plugins/rlinf-env-libero/tests/test_libero_workers.py",
+    "plugins/rlinf-env-libero/tests/test_libero_smoke_config.py",
     "plugins/rlinf-env-maniskill/tests/test_maniskill_lavapipe.py",
     "plugins/rlinf-env-maniskill/tests/test_maniskill_smoke_config.py",
-    "plugins/rlinf-policy-openpi/tests/test_openpi_ddp.py", "plugins/rlinf-policy-openpi/tests/test_openpi_strategies.py",
-    "plugins/rlinf-policy-openpi/tests/test_openpi_fit.py", "plugins/rlinf-policy-openvla/tests/test_openvla_lora_ddp.py",
-    "plugins/rlinf-policy-openvla/tests/test_openvla_fit.py", "plugins/rlinf-wm-opensora/tests/test_opensora_fit.py",
-    "plugins/rlinf-wm-opensora/tests/test_opensora_wm_fit.py", "plugins/rlinf-wm-wan/tests/test_wan_fit.py",
+    "plugins/rlinf-policy-openpi/tests/test_openpi_ddp.py",
+    "plugins/rlinf-policy-openpi/tests/test_openpi_strategies.py",
+    "plugins/rlinf-policy-openpi/tests/test_openpi_fit.py",
+    "plugins/rlinf-policy-openvla/tests/test_openvla_lora_ddp.py",
+    "plugins/rlinf-policy-openvla/tests/test_openvla_fit.py",
+    "plugins/rlinf-wm-opensora/tests/test_opensora_fit.py",
+    "plugins/rlinf-wm-opensora/tests/test_opensora_wm_fit.py",
+    "plugins/rlinf-wm-wan/tests/test_wan_fit.py",
     "plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py",
 }
 
@@ -49,8 +61,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _checkout_changes(root) -> set[str] | None:
     try:
-        out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=root,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard"], cwd=root, capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return set(out.stdout.splitlines()) if out.returncode == 0 else None
@@ -73,5 +86,7 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     new = sorted(after - before)
     if reporter is not None:
-        reporter.write_line(f"tests left new files in the checkout (write under tmp_path instead): {', '.join(new[:10])}", red=True)
+        reporter.write_line(
+            f"tests left new files in the checkout (write under tmp_path instead): {', '.join(new[:10])}", red=True
+        )
     session.exitstatus = 1

@@ -39,19 +39,19 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).parent))
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "metaworld" / "quickstart_grpo.yaml"
 
-from scale_common import Clock, fmt_table, load_line  # noqa: E402  (sets OMP_NUM_THREADS / MUJOCO_GL defaults)
-
 import lightning.pytorch as pl  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from scale_common import Clock, fmt_table, load_line  # noqa: E402  (sets OMP_NUM_THREADS / MUJOCO_GL defaults)
 
 
 # ------------------------------------------------------------------------------------------------ CPU time
@@ -367,11 +367,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=5, help="measured training epochs (RL steps)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first epochs")
     parser.add_argument("--in-process", action="store_true", help="also run both no-policy variants in one process")
-    parser.add_argument("--old-render-threads", action="store_true",
-                        help="also step the stage envs with every stage's workers using all cores for rendering")
+    parser.add_argument(
+        "--old-render-threads",
+        action="store_true",
+        help="also step the stage envs with every stage's workers using all cores for rendering",
+    )
     parser.add_argument("--profile", default=None, help="cProfile the measured training epochs into this file")
-    parser.add_argument("--update-threads", type=int, default=0,
-                        help="torch threads during the update only (default: OMP_NUM_THREADS for everything)")
+    parser.add_argument(
+        "--update-threads",
+        type=int,
+        default=0,
+        help="torch threads during the update only (default: OMP_NUM_THREADS for everything)",
+    )
     parser.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     # the rest are rlinf fit options, e.g. --model.init_args.micro_batch_size=52
     args, extra = parser.parse_known_args(argv)
@@ -382,8 +389,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from rlinf_policy_openvla.make_tiny import make_tiny
 
-    model_path = make_tiny(work / "tiny_oft", kind="oft", norm_keys=["metaworld"], action_dim=4, proprio_dim=4,
-                           num_action_chunks=8)  # fmt: skip (the quickstart's make_tiny call)
+    model_path = make_tiny(
+        work / "tiny_oft", kind="oft", norm_keys=["metaworld"], action_dim=4, proprio_dim=4, num_action_chunks=8
+    )  # fmt: skip (the quickstart's make_tiny call)
     total = args.warmup + args.epochs
     cli = _build_cli(work, model_path, total, extra)
     module, trainer = cli.model, cli.trainer
@@ -394,11 +402,14 @@ def main(argv: list[str] | None = None) -> None:
     raw_kw = dict(tasks=env.task_names, n_chunks=n_chunks, chunk=C, max_episode_steps=env.max_episode_steps,
                   image_size=env.image_size, camera_name=env.camera_name, fast_render=env.fast_render)  # fmt: skip
     layout = f"{S} stage(s) x {env.num_workers} worker process(es)"
-    variants = {f"Env.chunk_step, {layout}": EnvOnly(_stage_clones(module), n_chunks, C),
-                f"raw simulator, {S * W} processes": RawSimProcs(S * W, num_envs=env.num_envs // (S * W), **raw_kw)}
+    variants = {
+        f"Env.chunk_step, {layout}": EnvOnly(_stage_clones(module), n_chunks, C),
+        f"raw simulator, {S * W} processes": RawSimProcs(S * W, num_envs=env.num_envs // (S * W), **raw_kw),
+    }
     if args.old_render_threads:
         variants[f"Env.chunk_step, {layout}, render threads per stage (before)"] = EnvOnly(
-            _stage_clones(module, concurrent=False), n_chunks, C)
+            _stage_clones(module, concurrent=False), n_chunks, C
+        )
     if args.in_process:
         variants["Env.chunk_step, 1 process"] = EnvOnly([env.clone(num_workers=0)], n_chunks, C)
         variants["raw simulator, 1 process"] = RawSim(num_envs=env.num_envs, **raw_kw)
@@ -431,8 +442,10 @@ def main(argv: list[str] | None = None) -> None:
     parts = _breakdown(rows)
     print(fmt_table([(k, f"{v:.3f}", f"{100 * v / wall:.0f}%") for k, v in parts],
                     ("training epoch, where the time goes (means)", "seconds", "share")))  # fmt: skip
-    print(f"(env time summed over stages: {_mean(rows, 'time/rollout_env_busy'):.2f} s; "
-          f"fit incl. start-up and variants: {fit_s:.0f} s)")
+    print(
+        f"(env time summed over stages: {_mean(rows, 'time/rollout_env_busy'):.2f} s; "
+        f"fit incl. start-up and variants: {fit_s:.0f} s)"
+    )
     print(f"load average (1 min) at the epochs: {', '.join(f'{x:.2f}' for x in bench.loads)}; end: {load_line()}")
     if args.profile:
         print(f"\nprofile of the measured training epochs (main process) in {args.profile}; top by own time:")

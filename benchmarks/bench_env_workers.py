@@ -50,10 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     for env in envs.values():
         env.close()
     first = next(iter(times))
-    rows = [
-        (W or "0 (in process)", f"{B * C * N / t:.0f}", f"{times[first] / t:.2f}")
-        for W, t in times.items()
-    ]
+    rows = [(W or "0 (in process)", f"{B * C * N / t:.0f}", f"{times[first] / t:.2f}") for W, t in times.items()]
     print(fmt_table(rows, ("num_workers", "env steps/s", f"speed vs num_workers={first}")))
     print(f"{load_line()}; free cores measured now: {free_cores():.1f} of 2")
 

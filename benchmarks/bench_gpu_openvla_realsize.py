@@ -50,8 +50,11 @@ def observation(batch: int, device: str):
 
     g = torch.Generator().manual_seed(0)
     imgs = torch.randint(0, 256, (batch, 256, 256, 3), generator=g, dtype=torch.uint8)
-    return Observation(main_images=imgs, task_descriptions=["put the black bowl on the plate"] * batch,
-                       states=torch.randn(batch, 8, generator=g)).to(device)
+    return Observation(
+        main_images=imgs,
+        task_descriptions=["put the black bowl on the plate"] * batch,
+        states=torch.randn(batch, 8, generator=g),
+    ).to(device)
 
 
 def timed(fn, repeats: int, device: str) -> float:
@@ -80,8 +83,10 @@ def main() -> None:
     policy = build(args.kind, args.chunks, True, dev, args.model_path)
     n = sum(p.numel() for p in policy.parameters())
     mem = torch.cuda.memory_allocated() if cuda else 0
-    print(f"built {args.model_path or args.kind}: {n / 1e9:.3f} B parameters in {time.perf_counter() - t:.0f} s, "
-          f"weights {mem / 2**30:.1f} GiB")
+    print(
+        f"built {args.model_path or args.kind}: {n / 1e9:.3f} B parameters in {time.perf_counter() - t:.0f} s, "
+        f"weights {mem / 2**30:.1f} GiB"
+    )
     rows = []
     for b in args.batches:
         obs = observation(b, dev)
@@ -103,8 +108,11 @@ def main() -> None:
         upd_s = timed(update, args.repeats, dev)
         peak = (torch.cuda.max_memory_allocated() - base) / 2**30 if cuda else float("nan")
         rows.append((b, act_s, upd_s, peak))
-        print(f"B={b:3d}: act {act_s * 1e3:8.1f} ms ({b / act_s:7.1f} frames/s) | update {upd_s * 1e3:8.1f} ms "
-              f"| update peak above weights {peak:6.2f} GiB", flush=True)
+        print(
+            f"B={b:3d}: act {act_s * 1e3:8.1f} ms ({b / act_s:7.1f} frames/s) | update {upd_s * 1e3:8.1f} ms "
+            f"| update peak above weights {peak:6.2f} GiB",
+            flush=True,
+        )
     b0, a0, u0, _ = rows[0]
     print(f"ratios vs B={b0} (frames/s gain, update time per sample):")
     for b, a, u, _ in rows:

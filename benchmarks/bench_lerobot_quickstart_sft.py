@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from quickstart import CONFIGS, TASKS, Runner, eval_results
-from rlinf_core.lerobot.convert import demos_to_lerobot
+from quickstart import CONFIGS, TASKS, Runner, eval_results  # noqa: E402
+
+from rlinf_core.lerobot.convert import demos_to_lerobot  # noqa: E402
 
 
 def main() -> int:

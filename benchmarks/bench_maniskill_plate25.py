@@ -30,8 +30,15 @@ def main() -> None:
     from rlinf_env_maniskill.synthetic_assets import write_synthetic_assets
 
     paths = write_synthetic_assets(Path(tempfile.mkdtemp(prefix="plate25-")))
-    kw = dict(obj_set="train", asset_dir=str(paths.asset_dir), bridge_dir=str(paths.bridge_dir), num_envs=1,
-              sim_backend="physx_cpu", render_backend="cpu", sensor_configs=dict(shader_pack="default"))
+    kw = dict(
+        obj_set="train",
+        asset_dir=str(paths.asset_dir),
+        bridge_dir=str(paths.bridge_dir),
+        num_envs=1,
+        sim_backend="physx_cpu",
+        render_backend="cpu",
+        sensor_configs=dict(shader_pack="default"),
+    )
     results = {}
     for mode in ("rgb+segmentation", "none"):
         t0 = time.perf_counter()

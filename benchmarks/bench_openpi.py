@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     gen = torch.Generator().manual_seed(0)
     obs = Observation(
         main_images=torch.randint(0, 256, (args.batch, 64, 64, 3), generator=gen, dtype=torch.uint8),
-        task_descriptions=["press the button"] * args.batch, states=torch.randn(args.batch, 4, generator=gen),
+        task_descriptions=["press the button"] * args.batch,
+        states=torch.randn(args.batch, 4, generator=gen),
     )
     critic = CriticConfig(after_vlm=args.pi05)
     policies = {n: OpenPIPolicy(str(path), num_steps=n, critic=critic).eval() for n in args.steps}
@@ -54,8 +55,15 @@ def main(argv: list[str] | None = None) -> None:
 
         def denoiser(cache):
             def denoise(x, t):
-                v, suffix, _ = model(batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state, x,
-                                     t.expand(x.shape[0]) if t.dim() == 0 else t)
+                v, suffix, _ = model(
+                    batch.images,
+                    batch.image_masks,
+                    batch.tokens,
+                    batch.token_masks,
+                    batch.state,
+                    x,
+                    t.expand(x.shape[0]) if t.dim() == 0 else t,
+                )
                 return v.float(), suffix.float()
 
             return denoise
@@ -82,10 +90,12 @@ def main(argv: list[str] | None = None) -> None:
 
     cfg = first.config
     params = sum(p.numel() for p in first.parameters()) / 1e6
-    print(f"tiny {'π0.5' if cfg.pi05 else 'π0'} policy: {params:.2f} M parameters, batch {args.batch}, "
-          f"{cfg.num_images} × {cfg.num_image_tokens} image + {cfg.max_token_len} text prefix tokens, "
-          f"H={cfg.action_horizon}, "
-          f"flow_sde + critic, {args.threads} thread(s)")
+    print(
+        f"tiny {'π0.5' if cfg.pi05 else 'π0'} policy: {params:.2f} M parameters, batch {args.batch}, "
+        f"{cfg.num_images} × {cfg.num_image_tokens} image + {cfg.max_token_len} text prefix tokens, "
+        f"H={cfg.action_horizon}, "
+        f"flow_sde + critic, {args.threads} thread(s)"
+    )
     print("  num_steps   act ms (cache)   act ms (no cache)   no cache / cache   act / act(1 step)")
     base = times[f"cached/{args.steps[0]}"]
     for n in args.steps:

@@ -25,15 +25,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import lightning.pytorch as pl  # noqa: E402
-from scale_common import (  # noqa: E402
-    Clock, calibrate_policy, env_kind, fmt_table, load_line, make_env, random_actions, time_median,
-)
 
+from rlinf_core.builtin.toy_env import ReachEnv  # noqa: E402
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
 from rlinf_core.rl.algorithms import GRPO  # noqa: E402
 from rlinf_core.rl.config import OptimConfig, RolloutConfig  # noqa: E402
 from rlinf_core.rl.module import RLModule  # noqa: E402
-from rlinf_core.builtin.toy_env import ReachEnv  # noqa: E402
-from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
+from scale_common import (  # noqa: E402
+    Clock,
+    calibrate_policy,
+    env_kind,
+    fmt_table,
+    load_line,
+    make_env,
+    random_actions,
+    time_median,
+)
 
 
 class _EpochTimer(pl.Callback):
@@ -68,8 +75,13 @@ def _module(setup: str, kind: str, num_envs: int, chunks: int, steps: int):
         policy = calibrate_policy(obs, t_env, env.action_dim, chunks, state_dim)
     rollout = RolloutConfig(max_steps_per_rollout_epoch=steps, show_progress=False)
     module = RLModule(
-        env=env, policy=policy, algorithm=GRPO(update_epoch=1), rollout=rollout,
-        optim=OptimConfig(lr=1e-3), global_batch_size=num_envs * steps // chunks, micro_batch_size=num_envs,
+        env=env,
+        policy=policy,
+        algorithm=GRPO(update_epoch=1),
+        rollout=rollout,
+        optim=OptimConfig(lr=1e-3),
+        global_batch_size=num_envs * steps // chunks,
+        micro_batch_size=num_envs,
         export_policy=False,
     )
     return module, env, policy
@@ -86,9 +98,17 @@ def run(setup: str, kind: str, epochs: int, num_envs: int, chunks: int, steps: i
     clock.wrap(module.algorithm, "loss", "update")
     timer = _EpochTimer(clock)
     trainer = pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-        use_distributed_sampler=False, callbacks=[timer],
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+        callbacks=[timer],
     )
     trainer.fit(module)
     env.close()

@@ -25,11 +25,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from scale_common import (  # noqa: E402
-    calibrate_policy, env_kind, fmt_table, free_cores, interleaved, load_line, make_env, random_actions, time_median,
-)
 
 from rlinf_core.rl.collector import RolloutCollector  # noqa: E402
+from scale_common import (  # noqa: E402
+    calibrate_policy,
+    env_kind,
+    fmt_table,
+    free_cores,
+    interleaved,
+    load_line,
+    make_env,
+    random_actions,
+    time_median,
+)
 
 
 def _stage_envs(kind: str, B: int, S: int, workers: int, image_size: int) -> list:

@@ -19,9 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scale_common import env_kind, fmt_table, interleaved, load_line, make_env, random_actions  # noqa: E402
-
 from rlinf_core.callbacks.recorder import RolloutRecorder  # noqa: E402
+from scale_common import env_kind, fmt_table, interleaved, load_line, make_env, random_actions  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.steps):
                 env.chunk_step(acts)
             env.pop_frames()
+
         return fn
 
     for env in envs.values():

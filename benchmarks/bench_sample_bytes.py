@@ -18,11 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scale_common import ComputePolicy, env_kind, fmt_table, load_line, make_env  # noqa: E402
-
 from rlinf_core.rl.algorithms import GRPO  # noqa: E402
 from rlinf_core.rl.algorithms.base import Reducer  # noqa: E402
 from rlinf_core.rl.collector import RolloutCollector  # noqa: E402
+from scale_common import ComputePolicy, env_kind, fmt_table, load_line, make_env  # noqa: E402
 
 SEED_SAMPLES = 64 * (512 // 8) * 16
 
@@ -57,10 +56,12 @@ def main(argv: list[str] | None = None) -> None:
         ("preprocessed VLA pixel_values (6x224x224 float32 per camera)", vla_inputs, vla_inputs / stored),
     ]
     print(f"env {kind}, {args.image_size}px, {cams} camera(s), {len(samples)} samples measured, {load_line()}")
-    print(fmt_table(
-        [(name, f"{b / 1024:.1f} KiB", f"{r:.1f}x", f"{b * SEED_SAMPLES / 2**30:.1f} GiB") for name, b, r in rows],
-        ("per sample", "bytes", "vs stored", f"x {SEED_SAMPLES} samples (seeds' LIBERO step)"),
-    ))
+    print(
+        fmt_table(
+            [(name, f"{b / 1024:.1f} KiB", f"{r:.1f}x", f"{b * SEED_SAMPLES / 2**30:.1f} GiB") for name, b, r in rows],
+            ("per sample", "bytes", "vs stored", f"x {SEED_SAMPLES} samples (seeds' LIBERO step)"),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ def run(model, batch: int, repeats: int, chunk: int = 8) -> dict[str, float]:
             _sync(device)
             stages[name] += time.perf_counter() - t
             return out
+
         return wrapper
 
     import rlinf_wm_wan.world_model as wm
@@ -60,8 +61,13 @@ def run(model, batch: int, repeats: int, chunk: int = 8) -> dict[str, float]:
         finally:
             wm.encode, wm.decode = enc, dec
     encode_s, decode_s = stages["encode"] / repeats, stages["decode"] / repeats
-    return {"chunk_s": total, "encode_s": encode_s, "decode_s": decode_s, "dit_s": total - encode_s - decode_s,
-            "frames_per_s": batch * chunk / total}
+    return {
+        "chunk_s": total,
+        "encode_s": encode_s,
+        "decode_s": decode_s,
+        "dit_s": total - encode_s - decode_s,
+        "frames_per_s": batch * chunk / total,
+    }
 
 
 def main() -> None:
@@ -78,17 +84,21 @@ def main() -> None:
     path = args.model or str(make_tiny(tempfile.mkdtemp(prefix="wan-bench-")))
     steps = args.steps or (5 if args.model else 2)
     model = WanWorldModel(model_path=path, num_inference_steps=steps).to(args.device).eval()
-    print(f"Wan world model {path} on {args.device} ({model.compute_dtype}), {model.image_size} px, {steps} steps, "
-          f"{sum(p.numel() for p in model.dit.parameters()) / 1e6:.1f} M DiT parameters, "
-          f"threads {torch.get_num_threads()}")
+    print(
+        f"Wan world model {path} on {args.device} ({model.compute_dtype}), {model.image_size} px, {steps} steps, "
+        f"{sum(p.numel() for p in model.dit.parameters()) / 1e6:.1f} M DiT parameters, "
+        f"threads {torch.get_num_threads()}"
+    )
     print(f"{'envs':>5} {'chunk s':>9} {'encode':>8} {'DiT':>8} {'decode':>8} {'frames/s':>9} {'ratio':>8}")
     base = None
     for n in args.envs:
         r = run(model, n, args.repeats)
         base = base or r["frames_per_s"]  # frames/s of the first batch size (1 env by default)
         ratio = r["frames_per_s"] / base
-        print(f"{n:>5} {r['chunk_s']:>9.3f} {r['encode_s']:>8.3f} {r['dit_s']:>8.3f} {r['decode_s']:>8.3f} "
-              f"{r['frames_per_s']:>9.1f} {ratio:>8.2f}x")
+        print(
+            f"{n:>5} {r['chunk_s']:>9.3f} {r['encode_s']:>8.3f} {r['dit_s']:>8.3f} {r['decode_s']:>8.3f} "
+            f"{r['frames_per_s']:>9.1f} {ratio:>8.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -21,10 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scale_common import fmt_table, load_line  # noqa: E402
-
 from rlinf_core.world_models.datasets import ClipDataset  # noqa: E402
 from rlinf_core.world_models.init_data import save_init_trajectory  # noqa: E402
+from scale_common import fmt_table, load_line  # noqa: E402
 
 
 def reads_per_s(ds: ClipDataset, n: int, seed: int = 0) -> float:

@@ -43,8 +43,16 @@ def main() -> None:
     print(f"{'python -c pass':<16} {base:>9.3f} {1.0:>17.1f}")
     for args in (["--help"], ["plugins"], ["configs"]):
         seconds = wall([sys.executable, "-m", "rlinf_core.cli.main", *args], opts.repeats)
-        probe = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], capture_output=True,
-                               text=True, check=False).stdout.strip().splitlines()
+        probe = (
+            subprocess.run(
+                [sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
         heavy = probe[-1].removeprefix("heavy:") if probe and probe[-1].startswith("heavy:") else "? (probe failed)"
         print(f"{'rlinf ' + ' '.join(args):<16} {seconds:>9.3f} {seconds / base:>17.1f}  {heavy or 'none'}")
 

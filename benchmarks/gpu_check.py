@@ -33,9 +33,10 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -55,6 +56,7 @@ class PartTimeout(Exception):
 @contextmanager
 def time_box(seconds: float):
     """Raise :class:`PartTimeout` in the main thread after ``seconds`` (SIGALRM; CUDA calls return first)."""
+
     def expire(signum, frame):
         raise PartTimeout(f"ran past its {seconds:.0f} s time box")
 
@@ -77,8 +79,11 @@ def run_part(check: Check, name: str, fn: Callable[[Check], dict], budget_s: flo
         result = {"status": "error", "error": line, "traceback": traceback.format_exc()[-2000:]}
     result["seconds"] = round(time.perf_counter() - t0, 1)
     check.results[name] = result
-    print(f"gpu_check: {name}: {result['status']} in {result['seconds']} s"
-          + (f" ({result['error']})" if result["status"] == "error" else ""), flush=True)
+    print(
+        f"gpu_check: {name}: {result['status']} in {result['seconds']} s"
+        + (f" ({result['error']})" if result["status"] == "error" else ""),
+        flush=True,
+    )
     if check.cuda:
         torch.cuda.empty_cache()
     write_reports(check)
@@ -87,8 +92,12 @@ def run_part(check: Check, name: str, fn: Callable[[Check], dict], budget_s: flo
 # ------------------------------------------------------------------ reports
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -101,8 +110,11 @@ def _fmt(value: Any) -> str:
 
 def markdown(check: Check) -> str:
     head = check.results.get("_meta", {})
-    lines = [f"gpu_check on {head.get('device')} | torch {head.get('torch')} | commit {head.get('commit')}"
-             + (" | DRY RUN (tiny models on CPU: not a measurement)" if check.dry_run else ""), ""]
+    lines = [
+        f"gpu_check on {head.get('device')} | torch {head.get('torch')} | commit {head.get('commit')}"
+        + (" | DRY RUN (tiny models on CPU: not a measurement)" if check.dry_run else ""),
+        "",
+    ]
     for name in PARTS:
         result = check.results.get(name)
         if result is None:
@@ -131,20 +143,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU (the suite's smoke run)")
     parser.add_argument("--out", default="gpu_check_out", help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--env", choices=["auto", "libero", "metaworld", "reach"], default="auto",
-                        help="the throughput part's simulator (auto: LIBERO where installed, else MetaWorld)")
-    parser.add_argument("--card-gib", type=float, default=None,
-                        help="memory part: the card's GiB the estimate must fit (default: the device's)")
+    parser.add_argument(
+        "--env",
+        choices=["auto", "libero", "metaworld", "reach"],
+        default="auto",
+        help="the throughput part's simulator (auto: LIBERO where installed, else MetaWorld)",
+    )
+    parser.add_argument(
+        "--card-gib",
+        type=float,
+        default=None,
+        help="memory part: the card's GiB the estimate must fit (default: the device's)",
+    )
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time box")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
         print("gpu_check: error: no CUDA GPU here: run it on a GPU, or with --dry-run", file=sys.stderr)
         return 2
-    check = Check(dry_run=args.dry_run, device=torch.device("cuda" if cuda else "cpu"), out=Path(args.out),
-                  env=args.env, card_gib=args.card_gib)
-    check.results["_meta"] = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-                              "commit": _commit(), "dry_run": args.dry_run, "cpu_cores": os.cpu_count()}
+    check = Check(
+        dry_run=args.dry_run,
+        device=torch.device("cuda" if cuda else "cpu"),
+        out=Path(args.out),
+        env=args.env,
+        card_gib=args.card_gib,
+    )
+    check.results["_meta"] = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "commit": _commit(),
+        "dry_run": args.dry_run,
+        "cpu_cores": os.cpu_count(),
+    }
     for name in args.parts:
         run_part(check, name, FUNCTIONS[name], BUDGET_S[name] * args.budget_scale)
     failed = [n for n in args.parts if check.results[n]["status"] != "ok"]

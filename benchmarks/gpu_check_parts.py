@@ -22,6 +22,7 @@ OFT_KIND = "openvla-oft-sft-libero"
 HEADLINE = {"gpus": 8, "hours": 24.0, "num_envs": 128, "max_steps": 160, "chunks": 8}
 GiB = 2**30
 
+
 @dataclass
 class Check:
     dry_run: bool
@@ -50,6 +51,7 @@ class Check:
     def peak_gib(self) -> float | None:
         return torch.cuda.max_memory_allocated() / GiB if self.cuda else None
 
+
 # ------------------------------------------------------------------ models
 def randomize(module: torch.nn.Module) -> torch.nn.Module:
     """Every floating-point parameter drawn from N(0, 0.02²) in place (dtypes and devices kept)."""
@@ -72,8 +74,9 @@ def materialize(module: torch.nn.Module, device: torch.device) -> torch.nn.Modul
     return randomize(module)
 
 
-def oft_policy(check: Check, lora: bool, meta: bool, config: str = "configs/libero/spatial.yaml",
-               layers: int | None = None):
+def oft_policy(
+    check: Check, lora: bool, meta: bool, config: str = "configs/libero/spatial.yaml", layers: int | None = None
+):
     """OpenVLA-OFT with the policy settings of a shipped GPU config (bf16 policy, gradient checkpointing) and the
     released architecture its ``model_path`` names (a weightless released-form directory); the tiny random one
     (make_tiny) in a dry run. ``meta``: built on the meta device (for the estimate); else on the device with the
@@ -94,8 +97,13 @@ def oft_policy(check: Check, lora: bool, meta: bool, config: str = "configs/libe
 
         path, key = check.scratch / f"tiny-oft-{layers}", node["actions"]["unnorm_key"]
         if not path.exists():
-            make_tiny(path, norm_keys=[key], action_dim=node["actions"].get("action_dim", 7), num_action_chunks=2,
-                      **({} if layers is None else {"num_layers": layers}))
+            make_tiny(
+                path,
+                norm_keys=[key],
+                action_dim=node["actions"].get("action_dim", 7),
+                num_action_chunks=2,
+                **({} if layers is None else {"num_layers": layers}),
+            )
         args["actions"] = {**node["actions"], "num_action_chunks": 2}
     else:
         name = Path(node["model_path"]).name
@@ -140,8 +148,9 @@ def autocast(check: Check):
     return torch.autocast(check.device.type, torch.bfloat16)
 
 
-def rl_step_memory(check: Check, policy, envs: int, chunks: int, micro: int, obs_size: int, state_dim: int = 8,
-                   wrist: bool = False) -> dict:
+def rl_step_memory(
+    check: Check, policy, envs: int, chunks: int, micro: int, obs_size: int, state_dim: int = 8, wrist: bool = False
+) -> dict:
     """Peak memory of a rollout (``chunks`` acts of ``envs``) and of an update (micro-batches of ``micro`` samples
     over the rollout's samples, one AdamW step), after a first update created the optimizer state."""
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -174,17 +183,29 @@ def rl_step_memory(check: Check, policy, envs: int, chunks: int, micro: int, obs
     t0 = time.perf_counter()
     update(max(1, min(2, envs * chunks // micro)))
     check.sync()
-    return {"weights_and_state_gib": base / GiB if check.cuda else None, "rollout_peak_gib": rollout_peak,
-            "update_peak_gib": check.peak_gib(), "rollout_s": rollout_s, "update_s": time.perf_counter() - t0}
+    return {
+        "weights_and_state_gib": base / GiB if check.cuda else None,
+        "rollout_peak_gib": rollout_peak,
+        "update_peak_gib": check.peak_gib(),
+        "rollout_s": rollout_s,
+        "update_s": time.perf_counter() - t0,
+    }
 
 
 def estimate_for(policy_meta, envs: int, micro: int, steps: int, gpu_gib: float) -> Any:
     from rlinf_core.cli.memory import estimate_policy
 
-    cfg = {"trainer": {"precision": "bf16-mixed", "devices": 1},
-           "model": {"init_args": {"micro_batch_size": micro, "algorithm": {"class_path": "GRPO"},
-                                   "env": {"init_args": {"num_envs": envs}},
-                                   "rollout": {"max_steps_per_rollout_epoch": steps}}}}
+    cfg = {
+        "trainer": {"precision": "bf16-mixed", "devices": 1},
+        "model": {
+            "init_args": {
+                "micro_batch_size": micro,
+                "algorithm": {"class_path": "GRPO"},
+                "env": {"init_args": {"num_envs": envs}},
+                "rollout": {"max_steps_per_rollout_epoch": steps},
+            }
+        },
+    }
     est, _ = estimate_policy(policy_meta, cfg, gpu_gib)
     return est
 
@@ -203,22 +224,30 @@ def part_memory(check: Check) -> dict:
             # full fine-tuning of 7.5 B does not fit one card: the released architecture with fewer Llama layers
             # (the estimate is linear in the depth) checks the estimator on the same kind of stack
             depth = int(meta.model.text_config.num_hidden_layers)
-            half = estimate_for(oft_policy(check, lora=lora, meta=True, layers=depth // 2), envs, micro, steps,
-                                gpu_gib).peak
+            half = estimate_for(
+                oft_policy(check, lora=lora, meta=True, layers=depth // 2), envs, micro, steps, gpu_gib
+            ).peak
             per_layer = (est.peak - half) / (depth - depth // 2)
             if per_layer <= 0:
-                raise RuntimeError(f"the estimate does not grow with the Llama depth ({half:.2f} GiB at {depth // 2} "
-                                   f"layers, {est.peak:.2f} GiB at {depth})")
+                raise RuntimeError(
+                    f"the estimate does not grow with the Llama depth ({half:.2f} GiB at {depth // 2} "
+                    f"layers, {est.peak:.2f} GiB at {depth})"
+                )
             layers = max(1, min(depth - 1, int((0.8 * gpu_gib - (est.peak - per_layer * depth)) / per_layer)))
             rows[f"{mode} (released depth)"] = {
-                "estimate_train_gib": est.train_total, "estimate_rollout_gib": est.rollout_total,
-                "measured": f"not run: the estimate ({est.peak:.1f} GiB) exceeds this card ({gpu_gib:.0f} GiB)"}
+                "estimate_train_gib": est.train_total,
+                "estimate_rollout_gib": est.rollout_total,
+                "measured": f"not run: the estimate ({est.peak:.1f} GiB) exceeds this card ({gpu_gib:.0f} GiB)",
+            }
             meta = oft_policy(check, lora=lora, meta=True, layers=layers)
             est = estimate_for(meta, envs, micro, steps, gpu_gib)
-        row: dict[str, Any] = {"estimate_train_gib": est.train_total, "estimate_rollout_gib": est.rollout_total,
-                               "parameters": sum(p.numel() for p in meta.parameters()),
-                               "trainable": sum(p.numel() for p in meta.parameters() if p.requires_grad),
-                               "estimate_rows": {"train": est.train, "rollout": est.rollout}}
+        row: dict[str, Any] = {
+            "estimate_train_gib": est.train_total,
+            "estimate_rollout_gib": est.rollout_total,
+            "parameters": sum(p.numel() for p in meta.parameters()),
+            "trainable": sum(p.numel() for p in meta.parameters() if p.requires_grad),
+            "estimate_rows": {"train": est.train, "rollout": est.rollout},
+        }
         del meta
         policy = oft_policy(check, lora=lora, meta=False, layers=layers)
         row.update(rl_step_memory(check, policy, envs, chunks, micro, 256))
@@ -260,8 +289,10 @@ class GpuUtilization:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-THROUGHPUT_CONFIGS = {"libero": "configs/libero/spatial.yaml",
-                      "metaworld": "configs/metaworld/mt50_grpo_openvlaoft.yaml"}
+THROUGHPUT_CONFIGS = {
+    "libero": "configs/libero/spatial.yaml",
+    "metaworld": "configs/metaworld/mt50_grpo_openvlaoft.yaml",
+}
 
 
 def throughput_env_kind(requested: str) -> str:
@@ -292,8 +323,14 @@ def _throughput_env(check: Check, kind: str, num_envs: int, steps: int, stages: 
     # the stage's envs
     per_stage, cores = num_envs // stages, max(1, ((os.cpu_count() or 2) - 2) // stages)
     workers = 1 if check.dry_run else max(w for w in range(1, per_stage + 1) if per_stage % w == 0 and w <= cores)
-    args = {**node["init_args"], "num_envs": num_envs, "num_workers": workers, "group_size": 2,
-            "max_episode_steps": steps, "auto_reset": False}
+    args = {
+        **node["init_args"],
+        "num_envs": num_envs,
+        "num_workers": workers,
+        "group_size": 2,
+        "max_episode_steps": steps,
+        "auto_reset": False,
+    }
     if check.dry_run:
         args["image_size"] = 64
     parser = ArgumentParser(exit_on_error=False)
@@ -313,8 +350,11 @@ def part_throughput(check: Check) -> dict:
     # a dry run uses the toy env unless --env names a simulator (then tiny sizes, one worker per stage)
     kind = "reach" if check.dry_run and check.env == "auto" else throughput_env_kind(check.env)
     envs, steps, micro = (4, 8, 4) if check.dry_run else (32, 64, 32)
-    policy = (TinyVLAPolicy(action_dim=2, num_action_chunks=2) if kind == "reach"
-              else oft_policy(check, lora=True, meta=False, config=THROUGHPUT_CONFIGS[kind]))
+    policy = (
+        TinyVLAPolicy(action_dim=2, num_action_chunks=2)
+        if kind == "reach"
+        else oft_policy(check, lora=True, meta=False, config=THROUGHPUT_CONFIGS[kind])
+    )
     recompute_s: list[float] = []
     real_recompute = rl_module.recompute_old_logprobs
 
@@ -341,16 +381,34 @@ def part_throughput(check: Check) -> dict:
                     metrics.append(dict(module.step_metrics))
 
             env = _throughput_env(check, kind, envs, steps, stages)
-            module = RLModule(env=env, policy=policy, algorithm=GRPO(update_epoch=1),
-                              rollout=RolloutConfig(max_steps_per_rollout_epoch=steps, pipeline_stage_num=stages,
-                                                    recompute_logprobs=True, show_progress=False),
-                              global_batch_size=envs * steps // policy.num_action_chunks, micro_batch_size=micro,
-                              export_policy=False)
-            trainer = pl.Trainer(max_epochs=2, accelerator="gpu" if check.cuda else "cpu", devices=1,
-                                 precision="bf16-mixed", logger=False, enable_checkpointing=False,
-                                 enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                                 limit_val_batches=0, default_root_dir=str(check.scratch / f"fit-{stages}"),
-                                 callbacks=[Record()])
+            module = RLModule(
+                env=env,
+                policy=policy,
+                algorithm=GRPO(update_epoch=1),
+                rollout=RolloutConfig(
+                    max_steps_per_rollout_epoch=steps,
+                    pipeline_stage_num=stages,
+                    recompute_logprobs=True,
+                    show_progress=False,
+                ),
+                global_batch_size=envs * steps // policy.num_action_chunks,
+                micro_batch_size=micro,
+                export_policy=False,
+            )
+            trainer = pl.Trainer(
+                max_epochs=2,
+                accelerator="gpu" if check.cuda else "cpu",
+                devices=1,
+                precision="bf16-mixed",
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                limit_val_batches=0,
+                default_root_dir=str(check.scratch / f"fit-{stages}"),
+                callbacks=[Record()],
+            )
             recompute_s.clear()
             with GpuUtilization(check.cuda) as util:
                 trainer.fit(module)
@@ -358,8 +416,11 @@ def part_throughput(check: Check) -> dict:
             step_s, rollout_s = last["time/step"], last["time/rollout"]
             rec = recompute_s[-1] if recompute_s else 0.0
             rows[f"stages={stages}"] = {
-                "env_steps_per_s": envs * steps / rollout_s, "gpu_util_pct": util.mean, "step_s": step_s,
-                "rollout_s": rollout_s, "recompute_s": rec,
+                "env_steps_per_s": envs * steps / rollout_s,
+                "gpu_util_pct": util.mean,
+                "step_s": step_s,
+                "rollout_s": rollout_s,
+                "recompute_s": rec,
                 "update_s": step_s - rollout_s - rec - last.get("time/advantages", 0.0),
             }
     finally:
@@ -370,12 +431,12 @@ def part_throughput(check: Check) -> dict:
     update_per_sample = (best["update_s"] + best["recompute_s"]) / (envs * steps // policy.num_action_chunks)
     rl_step_s = per_step / best["env_steps_per_s"] + samples * update_per_sample
     projection = {
-        "rl_step_s": rl_step_s, "rl_steps_in_24h": HEADLINE["hours"] * 3600 / rl_step_s,
+        "rl_step_s": rl_step_s,
+        "rl_steps_in_24h": HEADLINE["hours"] * 3600 / rl_step_s,
         "assumes": "the headline config's 128 envs x 160 steps per GPU per RL step at this run's per-GPU env steps/s "
-                   "and update s/sample (CPU simulators here; ManiSkill's GPU simulator differs)",
+        "and update s/sample (CPU simulators here; ManiSkill's GPU simulator differs)",
     }
-    return {"env": kind, "envs": envs, "steps": steps, "rows": rows,
-            "projection": projection}
+    return {"env": kind, "envs": envs, "steps": steps, "rows": rows, "projection": projection}
 
 
 def part_precisions(check: Check) -> dict:
@@ -394,13 +455,16 @@ def part_precisions(check: Check) -> dict:
     for precision in ("bf16-mixed", "16-mixed", "32-true"):
         torch.manual_seed(0)
         module = RLModule(
-            env=ReachEnv(num_envs=envs, group_size=8, max_episode_steps=steps, auto_reset=False, step_size=0.15,
-                         radius=0.15),
+            env=ReachEnv(
+                num_envs=envs, group_size=8, max_episode_steps=steps, auto_reset=False, step_size=0.15, radius=0.15
+            ),
             policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2),
             algorithm=GRPO(update_epoch=1 if check.dry_run else 4, clip_ratio_high=0.28),
             rollout=RolloutConfig(max_steps_per_rollout_epoch=steps, recompute_logprobs=True, show_progress=False),
-            optim=OptimConfig(lr=1e-2, clip_grad=1.0), global_batch_size=envs * steps // 4,
-            micro_batch_size=envs * steps // 4, export_policy=False,
+            optim=OptimConfig(lr=1e-2, clip_grad=1.0),
+            global_batch_size=envs * steps // 4,
+            micro_batch_size=envs * steps // 4,
+            export_policy=False,
         )
         metrics: list[dict] = []
 
@@ -409,19 +473,36 @@ def part_precisions(check: Check) -> dict:
                 metrics.append(dict(module.step_metrics))
 
         # on CPU Lightning turns the 16-mixed flag into bf16-mixed: the plugin object keeps fp16 + GradScaler
-        flag = ({"plugins": [MixedPrecision("16-mixed", "cpu")]} if precision == "16-mixed" and not check.cuda
-                else {"precision": precision})
-        trainer = pl.Trainer(max_epochs=epochs, accelerator="gpu" if check.cuda else "cpu", devices=1, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Record()],
-                             default_root_dir=str(check.scratch / f"precision-{precision}"), **flag)
+        flag = (
+            {"plugins": [MixedPrecision("16-mixed", "cpu")]}
+            if precision == "16-mixed" and not check.cuda
+            else {"precision": precision}
+        )
+        trainer = pl.Trainer(
+            max_epochs=epochs,
+            accelerator="gpu" if check.cuda else "cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            callbacks=[Record()],
+            default_root_dir=str(check.scratch / f"precision-{precision}"),
+            **flag,
+        )
         trainer.fit(module)
         success = [m.get("env/success_once", float("nan")) for m in metrics]
         k = min(5, len(success))
         start, end = sum(success[:k]) / k, sum(success[-k:]) / k
-        rows[precision] = {"success_first5": start, "success_last5": end, "learned": end > start + 0.2,
-                           "max_logprob_mismatch": max(m.get("rollout/logprob_mismatch", math.nan) for m in metrics),
-                           "skipped_steps": module.skipped_steps}
+        rows[precision] = {
+            "success_first5": start,
+            "success_last5": end,
+            "learned": end > start + 0.2,
+            "max_logprob_mismatch": max(m.get("rollout/logprob_mismatch", math.nan) for m in metrics),
+            "skipped_steps": module.skipped_steps,
+        }
     return {"epochs": epochs, "rows": rows}
 
 
@@ -443,10 +524,22 @@ def part_openpi(check: Check) -> dict:
         with torch.device(check.device):  # the real load (a released directory's sparse file reads as zeros)
             policy = OpenPIPolicy(str(path), precision="bf16", gradient_checkpointing=True).to(check.device)
         randomize(policy)
-        row: dict[str, Any] = {"parameters": sum(p.numel() for p in policy.parameters()),
-                               "trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad)}
-        row.update(rl_step_memory(check, policy, envs=batches[-1], chunks=1, micro=batches[-1], obs_size=size,
-                                  state_dim=state_dim, wrist=True))
+        row: dict[str, Any] = {
+            "parameters": sum(p.numel() for p in policy.parameters()),
+            "trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad),
+        }
+        row.update(
+            rl_step_memory(
+                check,
+                policy,
+                envs=batches[-1],
+                chunks=1,
+                micro=batches[-1],
+                obs_size=size,
+                state_dim=state_dim,
+                wrist=True,
+            )
+        )
         policy.eval()
         for b in batches:
             obs = observation(b, size, check.device, state_dim, wrist=True)
@@ -468,7 +561,6 @@ def part_openpi(check: Check) -> dict:
 def part_opensora(check: Check) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_opensora import measure
-
     from rlinf_core.models.meta import meta_init
     from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
@@ -490,5 +582,10 @@ def part_opensora(check: Check) -> dict:
     return {"image_size": model.image_size, "parameters": sum(p.numel() for p in model.parameters()), "rows": rows}
 
 
-FUNCTIONS = {"memory": part_memory, "throughput": part_throughput, "precisions": part_precisions,
-             "openpi": part_openpi, "opensora": part_opensora}
+FUNCTIONS = {
+    "memory": part_memory,
+    "throughput": part_throughput,
+    "precisions": part_precisions,
+    "openpi": part_openpi,
+    "opensora": part_opensora,
+}

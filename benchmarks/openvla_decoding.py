@@ -43,10 +43,15 @@ def main(argv: list[str] | None = None) -> None:
     from rlinf_policy_openvla.settings import ActionConfig
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model_path or str(make_tiny(
-            f"{tmp}/tiny", action_dim=args.action_dim, hidden_size=args.hidden_size, num_layers=args.num_layers,
-            image_size=args.image_size,
-        ))
+        path = args.model_path or str(
+            make_tiny(
+                f"{tmp}/tiny",
+                action_dim=args.action_dim,
+                hidden_size=args.hidden_size,
+                num_layers=args.num_layers,
+                image_size=args.image_size,
+            )
+        )
         common = dict(model_path=path, actions=ActionConfig(num_action_chunks=args.chunks))
         parallel = OpenVLAOFTPolicy(**common).eval()
         sequential = OpenVLAPolicy(**common).eval()

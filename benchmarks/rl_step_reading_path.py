@@ -76,18 +76,27 @@ def main() -> None:
 
     algorithm_cls.compute, algorithm_cls.loss = traced_compute, traced_loss
     with tempfile.TemporaryDirectory() as tmp:
-        pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                   check_val_every_n_epoch=1000, default_root_dir=tmp).fit(module)
+        pl.Trainer(
+            max_epochs=1,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            check_val_every_n_epoch=1000,
+            default_root_dir=tmp,
+        ).fit(module)
     plumbing = {"__init__", "__post_init__", "__len__", "<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>"}
-    followed = {
-        f: names for f, names in ran.items() if not f.startswith("builtin/") and names - plumbing
-    }
+    followed = {f: names for f, names in ran.items() if not f.startswith("builtin/") and names - plumbing}
     print(f"rlinf_core at {root}")
     for f in sorted(followed):
         print(f"  {f}: {', '.join(sorted(followed[f] - plumbing))}")
-    print(f"files a reader opens from rollout to loss: {len(followed)} (toy env/policy and plumbing-only files "
-          f"left out: {len(ran) - len(followed)})")
+    print(
+        f"files a reader opens from rollout to loss: {len(followed)} (toy env/policy and plumbing-only files "
+        f"left out: {len(ran) - len(followed)})"
+    )
 
 
 if __name__ == "__main__":

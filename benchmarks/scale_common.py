@@ -14,15 +14,15 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from rlinf_core.contracts.observation import Observation
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.contracts.observation import Observation
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -70,8 +70,9 @@ class CostlyReachEnv(ReachEnv):
 
 def metaworld_available() -> bool:
     try:
-        import rlinf_env_metaworld  # noqa: F401
         import metaworld  # noqa: F401
+
+        import rlinf_env_metaworld  # noqa: F401
     except Exception:
         return False
     return True
@@ -86,8 +87,12 @@ def make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
         from rlinf_env_metaworld.env import MetaWorldEnv
 
         return MetaWorldEnv(
-            task_set="MT1", task_name="pick-place-v3", image_size=image_size, num_envs=num_envs,
-            max_episode_steps=kwargs.pop("max_episode_steps", 10_000), **kwargs,
+            task_set="MT1",
+            task_name="pick-place-v3",
+            image_size=image_size,
+            num_envs=num_envs,
+            max_episode_steps=kwargs.pop("max_episode_steps", 10_000),
+            **kwargs,
         )
     mode = "sleep" if kind == "reach-sleep" else "spin"
     steps = kwargs.pop("max_episode_steps", 10_000)
@@ -197,8 +202,19 @@ def fmt_table(rows: list[tuple], header: tuple) -> str:
 
 
 __all__ = [
-    "ComputePolicy", "CostlyReachEnv", "calibrate_policy", "env_kind", "fmt_table", "load_line",
-    "free_cores", "interleaved", "make_env", "metaworld_available", "random_actions", "time_median", "np",
+    "ComputePolicy",
+    "CostlyReachEnv",
+    "calibrate_policy",
+    "env_kind",
+    "fmt_table",
+    "load_line",
+    "free_cores",
+    "interleaved",
+    "make_env",
+    "metaworld_available",
+    "random_actions",
+    "time_median",
+    "np",
 ]
 
 

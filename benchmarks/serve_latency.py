@@ -143,8 +143,8 @@ def concurrent(policy: Path, clients: int, per_client: int, max_batch: int, flag
 
 def tiny_models(out: Path) -> dict[str, tuple[Path, list[str]]]:
     from rlinf_core.builtin.toy_policy import TinyVLAPolicy
-    from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openpi.make_tiny import make_tiny as make_pi0
+    from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openvla.make_tiny import make_tiny as make_oft
 
     torch.manual_seed(0)
@@ -152,8 +152,11 @@ def tiny_models(out: Path) -> dict[str, tuple[Path, list[str]]]:
     make_oft(out / "oft", kind="oft")
     make_pi0(out / "pi0_released", state_dim=8, action_dim=7)
     OpenPIPolicy(str(out / "pi0_released"), action_dim=7, num_steps=10).save_pretrained(out / "pi0")
-    return {"TinyVLAPolicy (toy)": (out / "toy", []), "tiny OpenVLA-OFT": (out / "oft", []),
-            "tiny π0 (10 steps)": (out / "pi0", [])}
+    return {
+        "TinyVLAPolicy (toy)": (out / "toy", []),
+        "tiny OpenVLA-OFT": (out / "oft", []),
+        "tiny π0 (10 steps)": (out / "pi0", []),
+    }
 
 
 def main() -> None:
@@ -163,8 +166,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     opts = parser.parse_args()
     flags = ["--device", opts.device]
-    print(f"device {opts.device} ({torch.cuda.get_device_name() if opts.device.startswith('cuda') else 'CPU'}), "
-          f"torch threads {torch.get_num_threads()}, {opts.requests} requests after 3 warm-up\n")
+    print(
+        f"device {opts.device} ({torch.cuda.get_device_name() if opts.device.startswith('cuda') else 'CPU'}), "
+        f"torch threads {torch.get_num_threads()}, {opts.requests} requests after 3 warm-up\n"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         models = tiny_models(Path(tmp))
         print("| model | protocol | " + " | ".join(f"{c} p50 / p95" for c in COLUMNS) + " (ms) |")
@@ -184,10 +189,13 @@ def main() -> None:
             for _ in range(3):  # alternating rounds, medians: load on a shared machine hits both alike
                 for batch in rounds:
                     rounds[batch].append(concurrent(path, opts.clients, max(4, opts.requests // 2), batch, flags))
-            one, many = ((statistics.median(r[0] for r in v), statistics.median(r[1] for r in v))
-                         for v in rounds.values())
-            print(f"| {name} | {one[0]:.1f}, {one[1]:.1f} | {many[0]:.1f}, {many[1]:.1f} | {many[0] / one[0]:.2f} |",
-                  flush=True)
+            one, many = (
+                (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for v in rounds.values()
+            )
+            print(
+                f"| {name} | {one[0]:.1f}, {one[1]:.1f} | {many[0]:.1f}, {many[1]:.1f} | {many[0] / one[0]:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Serves the toy policy in a subprocess (``rlinf serve``'s own ``make_server``), its ``act`` slowed to ``--model-s``
 seconds (a large model on CPU; a client that sends faster than the model answers), and measures the server's peak
 resident memory (``VmHWM``) while clients send large requests without waiting for replies. A request is what
-openpi's LIBERO client sends (64x64 images, an 8-D state, a prompt) plus an unmapped ``--mb`` MiB field, packed by openpi-client's packer:
+openpi's LIBERO client sends (64x64 images, an 8-D state, a prompt) plus an unmapped ``--mb`` MiB field,
+packed by openpi-client's packer:
 
 - ``ws burst``: one websocket client sends N such frames without reading a reply (the issue-34 case: six 60 MiB
   frames);
@@ -68,9 +69,26 @@ def _start(policy: Path, protocol: str, src: str | None, model_s: float, mb: int
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src) / "core" / "src"), env.get("PYTHONPATH", "")])
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(model_s), "--policy", str(policy), "--protocol",
-                             protocol, "--host", "127.0.0.1", "--port", str(port), "--max-message-mb", str(mb + 1)],
-                            env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SERVER,
+            str(model_s),
+            "--policy",
+            str(policy),
+            "--protocol",
+            protocol,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-message-mb",
+            str(mb + 1),
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -86,10 +104,13 @@ def _request(mb: int) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    return {"observation/image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
-            "observation/wrist_image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
-            "observation/state": np.zeros(8, np.float32), "prompt": "put the bowl on the plate",
-            "pad": np.zeros(mb * 2**20 - 2**16, np.uint8)}
+    return {
+        "observation/image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+        "observation/wrist_image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+        "observation/state": np.zeros(8, np.float32),
+        "prompt": "put the bowl on the plate",
+        "pad": np.zeros(mb * 2**20 - 2**16, np.uint8),
+    }
 
 
 def _frame(mb: int) -> bytes:
@@ -102,8 +123,13 @@ def _rest_body(mb: int) -> bytes:
     import json_numpy
 
     request = _request(mb)
-    return json_numpy.dumps({"image": request["observation/image"], "instruction": request["prompt"],
-                             "pad": request["pad"][: mb * 2**20 * 3 // 4 - 2**16]}).encode()  # base64: 4/3
+    return json_numpy.dumps(
+        {
+            "image": request["observation/image"],
+            "instruction": request["prompt"],
+            "pad": request["pad"][: mb * 2**20 * 3 // 4 - 2**16],
+        }
+    ).encode()  # base64: 4/3
 
 
 def _ws_burst(port: int, frame: bytes, frames: int, settle_s: float) -> None:
@@ -157,8 +183,13 @@ def main() -> None:
         settle = args.frames * args.model_s + 2
         cases = [
             (f"ws burst: 1 client x {args.frames} frames", "openpi", 1, _ws_burst, (frame, args.frames, settle)),
-            (f"ws clients: {args.clients} x {args.frames} frames", "openpi", args.clients, _ws_burst,
-             (frame, args.frames, settle)),
+            (
+                f"ws clients: {args.clients} x {args.frames} frames",
+                "openpi",
+                args.clients,
+                _ws_burst,
+                (frame, args.frames, settle),
+            ),
             (f"rest clients: {args.clients} x 1 body", "openvla", args.clients, _rest_post, (_rest_body(args.mb),)),
         ]
         rows = []
@@ -169,8 +200,10 @@ def main() -> None:
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
-    print(f"request size {args.mb} MiB, model {args.model_s} s; server: "
-          f"{'--src ' + args.src if args.src else 'this checkout'}")
+    print(
+        f"request size {args.mb} MiB, model {args.model_s} s; server: "
+        f"{'--src ' + args.src if args.src else 'this checkout'}"
+    )
     print(f"{'case':<34} {'peak growth MiB':>16} {'per client MiB':>15} {'per client / request size':>26}")
     for name, clients, mib in rows:
         print(f"{name:<34} {mib:>16.0f} {mib / clients:>15.0f} {mib / clients / args.mb:>26.2f}")

@@ -36,18 +36,29 @@ STAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # rlinf's plain progre
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(ROOT / "outputs" / "quickstart"),
-                   help="results directory (a previous quickstart's results there are replaced)")
+    p.add_argument(
+        "--out",
+        default=str(ROOT / "outputs" / "quickstart"),
+        help="results directory (a previous quickstart's results there are replaced)",
+    )
     p.add_argument("--tasks", nargs="+", default=TASKS, help="MetaWorld tasks")
     p.add_argument("--demos-per-task", type=int, default=3, help="scripted-expert demos per task for SFT")
     p.add_argument("--sft-epochs", type=int, default=40)
     p.add_argument("--rl-steps", type=int, default=64, help="GRPO steps (one rollout + update each)")
     p.add_argument("--eval-trials", type=int, default=20, help="held-out scenes per task")
     p.add_argument("--seed", type=int, default=0, help="seed_everything of SFT and RL")
-    p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rewrite results.md (and its README row) from the finished run in --out")
-    p.add_argument("--rl-arg", action="append", default=[], metavar="ARG",
-                   help="extra rlinf option for the RL stage (repeatable), e.g. --rl-arg=--model.init_args.optim.lr=1e-4")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite results.md (and its README row) from the finished run in --out",
+    )
+    p.add_argument(
+        "--rl-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra rlinf option for the RL stage (repeatable), e.g. --rl-arg=--model.init_args.optim.lr=1e-4",
+    )
     return p.parse_args(argv)
 
 
@@ -199,10 +210,16 @@ def readme_row(seed: int, tasks: list[str], sft: dict, rl: dict, seconds: float)
         cells.append(f"{100 * a:.0f}% → {100 * b:.0f}%")
     a, b = sft["metrics"]["eval/success_once"], rl["metrics"]["eval/success_once"]
     names = [t.removesuffix("-v3") for t in tasks]
-    header = ("| seed | " + " | ".join(f"{n}: SFT → SFT+GRPO" for n in names)
-              + " | **all: SFT → SFT+GRPO** | change | time (after install) |\n|" + "---|" * (len(tasks) + 4))
-    row = (f"| {seed} | " + " | ".join(cells) + f" | **{100 * a:.1f}% → {100 * b:.1f}%** | **{100 * (b - a):+.1f}** | "
-           f"{fmt_duration(seconds)} |")
+    header = (
+        "| seed | "
+        + " | ".join(f"{n}: SFT → SFT+GRPO" for n in names)
+        + " | **all: SFT → SFT+GRPO** | change | time (after install) |\n|"
+        + "---|" * (len(tasks) + 4)
+    )
+    row = (
+        f"| {seed} | " + " | ".join(cells) + f" | **{100 * a:.1f}% → {100 * b:.1f}%** | **{100 * (b - a):+.1f}** | "
+        f"{fmt_duration(seconds)} |"
+    )
     return header, row
 
 
@@ -242,8 +259,10 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     print(f"success table:   {out / 'results.md'}")
     if curve:
         print(f"learning curve:  {curve}")
-    print(f"eval videos:     {out / 'videos'} ({len(videos)} mp4: videos/sft = the SFT policy, "
-          "videos/rl = after GRPO steps)")
+    print(
+        f"eval videos:     {out / 'videos'} ({len(videos)} mp4: videos/sft = the SFT policy, "
+        "videos/rl = after GRPO steps)"
+    )
     print(f"TensorBoard:     tensorboard --logdir {out / 'tensorboard'}")
     print(f"policies:        {out / 'sft_policy'} (SFT), {rl_dir / 'policy'} (SFT + GRPO)")
     return 0

@@ -24,11 +24,20 @@ from pathlib import Path
 import numpy as np
 
 ENV_IDS = [
-    "PutOnPlateInScene25Main-v3", "PutOnPlateInScene25VisionImage-v1", "PutOnPlateInScene25VisionTexture03-v1",
-    "PutOnPlateInScene25VisionTexture05-v1", "PutOnPlateInScene25VisionWhole03-v1",
-    "PutOnPlateInScene25VisionWhole05-v1", "PutOnPlateInScene25Carrot-v1", "PutOnPlateInScene25Plate-v1",
-    "PutOnPlateInScene25Instruct-v1", "PutOnPlateInScene25MultiCarrot-v1", "PutOnPlateInScene25MultiPlate-v1",
-    "PutOnPlateInScene25Position-v1", "PutOnPlateInScene25EEPose-v1", "PutOnPlateInScene25PositionChangeTo-v1",
+    "PutOnPlateInScene25Main-v3",
+    "PutOnPlateInScene25VisionImage-v1",
+    "PutOnPlateInScene25VisionTexture03-v1",
+    "PutOnPlateInScene25VisionTexture05-v1",
+    "PutOnPlateInScene25VisionWhole03-v1",
+    "PutOnPlateInScene25VisionWhole05-v1",
+    "PutOnPlateInScene25Carrot-v1",
+    "PutOnPlateInScene25Plate-v1",
+    "PutOnPlateInScene25Instruct-v1",
+    "PutOnPlateInScene25MultiCarrot-v1",
+    "PutOnPlateInScene25MultiPlate-v1",
+    "PutOnPlateInScene25Position-v1",
+    "PutOnPlateInScene25EEPose-v1",
+    "PutOnPlateInScene25PositionChangeTo-v1",
 ]
 EPISODE_IDS = [0, 4242, 123457]
 
@@ -36,8 +45,12 @@ EPISODE_IDS = [0, 4242, 123457]
 def _load_upstream(rlinf_root: Path) -> None:
     """Import RLinf's task modules by path, with bare parent packages (no ``rlinf/__init__`` side effects)."""
     base = rlinf_root / "rlinf"
-    for name, folder in (("rlinf", base), ("rlinf.envs", base / "envs"), ("rlinf.envs.maniskill", base / "envs/maniskill"),
-                         ("rlinf.envs.maniskill.tasks", base / "envs/maniskill/tasks")):
+    for name, folder in (
+        ("rlinf", base),
+        ("rlinf.envs", base / "envs"),
+        ("rlinf.envs.maniskill", base / "envs/maniskill"),
+        ("rlinf.envs.maniskill.tasks", base / "envs/maniskill/tasks"),
+    ):
         module = types.ModuleType(name)
         module.__path__ = [str(folder)]
         sys.modules[name] = module
@@ -53,8 +66,15 @@ def run(side: str, rlinf_root: Path, asset_dir: Path, bridge_dir: Path, out: Pat
     import torch
     from mani_skill.utils.structs.pose import Pose
 
-    kw = dict(obj_set="test", obs_mode="rgb+segmentation", num_envs=1, sim_backend="physx_cpu", render_backend="cpu",
-              sensor_configs=dict(shader_pack="default"), reward_mode="none")
+    kw = dict(
+        obj_set="test",
+        obs_mode="rgb+segmentation",
+        num_envs=1,
+        sim_backend="physx_cpu",
+        render_backend="cpu",
+        sensor_configs=dict(shader_pack="default"),
+        reward_mode="none",
+    )
     if side == "upstream":
         _load_upstream(rlinf_root)
     else:
@@ -71,11 +91,17 @@ def run(side: str, rlinf_root: Path, asset_dir: Path, bridge_dir: Path, out: Pat
             plate = env.objs_plate[env.plate_names[int(env.select_plate_ids[0])]]
 
             def poses():
-                return np.concatenate([carrot.pose.raw_pose[0].numpy(), plate.pose.raw_pose[0].numpy(),
-                                       env.agent.robot.get_qpos()[0].numpy()])
+                return np.concatenate(
+                    [
+                        carrot.pose.raw_pose[0].numpy(),
+                        plate.pose.raw_pose[0].numpy(),
+                        env.agent.robot.get_qpos()[0].numpy(),
+                    ]
+                )
 
-            result[key + "/picks"] = np.array([int(getattr(env, f"select_{n}_ids")[0])
-                                               for n in ("carrot", "plate", "overlay", "pos", "quat")])
+            result[key + "/picks"] = np.array(
+                [int(getattr(env, f"select_{n}_ids")[0]) for n in ("carrot", "plate", "overlay", "pos", "quat")]
+            )
             result[key + "/text"] = np.array(env.get_language_instruction()[0])
             result[key + "/image0"] = obs["sensor_data"]["3rd_view_camera"]["rgb"][0].numpy()
             result[key + "/poses0"] = poses()
@@ -85,8 +111,9 @@ def run(side: str, rlinf_root: Path, asset_dir: Path, bridge_dir: Path, out: Pat
                 obs, _, _, _, info = env.step(hold)
             result[key + "/poses6"] = poses()
             result[key + "/image6"] = obs["sensor_data"]["3rd_view_camera"]["rgb"][0].numpy()
-            result[key + "/info6"] = np.array([float(info[k][0]) for k in
-                                               ("success", "is_src_obj_grasped", "consecutive_grasp", "carrot_plate_dist")])
+            result[key + "/info6"] = np.array(
+                [float(info[k][0]) for k in ("success", "is_src_obj_grasped", "consecutive_grasp", "carrot_plate_dist")]
+            )
             target = plate.pose.p.clone()
             target[0, 2] += 0.04
             carrot.set_pose(Pose.create_from_pq(target, carrot.pose.q))
@@ -118,8 +145,19 @@ def main() -> None:
     (work / "ms" / "data").symlink_to(bridge_dir.resolve())  # RLinf reads the Bridge files from MS_ASSET_DIR/data
     env = {**os.environ, "MS_ASSET_DIR": str(work / "ms"), "MANISKILL_ASSET_DIR": str(asset_dir.resolve())}
     for side in ("upstream", "ours"):
-        cmd = [sys.executable, __file__, "--rlinf", str(args.rlinf), "--assets", str(args.assets), "--side", side,
-               "--out", str(work / f"{side}.npz"), *(["--only", *args.only] if args.only else [])]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--rlinf",
+            str(args.rlinf),
+            "--assets",
+            str(args.assets),
+            "--side",
+            side,
+            "--out",
+            str(work / f"{side}.npz"),
+            *(["--only", *args.only] if args.only else []),
+        ]
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     up, ours = np.load(work / "upstream.npz"), np.load(work / "ours.npz")
     worst: dict[str, float] = {}

@@ -23,202 +23,503 @@ RLINF_IMAGES = {"policy.center_crop": False, "policy.image_resize": "tensor"}
 ADAM = {"optim.adam_eps": 1e-8, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999}
 OFT_LIBERO_GRPO = {
     **RLINF_IMAGES,
-    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 16384, "micro_batch_size": 32,
-    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 512,
-    "env.reward_coef": 5.0, "env.settle_steps": 15, "env.settle_gripper": "neutral", "eval_env.settle_steps": 15,
-    "rollout.max_steps_per_rollout_epoch": 512, "rollout.temperature_train": 1.6, "rollout.temperature_eval": 1.6,
-    "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True,
-    "algorithm.rewards_lower_bound": 0.5, "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2,
-    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_c": 3.0, "algorithm.logprob_type": "token_level",
-    "algorithm.reward_type": "action_level", "policy.attention_mode": "bidirectional", "policy.top_k": -1,
-    "policy.is_lora": False, "policy.num_action_chunks": 8,
+    **ADAM,
+    "optim.lr": 2e-5,
+    "optim.clip_grad": 1.0,
+    "global_batch_size": 16384,
+    "micro_batch_size": 32,
+    "total_envs": 64,
+    "env.group_size": 8,
+    "env.auto_reset": False,
+    "env.max_episode_steps": 512,
+    "env.reward_coef": 5.0,
+    "env.settle_steps": 15,
+    "env.settle_gripper": "neutral",
+    "eval_env.settle_steps": 15,
+    "rollout.max_steps_per_rollout_epoch": 512,
+    "rollout.temperature_train": 1.6,
+    "rollout.temperature_eval": 1.6,
+    "algorithm.class_path": "GRPO",
+    "algorithm.loss_agg": "trajectory_mean",
+    "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.5,
+    "algorithm.rewards_upper_bound": 4.5,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28,
+    "algorithm.clip_ratio_c": 3.0,
+    "algorithm.logprob_type": "token_level",
+    "algorithm.reward_type": "action_level",
+    "policy.attention_mode": "bidirectional",
+    "policy.top_k": -1,
+    "policy.is_lora": False,
+    "policy.num_action_chunks": 8,
     "policy.max_prompt_length": 128,
 }
 OFT_LIBERO_PPO = {  # libero_10_ppo_openvlaoft.yaml, last shipped at 64a3f8b1c^
     **RLINF_IMAGES,
-    **ADAM, "optim.lr": 5e-6, "optim.value_lr": 3e-3, "optim.clip_grad": 1.0, "global_batch_size": 1024,
-    "micro_batch_size": 16, "total_envs": 64, "env.auto_reset": True, "env.max_episode_steps": 512,
-    "env.reward_coef": 5.0, "env.settle_steps": 10, "env.settle_gripper": "neutral",
-    "rollout.max_steps_per_rollout_epoch": 4096, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
-    "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "algorithm.gamma": 0.99,
-    "algorithm.gae_lambda": 0.95, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
-    "algorithm.reward_type": "chunk_level", "policy.value_type": "chunk_level",
+    **ADAM,
+    "optim.lr": 5e-6,
+    "optim.value_lr": 3e-3,
+    "optim.clip_grad": 1.0,
+    "global_batch_size": 1024,
+    "micro_batch_size": 16,
+    "total_envs": 64,
+    "env.auto_reset": True,
+    "env.max_episode_steps": 512,
+    "env.reward_coef": 5.0,
+    "env.settle_steps": 10,
+    "env.settle_gripper": "neutral",
+    "rollout.max_steps_per_rollout_epoch": 4096,
+    "rollout.temperature_train": 1.0,
+    "rollout.temperature_eval": 0.6,
+    "algorithm.class_path": "PPO",
+    "algorithm.loss_agg": "step_mean",
+    "algorithm.gamma": 0.99,
+    "algorithm.gae_lambda": 0.95,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28,
+    "algorithm.reward_type": "chunk_level",
+    "policy.value_type": "chunk_level",
     "policy.attention_mode": "bidirectional",
-    "policy.top_k": 50, "policy.is_lora": True, "policy.lora_rank": 32,
+    "policy.top_k": 50,
+    "policy.is_lora": True,
+    "policy.lora_rank": 32,
     "policy.max_prompt_length": 50,
 }
 MANISKILL = {
     **RLINF_IMAGES,
-    **ADAM, "global_batch_size": 640, "env.max_episode_steps": 80, "env.reward_mode": "grasp",
-    "env.relative_reward": True, "rollout.temperature_train": 1.0, "rollout.temperature_eval": 0.6,
-    "policy.max_prompt_length": 30, "policy.unnorm_key": "bridge_orig", "env.image_size": [480, 640],
+    **ADAM,
+    "global_batch_size": 640,
+    "env.max_episode_steps": 80,
+    "env.reward_mode": "grasp",
+    "env.relative_reward": True,
+    "rollout.temperature_train": 1.0,
+    "rollout.temperature_eval": 0.6,
+    "policy.max_prompt_length": 30,
+    "policy.unnorm_key": "bridge_orig",
+    "env.image_size": [480, 640],
     "eval_env.image_size": [480, 640],
 }
 MANISKILL_TRAIN_RESETS = {"env.reset_with": "episode_id", "env.trials_per_task": 802816}  # randint over obj_set train
 MANISKILL_GRPO = {
-    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 256, "env.group_size": 8, "env.auto_reset": False,
-    "rollout.max_steps_per_rollout_epoch": 80, "algorithm.class_path": "GRPO", "algorithm.loss_agg": "trajectory_mean",
-    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_low": 0.2, "micro_batch_size": 40,
+    **MANISKILL,
+    **MANISKILL_TRAIN_RESETS,
+    "total_envs": 256,
+    "env.group_size": 8,
+    "env.auto_reset": False,
+    "rollout.max_steps_per_rollout_epoch": 80,
+    "algorithm.class_path": "GRPO",
+    "algorithm.loss_agg": "trajectory_mean",
+    "algorithm.clip_ratio_high": 0.28,
+    "algorithm.clip_ratio_low": 0.2,
+    "micro_batch_size": 40,
 }
 MANISKILL_PPO = {
-    **MANISKILL, **MANISKILL_TRAIN_RESETS, "total_envs": 128, "env.auto_reset": True, "rollout.max_steps_per_rollout_epoch": 160,
-    "algorithm.class_path": "PPO", "algorithm.loss_agg": "step_mean", "optim.lr": 1e-4, "optim.value_lr": 3e-3,
-    "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.add_value_head": True, "policy.top_k": 0,
+    **MANISKILL,
+    **MANISKILL_TRAIN_RESETS,
+    "total_envs": 128,
+    "env.auto_reset": True,
+    "rollout.max_steps_per_rollout_epoch": 160,
+    "algorithm.class_path": "PPO",
+    "algorithm.loss_agg": "step_mean",
+    "optim.lr": 1e-4,
+    "optim.value_lr": 3e-3,
+    "optim.clip_grad": 10.0,
+    "policy.is_lora": True,
+    "policy.add_value_head": True,
+    "policy.top_k": 0,
 }
 METAWORLD = {
     **RLINF_IMAGES,
-    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 12800, "micro_batch_size": 32,
-    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 100,
-    "env.reward_coef": 5.0, "env.camera_name": "corner4", "env.action_format": "7d", "env.image_size": 480,
-    "eval_env.camera_name": "corner4", "env.settle_steps": 16, "eval_env.settle_steps": 16, "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 100,
-    "rollout.temperature_train": 1.6, "rollout.temperature_eval": 0.6, "algorithm.class_path": "GRPO",
-    "algorithm.loss_agg": "trajectory_mean", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.1,
-    "algorithm.rewards_upper_bound": 1.0, "policy.num_action_chunks": 1, "policy.action_dim": 7,
-    "policy.unnorm_key": "meta_world_strict", "policy.attention_mode": "bidirectional",
+    **ADAM,
+    "optim.lr": 2e-5,
+    "optim.clip_grad": 1.0,
+    "global_batch_size": 12800,
+    "micro_batch_size": 32,
+    "total_envs": 64,
+    "env.group_size": 8,
+    "env.auto_reset": False,
+    "env.max_episode_steps": 100,
+    "env.reward_coef": 5.0,
+    "env.camera_name": "corner4",
+    "env.action_format": "7d",
+    "env.image_size": 480,
+    "eval_env.camera_name": "corner4",
+    "env.settle_steps": 16,
+    "eval_env.settle_steps": 16,
+    "rollout.rollout_epoch": 16,
+    "rollout.max_steps_per_rollout_epoch": 100,
+    "rollout.temperature_train": 1.6,
+    "rollout.temperature_eval": 0.6,
+    "algorithm.class_path": "GRPO",
+    "algorithm.loss_agg": "trajectory_mean",
+    "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.1,
+    "algorithm.rewards_upper_bound": 1.0,
+    "policy.num_action_chunks": 1,
+    "policy.action_dim": 7,
+    "policy.unnorm_key": "meta_world_strict",
+    "policy.attention_mode": "bidirectional",
     "policy.top_k": -1,
 }
 OPENSORA = {  # opensora_libero_spatial_grpo_openvlaoft.yaml with env/opensora_libero_spatial + env/libero_spatial
     **RLINF_IMAGES,
-    **ADAM, "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32,
-    "total_envs": 64, "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
-    "env.reward_coef": 5.0, "env.use_rel_reward": True, "rollout.rollout_epoch": 16,
-    "rollout.max_steps_per_rollout_epoch": 256, "rollout.temperature_train": 1.6, "rollout.temperature_eval": 1.6,
-    "algorithm.class_path": "GRPO", "algorithm.filter_rewards": True, "algorithm.rewards_lower_bound": 0.5,
-    "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.28,
-    "policy.num_action_chunks": 8, "policy.use_proprio": False, "policy.num_images_in_input": 1,
-    "policy.max_prompt_length": 128, "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True,
-    "eval_env.auto_reset": True, "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
+    **ADAM,
+    "optim.lr": 2e-5,
+    "optim.clip_grad": 1.0,
+    "global_batch_size": 8192,
+    "micro_batch_size": 32,
+    "total_envs": 64,
+    "env.group_size": 8,
+    "env.auto_reset": False,
+    "env.max_episode_steps": 256,
+    "env.reward_coef": 5.0,
+    "env.use_rel_reward": True,
+    "rollout.rollout_epoch": 16,
+    "rollout.max_steps_per_rollout_epoch": 256,
+    "rollout.temperature_train": 1.6,
+    "rollout.temperature_eval": 1.6,
+    "algorithm.class_path": "GRPO",
+    "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.5,
+    "algorithm.rewards_upper_bound": 4.5,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28,
+    "policy.num_action_chunks": 8,
+    "policy.use_proprio": False,
+    "policy.num_images_in_input": 1,
+    "policy.max_prompt_length": 128,
+    "eval_env.max_episode_steps": 512,
+    "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True,
+    "eval_env.settle_steps": 15,
+    "eval_env.settle_gripper": "neutral",
 }
 OPENPI_METAWORLD = {  # metaworld_50_ppo_openpi.yaml + model/pi0.yaml + env/metaworld_50.yaml
-    "optim.adam_eps": 1e-8, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.95,
-    "optim.lr": 1e-5, "optim.value_lr": 1e-4, "optim.clip_grad": 1.0, "optim.critic_warmup_steps": 0,
-    "global_batch_size": 2048, "micro_batch_size": 128, "total_envs": 64, "env.auto_reset": False,
-    "env.ignore_terminations": False, "env.max_episode_steps": 100, "env.reward_coef": 1.0,
-    "env.camera_name": "corner4", "env.action_format": "4d", "env.image_size": 480, "env.state_type": "proprio",
-    "eval_env.camera_name": "corner4", "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "env.settle_steps": 16, "eval_env.settle_steps": 16, "rollout.rollout_epoch": 8, "rollout.max_steps_per_rollout_epoch": 100, "rollout.temperature_train": 1.0,
-    "rollout.do_sample_eval": False, "algorithm.class_path": "PPO", "algorithm.update_epoch": 4,
-    "algorithm.gamma": 0.99, "algorithm.gae_lambda": 0.95, "algorithm.value_clip": 0.2, "algorithm.huber_delta": 10.0,
-    "algorithm.normalize_advantages": True, "algorithm.clip_ratio_low": 0.2, "algorithm.clip_ratio_high": 0.2,
-    "algorithm.clip_ratio_c": 3.0, "algorithm.entropy_bonus": 0.0, "algorithm.reward_type": "chunk_level",
-    "algorithm.logprob_type": "chunk_level", "algorithm.entropy_type": "token_level",
-    "algorithm.loss_agg": "trajectory_mean", "policy.class_path": "OpenPIPolicy", "policy.num_action_chunks": 5,
-    "policy.action_dim": 4, "policy.num_steps": 5, "policy.add_value_head": True, "policy.noise_method": "flow_sde",
-    "policy.noise_level": 0.5, "policy.num_images_in_input": 1, "policy.train_expert_only": True,
-    "policy.is_lora": False, "policy.asset_id": "lerobot/metaworld_mt50",
+    "optim.adam_eps": 1e-8,
+    "optim.weight_decay": 0.01,
+    "optim.adam_beta1": 0.9,
+    "optim.adam_beta2": 0.95,
+    "optim.lr": 1e-5,
+    "optim.value_lr": 1e-4,
+    "optim.clip_grad": 1.0,
+    "optim.critic_warmup_steps": 0,
+    "global_batch_size": 2048,
+    "micro_batch_size": 128,
+    "total_envs": 64,
+    "env.auto_reset": False,
+    "env.ignore_terminations": False,
+    "env.max_episode_steps": 100,
+    "env.reward_coef": 1.0,
+    "env.camera_name": "corner4",
+    "env.action_format": "4d",
+    "env.image_size": 480,
+    "env.state_type": "proprio",
+    "eval_env.camera_name": "corner4",
+    "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True,
+    "env.settle_steps": 16,
+    "eval_env.settle_steps": 16,
+    "rollout.rollout_epoch": 8,
+    "rollout.max_steps_per_rollout_epoch": 100,
+    "rollout.temperature_train": 1.0,
+    "rollout.do_sample_eval": False,
+    "algorithm.class_path": "PPO",
+    "algorithm.update_epoch": 4,
+    "algorithm.gamma": 0.99,
+    "algorithm.gae_lambda": 0.95,
+    "algorithm.value_clip": 0.2,
+    "algorithm.huber_delta": 10.0,
+    "algorithm.normalize_advantages": True,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.2,
+    "algorithm.clip_ratio_c": 3.0,
+    "algorithm.entropy_bonus": 0.0,
+    "algorithm.reward_type": "chunk_level",
+    "algorithm.logprob_type": "chunk_level",
+    "algorithm.entropy_type": "token_level",
+    "algorithm.loss_agg": "trajectory_mean",
+    "policy.class_path": "OpenPIPolicy",
+    "policy.num_action_chunks": 5,
+    "policy.action_dim": 4,
+    "policy.num_steps": 5,
+    "policy.add_value_head": True,
+    "policy.noise_method": "flow_sde",
+    "policy.noise_level": 0.5,
+    "policy.num_images_in_input": 1,
+    "policy.train_expert_only": True,
+    "policy.is_lora": False,
+    "policy.asset_id": "lerobot/metaworld_mt50",
 }
 OOD = {
     **RLINF_IMAGES,
-    "eval_env.max_episode_steps": 80, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "rollout.do_sample_eval": True, "rollout.temperature_eval": 0.6, "policy.max_prompt_length": 30, "policy.top_k": 0,
+    "eval_env.max_episode_steps": 80,
+    "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True,
+    "rollout.do_sample_eval": True,
+    "rollout.temperature_eval": 0.6,
+    "policy.max_prompt_length": 30,
+    "policy.top_k": 0,
     "eval_env.image_size": [480, 640],
 }
 LIBERO_130_EVAL = {
     **RLINF_IMAGES,
-    "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "eval_env.settle_steps": 15, "eval_env.settle_gripper": "neutral",
+    "eval_env.max_episode_steps": 512,
+    "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True,
+    "eval_env.settle_steps": 15,
+    "eval_env.settle_gripper": "neutral",
     "policy.unnorm_key": "libero_130_no_noops_trajall",
-    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128,
+    "policy.attention_mode": "bidirectional",
+    "policy.max_prompt_length": 128,
 }
 WAN_GRPO = {  # wan_libero_*_grpo_openvlaoft.yaml + env/wan_libero_*.yaml (YAML Adam eps: passed since RLinf #332)
     **RLINF_IMAGES,
-    "optim.adam_eps": 1e-5, "optim.weight_decay": 0.01, "optim.adam_beta1": 0.9, "optim.adam_beta2": 0.999,
-    "optim.lr": 2e-5, "optim.clip_grad": 1.0, "global_batch_size": 8192, "micro_batch_size": 32, "total_envs": 64,
-    "env.class_path": "WorldModelEnv", "env.group_size": 8, "env.auto_reset": False, "env.max_episode_steps": 256,
-    "env.reward_coef": 5.0, "env.use_rel_reward": True, "env.enable_kir": True,
-    "eval_env.class_path": "LiberoEnv", "eval_env.max_episode_steps": 512, "eval_env.settle_gripper": "open",
-    "rollout.rollout_epoch": 16, "rollout.max_steps_per_rollout_epoch": 256, "rollout.temperature_train": 1.6,
-    "rollout.temperature_eval": 1.6, "algorithm.class_path": "GRPO", "algorithm.filter_rewards": True,
-    "algorithm.rewards_lower_bound": 0.5, "algorithm.rewards_upper_bound": 4.5, "algorithm.clip_ratio_low": 0.2,
-    "algorithm.clip_ratio_high": 0.28, "algorithm.clip_ratio_c": 3.0, "algorithm.logprob_type": "token_level",
-    "algorithm.reward_type": "action_level", "policy.attention_mode": "bidirectional", "policy.top_k": -1,
-    "policy.is_lora": False, "policy.num_action_chunks": 8, "policy.max_prompt_length": 128,
+    "optim.adam_eps": 1e-5,
+    "optim.weight_decay": 0.01,
+    "optim.adam_beta1": 0.9,
+    "optim.adam_beta2": 0.999,
+    "optim.lr": 2e-5,
+    "optim.clip_grad": 1.0,
+    "global_batch_size": 8192,
+    "micro_batch_size": 32,
+    "total_envs": 64,
+    "env.class_path": "WorldModelEnv",
+    "env.group_size": 8,
+    "env.auto_reset": False,
+    "env.max_episode_steps": 256,
+    "env.reward_coef": 5.0,
+    "env.use_rel_reward": True,
+    "env.enable_kir": True,
+    "eval_env.class_path": "LiberoEnv",
+    "eval_env.max_episode_steps": 512,
+    "eval_env.settle_gripper": "open",
+    "rollout.rollout_epoch": 16,
+    "rollout.max_steps_per_rollout_epoch": 256,
+    "rollout.temperature_train": 1.6,
+    "rollout.temperature_eval": 1.6,
+    "algorithm.class_path": "GRPO",
+    "algorithm.filter_rewards": True,
+    "algorithm.rewards_lower_bound": 0.5,
+    "algorithm.rewards_upper_bound": 4.5,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.28,
+    "algorithm.clip_ratio_c": 3.0,
+    "algorithm.logprob_type": "token_level",
+    "algorithm.reward_type": "action_level",
+    "policy.attention_mode": "bidirectional",
+    "policy.top_k": -1,
+    "policy.is_lora": False,
+    "policy.num_action_chunks": 8,
+    "policy.max_prompt_length": 128,
 }
 RL_EVAL = {"rollout.do_sample_eval": True, "rollout.temperature_eval": 1.6, "rollout.eval_rollout_epoch": 2}
 SFT_EVAL = {"rollout.do_sample_eval": False, "rollout.eval_rollout_epoch": 1}
 
 V03 = "examples/embodiment/config/"
 UPSTREAM: dict[str, tuple[str, dict]] = {
-    **{f"libero/{name}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16})
-       for name, up in (("spatial", "libero_spatial"), ("object", "libero_object"), ("goal", "libero_goal"),
-                        ("libero_10", "libero_10"))},
-    "libero/libero_90.yaml": (V03 + "libero_90_grpo_openvlaoft.yaml", {
-        **OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_90_no_noops_trajall"}),
-    "libero/libero_130.yaml": (V03 + "libero_130_grpo_openvlaoft.yaml", {
-        **OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_130_no_noops_trajall"}),
-    **{f"libero/ppo_{s}.yaml": ("libero_10_ppo_openvlaoft.yaml", OFT_LIBERO_PPO)
-       for s in ("spatial", "object", "goal", "libero_10")},
-    "maniskill/maniskill_grpo_openvla.yaml": (V03 + "maniskill_grpo_openvla.yaml", {
-        **MANISKILL_GRPO, "optim.lr": 1e-5, "optim.clip_grad": 1.0, "policy.is_lora": False, "policy.top_k": 50,
-        "rollout.pipeline_stage_num": 2}),
-    "maniskill/maniskill_grpo_openvlaoft.yaml": (V03 + "maniskill_grpo_openvlaoft.yaml", {
-        **MANISKILL_GRPO, "optim.lr": 1e-4, "optim.clip_grad": 10.0, "policy.is_lora": True, "policy.top_k": 0,
-        "policy.attention_mode": "bidirectional"}),
-    "maniskill/maniskill_ppo_openvla.yaml": (V03 + "maniskill_ppo_openvla.yaml", {
-        **MANISKILL_PPO, "algorithm.clip_ratio_high": 0.2, "algorithm.logprob_type": "action_level",
-        "rollout.pipeline_stage_num": 2}),
-    "maniskill/maniskill_ppo_openvlaoft.yaml": (V03 + "maniskill_ppo_openvlaoft.yaml", {
-        **MANISKILL_PPO, "micro_batch_size": 40, "algorithm.clip_ratio_high": 0.28,
-        "algorithm.logprob_type": "token_level", "policy.attention_mode": "bidirectional"}),
-    **{f"wan/wan_libero_{s}_grpo_openvlaoft.yaml": (V03 + f"wan_libero_{s}_grpo_openvlaoft.yaml", {
-        **WAN_GRPO, "policy.unnorm_key": f"libero_{s}_no_noops", "eval_env.task_suite_name": f"libero_{s}"})
-       for s in ("spatial", "object", "goal")},
+    **{
+        f"libero/{name}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 16})
+        for name, up in (
+            ("spatial", "libero_spatial"),
+            ("object", "libero_object"),
+            ("goal", "libero_goal"),
+            ("libero_10", "libero_10"),
+        )
+    },
+    "libero/libero_90.yaml": (
+        V03 + "libero_90_grpo_openvlaoft.yaml",
+        {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_90_no_noops_trajall"},
+    ),
+    "libero/libero_130.yaml": (
+        V03 + "libero_130_grpo_openvlaoft.yaml",
+        {**OFT_LIBERO_GRPO, "rollout.rollout_epoch": 64, "policy.unnorm_key": "libero_130_no_noops_trajall"},
+    ),
+    **{
+        f"libero/ppo_{s}.yaml": ("libero_10_ppo_openvlaoft.yaml", OFT_LIBERO_PPO)
+        for s in ("spatial", "object", "goal", "libero_10")
+    },
+    "maniskill/maniskill_grpo_openvla.yaml": (
+        V03 + "maniskill_grpo_openvla.yaml",
+        {
+            **MANISKILL_GRPO,
+            "optim.lr": 1e-5,
+            "optim.clip_grad": 1.0,
+            "policy.is_lora": False,
+            "policy.top_k": 50,
+            "rollout.pipeline_stage_num": 2,
+        },
+    ),
+    "maniskill/maniskill_grpo_openvlaoft.yaml": (
+        V03 + "maniskill_grpo_openvlaoft.yaml",
+        {
+            **MANISKILL_GRPO,
+            "optim.lr": 1e-4,
+            "optim.clip_grad": 10.0,
+            "policy.is_lora": True,
+            "policy.top_k": 0,
+            "policy.attention_mode": "bidirectional",
+        },
+    ),
+    "maniskill/maniskill_ppo_openvla.yaml": (
+        V03 + "maniskill_ppo_openvla.yaml",
+        {
+            **MANISKILL_PPO,
+            "algorithm.clip_ratio_high": 0.2,
+            "algorithm.logprob_type": "action_level",
+            "rollout.pipeline_stage_num": 2,
+        },
+    ),
+    "maniskill/maniskill_ppo_openvlaoft.yaml": (
+        V03 + "maniskill_ppo_openvlaoft.yaml",
+        {
+            **MANISKILL_PPO,
+            "micro_batch_size": 40,
+            "algorithm.clip_ratio_high": 0.28,
+            "algorithm.logprob_type": "token_level",
+            "policy.attention_mode": "bidirectional",
+        },
+    ),
+    **{
+        f"wan/wan_libero_{s}_grpo_openvlaoft.yaml": (
+            V03 + f"wan_libero_{s}_grpo_openvlaoft.yaml",
+            {**WAN_GRPO, "policy.unnorm_key": f"libero_{s}_no_noops", "eval_env.task_suite_name": f"libero_{s}"},
+        )
+        for s in ("spatial", "object", "goal")
+    },
     "metaworld/mt50_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
-    **{f"opensora/libero_{suite}_grpo_openvlaoft.yaml": (V03 + "opensora_libero_spatial_grpo_openvlaoft.yaml", {
-        **OPENSORA, "policy.unnorm_key": f"libero_{suite}_no_noops", "eval_env.task_suite_name": f"libero_{suite}"})
-       for suite in ("spatial", "object")},
+    **{
+        f"opensora/libero_{suite}_grpo_openvlaoft.yaml": (
+            V03 + "opensora_libero_spatial_grpo_openvlaoft.yaml",
+            {
+                **OPENSORA,
+                "policy.unnorm_key": f"libero_{suite}_no_noops",
+                "eval_env.task_suite_name": f"libero_{suite}",
+            },
+        )
+        for suite in ("spatial", "object")
+    },
     "metaworld/ml45_grpo_openvlaoft.yaml": (V03 + "metaworld_50_grpo_openvlaoft.yaml", METAWORLD),
-    "metaworld/mt50_ppo_openpi.yaml": (V03 + "metaworld_50_ppo_openpi.yaml", {
-        **OPENPI_METAWORLD, "policy.detach_critic_input": True}),
-    "metaworld/mt50_ppo_openpi_pi05.yaml": (V03 + "metaworld_50_ppo_openpi_pi05.yaml", {
-        **OPENPI_METAWORLD, "optim.lr": 5e-6, "optim.lr_scheduler": "cosine", "policy.value_after_vlm": True,
-        "policy.value_vlm_mode": "mean_token", "policy.discrete_state_input": False}),
-    "metaworld/ml45_ppo_openpi.yaml": (V03 + "metaworld_45_ppo_openpi.yaml", {
-        **OPENPI_METAWORLD, "policy.detach_critic_input": True, "eval_env.max_episode_steps": 160}),
-    **{f"maniskill/maniskill_ood_{split}.yaml": ("evaluations/run_eval.sh", {
-        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}})
-       for split in ("vision", "semantic", "position")},
-    **{f"maniskill/maniskill_ood_{split}_openvlaoft.yaml": (
-        "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
-        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
-        "policy.add_value_head": True, "policy.is_lora": True}) for split in ("vision", "semantic", "position")},
+    "metaworld/mt50_ppo_openpi.yaml": (
+        V03 + "metaworld_50_ppo_openpi.yaml",
+        {**OPENPI_METAWORLD, "policy.detach_critic_input": True},
+    ),
+    "metaworld/mt50_ppo_openpi_pi05.yaml": (
+        V03 + "metaworld_50_ppo_openpi_pi05.yaml",
+        {
+            **OPENPI_METAWORLD,
+            "optim.lr": 5e-6,
+            "optim.lr_scheduler": "cosine",
+            "policy.value_after_vlm": True,
+            "policy.value_vlm_mode": "mean_token",
+            "policy.discrete_state_input": False,
+        },
+    ),
+    "metaworld/ml45_ppo_openpi.yaml": (
+        V03 + "metaworld_45_ppo_openpi.yaml",
+        {**OPENPI_METAWORLD, "policy.detach_critic_input": True, "eval_env.max_episode_steps": 160},
+    ),
+    **{
+        f"maniskill/maniskill_ood_{split}.yaml": (
+            "evaluations/run_eval.sh",
+            {**OOD, "eval_env.make_kwargs": {"obj_set": "test"}},
+        )
+        for split in ("vision", "semantic", "position")
+    },
+    **{
+        f"maniskill/maniskill_ood_{split}_openvlaoft.yaml": (
+            "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml",
+            {
+                **OOD,
+                "eval_env.make_kwargs": {"obj_set": "test"},
+                "policy.attention_mode": "bidirectional",
+                "policy.add_value_head": True,
+                "policy.is_lora": True,
+            },
+        )
+        for split in ("vision", "semantic", "position")
+    },
     "maniskill/maniskill_ood.yaml": ("evaluations/run_eval.sh", {**OOD, "eval_env.make_kwargs": {"obj_set": "test"}}),
-    "maniskill/maniskill_ood_openvlaoft.yaml": ("evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml", {
-        **OOD, "eval_env.make_kwargs": {"obj_set": "test"}, "policy.attention_mode": "bidirectional",
-        "policy.add_value_head": True, "policy.is_lora": True}),
-    "maniskill/maniskill_ood_semantic_train_objects.yaml": ("evaluations/run_eval.sh", {
-        **OOD, "eval_env.make_kwargs": {"obj_set": "train"}}),
-    "maniskill/maniskill_ood_semantic_train_objects_openvlaoft.yaml": ("evaluations/run_eval.sh", {
-        **OOD, "eval_env.make_kwargs": {"obj_set": "train"}, "policy.attention_mode": "bidirectional"}),
-    **{f"libero/eval/libero_130_{kind}_{suite}.yaml": (V03 + "libero_130_grpo_openvlaoft.yaml", {
-        **LIBERO_130_EVAL, **(RL_EVAL if kind == "rl" else SFT_EVAL), "eval_env.task_suite_name": f"libero_{suite}"
-        if suite in ("spatial", "object", "goal") else suite})
-       for kind in ("rl", "sft") for suite in ("spatial", "object", "goal", "libero_10", "libero_90", "libero_130")},
+    "maniskill/maniskill_ood_openvlaoft.yaml": (
+        "evaluations/maniskill/maniskill_ood_openvlaoft_eval.yaml",
+        {
+            **OOD,
+            "eval_env.make_kwargs": {"obj_set": "test"},
+            "policy.attention_mode": "bidirectional",
+            "policy.add_value_head": True,
+            "policy.is_lora": True,
+        },
+    ),
+    "maniskill/maniskill_ood_semantic_train_objects.yaml": (
+        "evaluations/run_eval.sh",
+        {**OOD, "eval_env.make_kwargs": {"obj_set": "train"}},
+    ),
+    "maniskill/maniskill_ood_semantic_train_objects_openvlaoft.yaml": (
+        "evaluations/run_eval.sh",
+        {**OOD, "eval_env.make_kwargs": {"obj_set": "train"}, "policy.attention_mode": "bidirectional"},
+    ),
+    **{
+        f"libero/eval/libero_130_{kind}_{suite}.yaml": (
+            V03 + "libero_130_grpo_openvlaoft.yaml",
+            {
+                **LIBERO_130_EVAL,
+                **(RL_EVAL if kind == "rl" else SFT_EVAL),
+                "eval_env.task_suite_name": f"libero_{suite}" if suite in ("spatial", "object", "goal") else suite,
+            },
+        )
+        for kind in ("rl", "sft")
+        for suite in ("spatial", "object", "goal", "libero_10", "libero_90", "libero_130")
+    },
 }
 # the SFT rows of the seeds' world-model tables, evaluated in real LIBERO as upstream's env.eval of the WM configs
 WM_SFT_EVAL = {
     **RLINF_IMAGES,
-    "eval_env.max_episode_steps": 512, "eval_env.ignore_terminations": True, "eval_env.auto_reset": True,
-    "eval_env.settle_steps": 15, "rollout.eval_rollout_epoch": 1, "rollout.temperature_eval": 1.6,
-    "policy.attention_mode": "bidirectional", "policy.max_prompt_length": 128,
-    "policy.top_k": -1, "policy.num_action_chunks": 8, "policy.use_proprio": False, "policy.num_images_in_input": 1,
+    "eval_env.max_episode_steps": 512,
+    "eval_env.ignore_terminations": True,
+    "eval_env.auto_reset": True,
+    "eval_env.settle_steps": 15,
+    "rollout.eval_rollout_epoch": 1,
+    "rollout.temperature_eval": 1.6,
+    "policy.attention_mode": "bidirectional",
+    "policy.max_prompt_length": 128,
+    "policy.top_k": -1,
+    "policy.num_action_chunks": 8,
+    "policy.use_proprio": False,
+    "policy.num_images_in_input": 1,
 }
-UPSTREAM.update({
-    f"libero/eval/{wm}_sft_{suite}.yaml": (V03 + f"{up}_grpo_openvlaoft.yaml", {
-        **WM_SFT_EVAL, "eval_env.task_suite_name": f"libero_{suite}", "policy.unnorm_key": f"libero_{suite}_no_noops",
-        "policy.model_path": f"/path/to/Openvla-oft-SFT-libero-{suite}-traj1",
-        # OpenSora page: SFT greedy, reset_gripper_open false; Wan page: SFT sampled at T = 1.6, gripper open
-        "rollout.do_sample_eval": wm == "wan", "eval_env.settle_gripper": "open" if wm == "wan" else "neutral"})
-    for wm, suites in (("opensora", ("spatial", "object")), ("wan", ("spatial", "object", "goal")))
-    for suite in suites
-    for up in ["opensora_libero_spatial" if wm == "opensora" else f"wan_libero_{suite}"]
-})
+UPSTREAM.update(
+    {
+        f"libero/eval/{wm}_sft_{suite}.yaml": (
+            V03 + f"{up}_grpo_openvlaoft.yaml",
+            {
+                **WM_SFT_EVAL,
+                "eval_env.task_suite_name": f"libero_{suite}",
+                "policy.unnorm_key": f"libero_{suite}_no_noops",
+                "policy.model_path": f"/path/to/Openvla-oft-SFT-libero-{suite}-traj1",
+                # OpenSora page: SFT greedy, reset_gripper_open false; Wan page: SFT sampled at T = 1.6, gripper open
+                "rollout.do_sample_eval": wm == "wan",
+                "eval_env.settle_gripper": "open" if wm == "wan" else "neutral",
+            },
+        )
+        for wm, suites in (("opensora", ("spatial", "object")), ("wan", ("spatial", "object", "goal")))
+        for suite in suites
+        for up in ["opensora_libero_spatial" if wm == "opensora" else f"wan_libero_{suite}"]
+    }
+)
 # configs that are not seeds' experiments: CPU smoke tests and the quickstart
-NOT_SEEDS = {"libero/spatial_cpu_smoke.yaml", "maniskill/pickcube_cpu_smoke.yaml", "metaworld/quickstart_sft.yaml",
-             "metaworld/quickstart_grpo.yaml", "opensora/cpu_smoke.yaml", "opensora/world_model_fit.yaml",
-             "opensora/reward_model_fit.yaml", "metaworld/mt50_ppo_openpi_cpu_smoke.yaml",
-             "wan/wan_cpu_smoke.yaml", "wan/wan_world_model_fit.yaml",
-             "wan/wan_world_model_fit_cpu_smoke.yaml"}
+NOT_SEEDS = {
+    "libero/spatial_cpu_smoke.yaml",
+    "maniskill/pickcube_cpu_smoke.yaml",
+    "metaworld/quickstart_sft.yaml",
+    "metaworld/quickstart_grpo.yaml",
+    "opensora/cpu_smoke.yaml",
+    "opensora/world_model_fit.yaml",
+    "opensora/reward_model_fit.yaml",
+    "metaworld/mt50_ppo_openpi_cpu_smoke.yaml",
+    "wan/wan_cpu_smoke.yaml",
+    "wan/wan_world_model_fit.yaml",
+    "wan/wan_world_model_fit_cpu_smoke.yaml",
+}
 SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora", "wan")
 
 
@@ -307,8 +608,10 @@ def test_no_shipped_config_drifted_from_upstream():
     docs = (ROOT / "docs" / "configs.md").read_text()
     drifted = [line for rel in sorted(UPSTREAM)
                for line in drift(rel, _load(rel), (CONFIGS / rel).read_text(), docs)]  # fmt: skip
-    assert not drifted, "configs drifted from upstream RLinf (fix the config, or document the difference in " \
+    assert not drifted, (
+        "configs drifted from upstream RLinf (fix the config, or document the difference in "
         "docs/configs.md and update UPSTREAM):\n" + "\n".join(drifted)
+    )
 
 
 def test_the_drift_check_names_config_and_key():

@@ -28,8 +28,13 @@ def test_fit_through_the_console_script(tmp_path):
 
     rlinf = str(Path(sys.executable).parent / "rlinf")  # the installed console script
     cmd = [
-        rlinf, "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=2",
-        "--trainer.check_val_every_n_epoch=2", f"--trainer.logger.init_args.save_dir={tmp_path}",
+        rlinf,
+        "fit",
+        "--config",
+        str(ROOT / "configs/toy/reach_ppo.yaml"),
+        "--trainer.max_epochs=2",
+        "--trainer.check_val_every_n_epoch=2",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--model.init_args.rollout.show_progress=false",
     ]
     subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path, timeout=300)
@@ -42,8 +47,8 @@ def test_fit_through_the_console_script(tmp_path):
 
 @pytest.mark.parametrize("loop", LOOPS, ids=[str(p.relative_to(ROOT / "configs")) for p in LOOPS])
 def test_coevolve_loop_loads_and_names_existing_stage_configs(loop):
-    from rlinf_core.cli.configs import resolve_config_args
     from rlinf_core.cli.coevolve import load_loop
+    from rlinf_core.cli.configs import resolve_config_args
 
     spec = load_loop(loop)
     for stage in spec.prelude + spec.stages:

@@ -18,8 +18,14 @@ PARTS = ("memory", "throughput", "precisions", "openpi", "opensora")
 
 def test_gpu_check_dry_run_runs_every_part_and_writes_the_reports(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert results["_meta"]["dry_run"] is True

@@ -18,11 +18,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_GPU_CONFIGS = sorted(
-    p for p in (ROOT / "configs").rglob("*.yaml")
+    p
+    for p in (ROOT / "configs").rglob("*.yaml")
     if not p.name.startswith("_") and (yaml.safe_load(p.read_text()).get("trainer") or {}).get("accelerator") == "gpu"
 )
 # RL / eval configs (a policy); the world-model training configs build their model on meta in their plugin's tests
-GPU_CONFIGS = [p for p in ALL_GPU_CONFIGS if "policy" in (yaml.safe_load(p.read_text())["model"].get("init_args") or {})]
+GPU_CONFIGS = [
+    p for p in ALL_GPU_CONFIGS if "policy" in (yaml.safe_load(p.read_text())["model"].get("init_args") or {})
+]
 CHECKED_IN_PLUGIN_TESTS = {"wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan/tests/test_wan_configs.py"}
 POLICY = "model.init_args.policy.init_args"
 
@@ -42,8 +45,11 @@ def performance_table() -> dict[str, tuple[float | None, float | None]]:
             continue
         pattern = cells[0].split(" (")[0]
         brace = re.search(r"\{(.*?)\}", pattern)
-        names = [pattern[: brace.start()] + n.strip() + pattern[brace.end():] for n in brace.group(1).split(",")] \
-            if brace else [pattern]
+        names = (
+            [pattern[: brace.start()] + n.strip() + pattern[brace.end() :] for n in brace.group(1).split(",")]
+            if brace
+            else [pattern]
+        )
         columns = []
         for cell in cells[3:5]:
             values = [float(v) for v in re.findall(r"\d+\.\d+", re.sub(r"\(.*?\)", "", cell))]
@@ -80,8 +86,10 @@ def released_kind(model_path: str) -> str:
             return kind
     if name in OPENPI_RELEASED:
         return name
-    raise AssertionError(f"model_path {model_path!r} names no released checkpoint in rlinf_policy_openvla.released "
-                         "or rlinf_policy_openpi.released")
+    raise AssertionError(
+        f"model_path {model_path!r} names no released checkpoint in rlinf_policy_openvla.released "
+        "or rlinf_policy_openpi.released"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +130,6 @@ def _parse(config: Path, overrides: list[str]) -> dict:
 
     import rlinf_core.rl.algorithms  # noqa: F401 - short names as in cli.main
     import rlinf_core.rl.module  # noqa: F401
-
     from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
 
     class ParseOnly(RLinfCLI):
@@ -132,11 +139,18 @@ def _parse(config: Path, overrides: list[str]) -> dict:
     from unittest import mock
 
     # the configs are written for GPU nodes: every pre-fit check runs except "this machine has the GPUs / the RAM"
-    with mock.patch("rlinf_core.cli.checks.check_machine", lambda trainer, warn: None), \
-            mock.patch("rlinf_core.cli.checks.check_memory", lambda cfg: None):
+    with (
+        mock.patch("rlinf_core.cli.checks.check_machine", lambda trainer, warn: None),
+        mock.patch("rlinf_core.cli.checks.check_memory", lambda cfg: None),
+    ):
         parsed = ParseOnly(
-            pl.LightningModule, None, subclass_mode_model=True, run=False, args=["--config", str(config), *overrides],
-            seed_everything_default=0, trainer_defaults=trainer_defaults(),
+            pl.LightningModule,
+            None,
+            subclass_mode_model=True,
+            run=False,
+            args=["--config", str(config), *overrides],
+            seed_everything_default=0,
+            trainer_defaults=trainer_defaults(),
         )
     return parsed.config.as_dict()
 
@@ -243,8 +257,10 @@ def test_every_gpu_config_is_checked():
     for config, test in CHECKED_IN_PLUGIN_TESTS.items():
         assert config.split("/")[-1] in (ROOT / test).read_text()
     assert len(GPU_CONFIGS) >= 10 and len(OPENPI_CONFIGS) >= 3
-    assert {released_kind(yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["init_args"]["model_path"])
-            for p in GPU_CONFIGS}  # each names a known released checkpoint (raises otherwise)
+    assert {
+        released_kind(yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["init_args"]["model_path"])
+        for p in GPU_CONFIGS
+    }  # each names a known released checkpoint (raises otherwise)
 
 
 def test_released_dir_copy_is_a_full_model_dir(released_dir, tmp_path):
@@ -279,8 +295,10 @@ def test_gpu_config_trains_fp32_weights_and_fits_its_gpu(config, built_policy):
     shown = performance_table().get(str(config.relative_to(ROOT / "configs")))
     if shown is not None:  # docs/performance.md's row is what `rlinf memory` prints, to its 0.1 GiB
         for doc, total in zip(shown, (est.train_total, est.rollout_total)):
-            assert doc is None or abs(doc - total) <= 0.051, f"docs/performance.md shows {shown}, the estimate " \
+            assert doc is None or abs(doc - total) <= 0.051, (
+                f"docs/performance.md shows {shown}, the estimate "
                 f"is {est.train_total:.2f} / {est.rollout_total:.2f} GiB"
+            )
 
 
 def test_rlinf_memory_prints_a_shipped_config(released_dir, capsys):
@@ -305,5 +323,7 @@ def test_rlinf_memory_prints_the_world_model_of_a_shipped_config(released_dir, c
     config = ROOT / "configs" / "wan" / "wan_libero_spatial_grpo_openvlaoft.yaml"
     assert main(["memory", "--config", str(config), "--model_path", str(released_dir("openvla-oft-sft-libero"))]) == 0
     out = capsys.readouterr().out
-    assert "world model: WanActionTransformer (bf16)" in out and "world model: inference peak (chunk of 8, 8 envs)" in out
+    assert (
+        "world model: WanActionTransformer (bf16)" in out and "world model: inference peak (chunk of 8, 8 envs)" in out
+    )
     assert "world_model: 10.72 GiB weights" in out and "fits" in out

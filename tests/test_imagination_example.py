@@ -48,9 +48,9 @@ def test_action_statistics_are_quantiles_and_never_degenerate():
 
 
 def test_the_loop_loads_and_its_example_configs_parse(capsys):
-    from rlinf_core.cli.main import main
-    from rlinf_core.cli.configs import resolve_config_args
     from rlinf_core.cli.coevolve import load_loop
+    from rlinf_core.cli.configs import resolve_config_args
+    from rlinf_core.cli.main import main
 
     pytest.importorskip("rlinf_wm_opensora")
     pytest.importorskip("rlinf_env_metaworld")

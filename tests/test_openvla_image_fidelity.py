@@ -20,10 +20,15 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # one config per family of the seeds' OpenVLA / OFT runs (LIBERO GRPO / PPO / eval, ManiSkill OpenVLA / OFT /
 # OOD eval, MetaWorld OFT, the world-model GRPO runs and their SFT evals)
 FAMILIES = [
-    "libero/spatial.yaml", "libero/ppo_goal.yaml", "libero/eval/libero_130_rl_spatial.yaml",
-    "libero/eval/wan_sft_goal.yaml", "maniskill/maniskill_grpo_openvla.yaml",
-    "maniskill/maniskill_ppo_openvlaoft.yaml", "maniskill/maniskill_ood_vision.yaml",
-    "metaworld/mt50_grpo_openvlaoft.yaml", "opensora/libero_object_grpo_openvlaoft.yaml",
+    "libero/spatial.yaml",
+    "libero/ppo_goal.yaml",
+    "libero/eval/libero_130_rl_spatial.yaml",
+    "libero/eval/wan_sft_goal.yaml",
+    "maniskill/maniskill_grpo_openvla.yaml",
+    "maniskill/maniskill_ppo_openvlaoft.yaml",
+    "maniskill/maniskill_ood_vision.yaml",
+    "metaworld/mt50_grpo_openvlaoft.yaml",
+    "opensora/libero_object_grpo_openvlaoft.yaml",
     "wan/wan_libero_spatial_grpo_openvlaoft.yaml",
 ]
 

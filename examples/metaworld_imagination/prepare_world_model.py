@@ -114,9 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--init-steps", type=int, nargs="+", default=[0], help="env steps of the init_states/ frames")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    from rlinf_wm_opensora.make_tiny import write_tiny
-
     from rlinf_core.world_models.reward_models import ResnetRewardModel
+    from rlinf_wm_opensora.make_tiny import write_tiny
 
     t0 = time.perf_counter()
     episodes = [load_episode(f) for f in find_trajectories(args.rollouts)]

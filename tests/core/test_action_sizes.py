@@ -8,8 +8,10 @@ from rlinf_core.cli.main import main
 
 
 def _cfg(env_args: dict, policy_args: dict, eval_args: dict | None = None) -> dict:
-    args = {"env": {"class_path": "MyEnv", "init_args": env_args},
-            "policy": {"class_path": "MyPolicy", "init_args": policy_args}}
+    args = {
+        "env": {"class_path": "MyEnv", "init_args": env_args},
+        "policy": {"class_path": "MyPolicy", "init_args": policy_args},
+    }
     if eval_args is not None:
         args["eval_env"] = {"class_path": "MyEnv", "init_args": eval_args}
     return {"model": {"class_path": "RLModule", "init_args": args}}
@@ -19,26 +21,34 @@ def test_disagreeing_sizes_name_both_keys():
     with pytest.raises(ValueError) as caught:
         check_action_sizes(_cfg({"action_dim": 7, "num_action_chunks": 4}, {"action_dim": 7, "num_action_chunks": 8}))
     msg = str(caught.value)
-    assert msg.startswith("model.init_args.env.init_args.num_action_chunks (4) and "
-                          "model.init_args.policy.init_args.num_action_chunks (8) disagree"), msg
-    with pytest.raises(ValueError, match=r"eval_env.init_args.action_dim \(4\) and model.init_args.policy.init_args"
-                                         r".actions.action_dim \(7\)"):  # a policy's setting group, the eval env
+    assert msg.startswith(
+        "model.init_args.env.init_args.num_action_chunks (4) and "
+        "model.init_args.policy.init_args.num_action_chunks (8) disagree"
+    ), msg
+    with pytest.raises(
+        ValueError,
+        match=r"eval_env.init_args.action_dim \(4\) and model.init_args.policy.init_args"
+        r".actions.action_dim \(7\)",
+    ):  # a policy's setting group, the eval env
         check_action_sizes(_cfg({}, {"actions": {"action_dim": 7}}, {"action_dim": 4}))
     with pytest.raises(ValueError, match=r"world_model.init_args.action_dim \(2\) and .*policy.init_args.action_dim"):
-        check_action_sizes(_cfg({"world_model": {"class_path": "W", "init_args": {"action_dim": 2}}},
-                                {"action_dim": 3}))
+        check_action_sizes(
+            _cfg({"world_model": {"class_path": "W", "init_args": {"action_dim": 2}}}, {"action_dim": 3})
+        )
 
 
 def test_agreeing_or_one_sided_sizes_pass():
-    check_action_sizes(_cfg({"action_dim": 7, "num_action_chunks": 8}, {"actions": {"action_dim": 7,
-                                                                                   "num_action_chunks": 8}}))
+    check_action_sizes(
+        _cfg({"action_dim": 7, "num_action_chunks": 8}, {"actions": {"action_dim": 7, "num_action_chunks": 8}})
+    )
     check_action_sizes(_cfg({"num_envs": 4}, {"action_dim": 2, "num_action_chunks": 2}))
     check_action_sizes({"model": {"class_path": "SFTModule", "init_args": {"data_path": "x"}}})
 
 
 def test_rlinf_fit_refuses_before_building_anything(tmp_path, capsys):
     config = tmp_path / "c.yaml"
-    config.write_text("""
+    config.write_text(
+        """
 model:
   class_path: RLModule
   init_args:
@@ -52,12 +62,15 @@ model:
       class_path: TinyVLAPolicy
       init_args: {action_dim: 2, num_action_chunks: 2}
     algorithm: {class_path: GRPO}
-trainer: {accelerator: cpu, logger: false, default_root_dir: %s}
-""" % tmp_path)
+trainer: {accelerator: cpu, logger: false, default_root_dir: TMP}
+""".replace("TMP", str(tmp_path))
+    )
     with pytest.raises(SystemExit) as caught:
         main(["fit", "--config", str(config)])
     assert caught.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("rlinf: error: model.init_args.env.init_args.world_model.init_args.action_dim (3) and "
-                              "model.init_args.policy.init_args.action_dim (2) disagree"), err
+    assert err[-1].startswith(
+        "rlinf: error: model.init_args.env.init_args.world_model.init_args.action_dim (3) and "
+        "model.init_args.policy.init_args.action_dim (2) disagree"
+    ), err
     assert not (tmp_path / "lightning_logs").exists()

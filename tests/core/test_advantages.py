@@ -122,9 +122,15 @@ def _grpo_traj(scores: torch.Tensor, group_size: int):
     obs = Observation(main_images=torch.zeros(B, 2, 2, 3, dtype=torch.uint8), task_descriptions=["t"] * B)
     ones = torch.ones(1, B, 1, dtype=torch.bool)
     return Trajectory(
-        obs=[obs], records=[{"action_tokens": torch.zeros(B, 1, 1, dtype=torch.long)}],
-        logprobs=torch.zeros(1, B, 1, 1), values=None, rewards=scores.view(1, B, 1).float(),
-        terminations=ones, truncations=~ones, valid=ones, bootstrap_values=torch.zeros(1, B, 1),
+        obs=[obs],
+        records=[{"action_tokens": torch.zeros(B, 1, 1, dtype=torch.long)}],
+        logprobs=torch.zeros(1, B, 1, 1),
+        values=None,
+        rewards=scores.view(1, B, 1).float(),
+        terminations=ones,
+        truncations=~ones,
+        valid=ones,
+        bootstrap_values=torch.zeros(1, B, 1),
         reset_state_ids=torch.arange(B // group_size).repeat_interleave(group_size).view(1, B),
     )
 
@@ -136,8 +142,10 @@ def test_grpo_batch_scaling_uses_the_std_over_all_ranks():
 
     G = 4
     # rank 0 has near-tied groups, rank 1 spread-out ones: per-rank stds differ a lot from the global one
-    per_rank = [torch.tensor([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 2.0, 1.9]),
-                torch.tensor([0.0, 5.0, 10.0, 3.0, 8.0, 1.0, 9.0, 4.0])]
+    per_rank = [
+        torch.tensor([1.0, 1.1, 0.9, 1.0, 2.0, 2.1, 2.0, 1.9]),
+        torch.tensor([0.0, 5.0, 10.0, 3.0, 8.0, 1.0, 9.0, 4.0]),
+    ]
     reducer, out = ThreadReducer(2), [None, None]
 
     def run(rank):

@@ -18,8 +18,11 @@ from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [
-    "configs/toy/reach_grpo.yaml", "configs/toy/reach_ppo.yaml", "configs/scale/reach_grpo_ddp_pipeline.yaml",
-    "configs/openvla/reach_grpo_oft_tiny.yaml", "configs/maniskill/maniskill_ppo_openvla.yaml",
+    "configs/toy/reach_grpo.yaml",
+    "configs/toy/reach_ppo.yaml",
+    "configs/scale/reach_grpo_ddp_pipeline.yaml",
+    "configs/openvla/reach_grpo_oft_tiny.yaml",
+    "configs/maniskill/maniskill_ppo_openvla.yaml",
 ]
 MAX_LINE = 400
 
@@ -72,8 +75,12 @@ MUTATIONS = [
     ("devices text", "trainer.devices", "several"),
     ("max_epochs text", "trainer.max_epochs", "ten"),
 ]
-FLAGS = [("abbreviated --seed", ["--seed=1"]), ("abbreviated --trainer.max_epoch", ["--trainer.max_epoch=3"]),
-         ("unknown flag", ["--no_such_flag=1"]), ("bad yaml value", ["--model.init_args.optim.lr=[1"])]
+FLAGS = [
+    ("abbreviated --seed", ["--seed=1"]),
+    ("abbreviated --trainer.max_epoch", ["--trainer.max_epoch=3"]),
+    ("unknown flag", ["--no_such_flag=1"]),
+    ("bad yaml value", ["--model.init_args.optim.lr=[1"]),
+]
 
 
 def _set(cfg: dict, dotted: str, value) -> bool:
@@ -130,8 +137,11 @@ def test_fuzzed_configs_fail_in_one_line(tmp_path, capsys, monkeypatch):
         with pytest.raises(SystemExit) as info:
             main(["fit", *args])
         err = capsys.readouterr().err
-        lines = [ln for ln in err.splitlines() if ln.strip() and "LightningCLI's args" not in ln
-                 and not ln.startswith("Seed set")]
+        lines = [
+            ln
+            for ln in err.splitlines()
+            if ln.strip() and "LightningCLI's args" not in ln and not ln.startswith("Seed set")
+        ]
         ok = info.value.code not in (0, None) and lines and lines[-1].startswith("rlinf: error: ")
         ok = ok and len(lines[-1]) <= MAX_LINE and "Traceback" not in err and "Namespace(" not in lines[-1]
         ok = ok and not any(ln.startswith("usage:") for ln in lines)
@@ -153,6 +163,7 @@ def _corruptions():
             fn(cfg)
             (d / "config.json").write_text(json.dumps(cfg))
             (d / "dataset_statistics.json").unlink(missing_ok=True)  # norm stats only from config.json
+
         return edit
 
     def shard(fn):
@@ -161,6 +172,7 @@ def _corruptions():
             state = load_file(str(path))
             fn(state)
             save_file(state, str(path))
+
         return edit
 
     def first(state, fn):
@@ -177,65 +189,134 @@ def _corruptions():
         path = d / "model-00001-of-00002.safetensors"
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
-    tokenizer = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                 "added_tokens.json")
+    tokenizer = (
+        "tokenizer.json",
+        "tokenizer.model",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+    )
     yield "config.json missing", rm("config.json"), [], "has no config.json"
     yield "config.json not JSON", write("config.json", b"{oops"), [], "config.json is not valid JSON"
     yield "config.json a list", write("config.json", b"[1, 2]"), [], "config.json holds a JSON list"
     yield "config.json empty", write("config.json", b""), [], "config.json is not valid JSON"
     yield "no text_config", config(lambda c: c.pop("text_config")), [], "has no text_config"
-    yield "text_config wrong type", config(lambda c: c["text_config"].update(hidden_size="big")), [], \
-        "text_config is not a valid Llama config"
-    yield "unknown vision tower", config(lambda c: c.update(timm_model_ids=["x", "y"], timm_model_configs=None)), \
-        [], "unknown vision tower 'x'"
+    yield (
+        "text_config wrong type",
+        config(lambda c: c["text_config"].update(hidden_size="big")),
+        [],
+        "text_config is not a valid Llama config",
+    )
+    yield (
+        "unknown vision tower",
+        config(lambda c: c.update(timm_model_ids=["x", "y"], timm_model_configs=None)),
+        [],
+        "unknown vision tower 'x'",
+    )
     yield "n_action_bins text", config(lambda c: c.update(n_action_bins="many")), [], "n_action_bins must be an integer"
-    yield "arch_specifier unknown", config(lambda c: c.update(arch_specifier="no-align+linear")), [], \
-        "arch_specifier 'no-align+linear' not supported"
+    yield (
+        "arch_specifier unknown",
+        config(lambda c: c.update(arch_specifier="no-align+linear")),
+        [],
+        "arch_specifier 'no-align+linear' not supported",
+    )
     yield "tokenizer missing", rm(*tokenizer), [], "has no tokenizer"
-    yield "tokenizer.json corrupt", lambda d: (rm("tokenizer.model")(d), write("tokenizer.json", b"garbage")(d)), [], \
-        "cannot load the tokenizer"
+    yield (
+        "tokenizer.json corrupt",
+        lambda d: (rm("tokenizer.model")(d), write("tokenizer.json", b"garbage")(d)),
+        [],
+        "cannot load the tokenizer",
+    )
     yield "tokenizer_config.json corrupt", write("tokenizer_config.json", b"{oops"), [], "cannot load the tokenizer"
-    yield "wrong unnorm_key", lambda d: None, ["--model.init_args.policy.init_args.actions.unnorm_key=bridge_orig"], \
-        "unnorm_key 'bridge_orig' not in the norm stats of"
+    yield (
+        "wrong unnorm_key",
+        lambda d: None,
+        ["--model.init_args.policy.init_args.actions.unnorm_key=bridge_orig"],
+        "unnorm_key 'bridge_orig' not in the norm stats of",
+    )
     yield "norm stats missing", config(lambda c: c.pop("norm_stats")), [], "has no norm_stats; add them"
-    yield "norm stats without action", config(lambda c: c["norm_stats"]["reach"].pop("action")), [], \
-        "has no 'action' entry"
-    yield "norm stats lack q01", config(lambda c: c["norm_stats"]["reach"]["action"].pop("q01")), [], \
-        "statistics lack 'q01'/'q99'"
-    yield "norm stats wrong length", config(lambda c: c["norm_stats"]["reach"]["action"].update(q01=[0.0])), [], \
-        "q01/q99 must be equal-length"
-    yield "norm stats of another action_dim", lambda d: None, ["--model.init_args.policy.init_args.actions.action_dim=7"], \
-        "action_dim=7 but norm_stats['reach'] has 2"
-    yield "dataset_statistics.json not JSON", write("dataset_statistics.json", b"{oops"), [], \
-        "dataset_statistics.json is not valid JSON"
-    yield "preprocessor_config.json not JSON", write("preprocessor_config.json", b"{oops"), [], \
-        "preprocessor_config.json is not valid JSON"
+    yield (
+        "norm stats without action",
+        config(lambda c: c["norm_stats"]["reach"].pop("action")),
+        [],
+        "has no 'action' entry",
+    )
+    yield (
+        "norm stats lack q01",
+        config(lambda c: c["norm_stats"]["reach"]["action"].pop("q01")),
+        [],
+        "statistics lack 'q01'/'q99'",
+    )
+    yield (
+        "norm stats wrong length",
+        config(lambda c: c["norm_stats"]["reach"]["action"].update(q01=[0.0])),
+        [],
+        "q01/q99 must be equal-length",
+    )
+    yield (
+        "norm stats of another action_dim",
+        lambda d: None,
+        ["--model.init_args.policy.init_args.actions.action_dim=7"],
+        "action_dim=7 but norm_stats['reach'] has 2",
+    )
+    yield (
+        "dataset_statistics.json not JSON",
+        write("dataset_statistics.json", b"{oops"),
+        [],
+        "dataset_statistics.json is not valid JSON",
+    )
+    yield (
+        "preprocessor_config.json not JSON",
+        write("preprocessor_config.json", b"{oops"),
+        [],
+        "preprocessor_config.json is not valid JSON",
+    )
     yield "shard missing", rm("model-00002-of-00002.safetensors"), [], "model-00002-of-00002.safetensors is missing"
     yield "index missing", rm("model.safetensors.index.json"), [], "no weights in"
     yield "index not JSON", write("model.safetensors.index.json", b"{oops"), [], "index.json is not valid JSON"
     yield "index without weight_map", write("model.safetensors.index.json", b"{}"), [], 'has no "weight_map"'
-    yield "all weights missing", rm("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                                    "model.safetensors.index.json"), [], "no weights in"
+    yield (
+        "all weights missing",
+        rm("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"),
+        [],
+        "no weights in",
+    )
     yield "shard truncated", truncate, [], "model-00001-of-00002.safetensors is truncated or corrupt"
     yield "shard empty", write("model-00001-of-00002.safetensors", b""), [], "is truncated or corrupt"
-    yield "shard header garbage", write("model-00001-of-00002.safetensors", b"\xff" * 64), [], \
-        "is truncated or corrupt"
-    yield "tensor of wrong shape", shard(lambda s: first(s, lambda t: torch.zeros(3, 5))), [], \
-        "has shape (3, 5) in the checkpoint but"
+    yield "shard header garbage", write("model-00001-of-00002.safetensors", b"\xff" * 64), [], "is truncated or corrupt"
+    yield (
+        "tensor of wrong shape",
+        shard(lambda s: first(s, lambda t: torch.zeros(3, 5))),
+        [],
+        "has shape (3, 5) in the checkpoint but",
+    )
+
     def transpose(state):
         key = next(k for k in sorted(state) if state[k].dim() == 2 and state[k].shape[0] != state[k].shape[1])
         state[key] = state[key].t().contiguous()
 
     yield "tensor transposed", shard(transpose), [], "in the checkpoint but"
-    yield "config.json sizes do not match the weights", config(lambda c: c["text_config"].update(hidden_size=32)), \
-        [], "in the model built from config.json"
+    yield (
+        "config.json sizes do not match the weights",
+        config(lambda c: c["text_config"].update(hidden_size=32)),
+        [],
+        "in the model built from config.json",
+    )
     yield "tensor missing from its shard", shard(lambda s: s.pop(sorted(s)[-1])), [], "tensors not found in the shards"
-    yield "tensor of another model", shard(lambda s: s.update({"foo.bar": torch.zeros(1)})), [], \
-        "do not belong to an OpenVLA model, e.g. 'foo.bar'"
+    yield (
+        "tensor of another model",
+        shard(lambda s: s.update({"foo.bar": torch.zeros(1)})),
+        [],
+        "do not belong to an OpenVLA model, e.g. 'foo.bar'",
+    )
     yield "integer tensor", shard(lambda s: first(s, lambda t: t.to(torch.int64))), [], "expected a floating-point"
     yield "NaN weights", shard(lambda s: first(s, lambda t: torch.full_like(t, math.nan))), [], "holds NaN or inf"
-    yield "LoRA adapter as model_path", lambda d: (rm("config.json")(d), write("adapter_config.json", b"{}")(d)), [], \
-        "is a LoRA adapter directory"
+    yield (
+        "LoRA adapter as model_path",
+        lambda d: (rm("config.json")(d), write("adapter_config.json", b"{}")(d)),
+        [],
+        "is a LoRA adapter directory",
+    )
 
 
 def test_corrupt_model_directories_fail_in_one_line(tmp_path, capsys, monkeypatch):
@@ -254,8 +335,14 @@ def test_corrupt_model_directories_fail_in_one_line(tmp_path, capsys, monkeypatc
         model = tmp_path / f"m{i}"
         shutil.copytree(base, model)
         edit(model)
-        args = ["fit", "--config", str(ROOT / "configs/openvla/reach_grpo_oft_tiny.yaml"),
-                f"--model.init_args.policy.init_args.model_path={model}", "--trainer.max_epochs=0", *flags]
+        args = [
+            "fit",
+            "--config",
+            str(ROOT / "configs/openvla/reach_grpo_oft_tiny.yaml"),
+            f"--model.init_args.policy.init_args.model_path={model}",
+            "--trainer.max_epochs=0",
+            *flags,
+        ]
         n += 1
         capsys.readouterr()
         try:
@@ -298,11 +385,19 @@ def _tiny_ckpt(path: Path, hidden_size: int = 64, critic: bool = False) -> Path:
     from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     policy = TinyVLAPolicy(hidden_size=hidden_size, add_value_head=critic)
-    groups = [{"name": "actor", "lr": 0.01, "params": [0]}] + ([{"name": "critic", "lr": 0.01, "params": [1]}]
-                                                                 if critic else [])
+    groups = [{"name": "actor", "lr": 0.01, "params": [0]}] + (
+        [{"name": "critic", "lr": 0.01, "params": [1]}] if critic else []
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"epoch": 0, "global_step": 1, "state_dict": {f"policy.{k}": v for k, v in policy.state_dict().items()},
-                "optimizer_states": [{"state": {}, "param_groups": groups}]}, path)
+    torch.save(
+        {
+            "epoch": 0,
+            "global_step": 1,
+            "state_dict": {f"policy.{k}": v for k, v in policy.state_dict().items()},
+            "optimizer_states": [{"state": {}, "param_groups": groups}],
+        },
+        path,
+    )
     return path
 
 
@@ -319,8 +414,11 @@ def _kind_cases(tmp: Path):
     def fit(cfg=None, *flags, raw=None):
         return ["--config", cfg_file(cfg if cfg is not None else _toy(), raw), *FAST, *flags]
 
-    pol, env, ro = "model__init_args__policy__init_args__", "model__init_args__env__init_args__", \
-        "model__init_args__rollout__"
+    pol, env, ro = (
+        "model__init_args__policy__init_args__",
+        "model__init_args__env__init_args__",
+        "model__init_args__rollout__",
+    )
     # 1. what the machine / launcher cannot give (num_nodes without a launcher: also as a subprocess below)
     yield 1, "devices 512", fit(_toy(trainer__devices=512)), "trainer.devices: 512 but this machine has"
     yield 1, "devices list beyond", fit(_toy(trainer__devices=[0, 999])), "names a device this machine lacks"
@@ -341,41 +439,83 @@ def _kind_cases(tmp: Path):
     bad = _toy()
     bad["model"]["init_args"]["env"]["num_env"] = 8
     yield 3, "sibling of env class_path", fit(bad), "model.init_args.env.num_env: unknown key beside class_path"
-    yield 3, "null num_envs", fit(_toy(**{env + "num_envs": None})), \
-        "model.init_args.env.init_args.num_envs: null given, expected int"
+    yield (
+        3,
+        "null num_envs",
+        fit(_toy(**{env + "num_envs": None})),
+        "model.init_args.env.init_args.num_envs: null given, expected int",
+    )
     yield 3, "null hidden_size", fit(_toy(**{pol + "hidden_size": None})), "policy.init_args.hidden_size: null given"
-    yield 3, "misspelled callback", fit(_toy(trainer__callbacks=[
-        {"class_path": "lightning.pytorch.callbacks.LearningRateMonitr"}])), "did you mean lightning.pytorch.callbacks" \
-        ".LearningRateMonitor"
-    yield 3, "dotted path missing", fit(_toy(trainer__callbacks=[{"class_path": "nope_pkg.mod.Cls"}])), \
-        "trainer.callbacks[0].class_path: nope_pkg.mod.Cls cannot be imported"
+    yield (
+        3,
+        "misspelled callback",
+        fit(_toy(trainer__callbacks=[{"class_path": "lightning.pytorch.callbacks.LearningRateMonitr"}])),
+        "did you mean lightning.pytorch.callbacks.LearningRateMonitor",
+    )
+    yield (
+        3,
+        "dotted path missing",
+        fit(_toy(trainer__callbacks=[{"class_path": "nope_pkg.mod.Cls"}])),
+        "trainer.callbacks[0].class_path: nope_pkg.mod.Cls cannot be imported",
+    )
     yield 3, "unknown profiler", fit(_toy(trainer__profiler="fancy")), "trainer.profiler: unknown profiler 'fancy'"
     for label, text in (("garbage", b"\x00\xffgarbage"), ("a list", b"[1, 2]"), ("bins text", None)):
         model = tmp / f"tiny_{label.replace(' ', '_')}"
         model.mkdir()
-        cfg_json = {"action_dim": 2, "num_action_chunks": 2, "num_bins": "many", "hidden_size": 64, "state_dim": 4,
-                    "add_value_head": False}
+        cfg_json = {
+            "action_dim": 2,
+            "num_action_chunks": 2,
+            "num_bins": "many",
+            "hidden_size": 64,
+            "state_dim": 4,
+            "add_value_head": False,
+        }
         (model / "config.json").write_bytes(text if text is not None else json.dumps(cfg_json).encode())
-        yield 3, f"model dir config.json {label}", fit(_toy(**{pol + "model_path": str(model)})), \
-            f"{model / 'config.json'}"
+        yield (
+            3,
+            f"model dir config.json {label}",
+            fit(_toy(**{pol + "model_path": str(model)})),
+            f"{model / 'config.json'}",
+        )
     # 4. combinations: errors (the warnings are in test_combinations_warn_in_one_line_at_start)
     yield 4, "GRPO greedy", fit(_toy(**{ro + "do_sample": False})), "every advantage is zero"
-    yield 4, "GRPO critic warm-up", fit(_toy(model__init_args__optim={"lr": 0.01, "critic_warmup_steps": 5})), \
-        "optim.critic_warmup_steps: 5 with GRPO"
-    yield 4, "accumulate_grad_batches", fit(_toy(trainer__accumulate_grad_batches=4)), \
-        "set model.init_args.global_batch_size"
+    yield (
+        4,
+        "GRPO critic warm-up",
+        fit(_toy(model__init_args__optim={"lr": 0.01, "critic_warmup_steps": 5})),
+        "optim.critic_warmup_steps: 5 with GRPO",
+    )
+    yield (
+        4,
+        "accumulate_grad_batches",
+        fit(_toy(trainer__accumulate_grad_batches=4)),
+        "set model.init_args.global_batch_size",
+    )
     yield 4, "gradient_clip_val", fit(_toy(trainer__gradient_clip_val=0.5)), "set model.init_args.optim.clip_grad"
     yield 4, "gradient_clip_algorithm", fit(_toy(trainer__gradient_clip_algorithm="value")), "optim.clip_grad"
     # 5. seed_everything: true, non-finite floats
     yield 5, "seed true", fit(_toy(seed_everything=True)), "seed_everything: true would pick a random seed"
     yield 5, "seed true flag", fit(None, "--seed_everything=true"), "seed_everything true would pick"
-    yield 5, "lr .inf", fit(raw=(ROOT / TOY).read_bytes().replace(b"lr: 1.0e-2", b"lr: .inf")), \
-        "optim.lr must be a finite number"
-    yield 5, "step_size .nan", fit(raw=yaml.safe_dump(_toy()).encode().replace(
-        b"auto_reset: false", b"auto_reset: false\n        step_size: .nan")), "step_size: nan given, expected a finite"
+    yield (
+        5,
+        "lr .inf",
+        fit(raw=(ROOT / TOY).read_bytes().replace(b"lr: 1.0e-2", b"lr: .inf")),
+        "optim.lr must be a finite number",
+    )
+    yield (
+        5,
+        "step_size .nan",
+        fit(
+            raw=yaml.safe_dump(_toy())
+            .encode()
+            .replace(b"auto_reset: false", b"auto_reset: false\n        step_size: .nan")
+        ),
+        "step_size: nan given, expected a finite",
+    )
     # 6. malformed files
     for label, raw, expected in (
-        ("empty", b"", "is empty"), ("comments only", b"# nothing\n", "is empty"),
+        ("empty", b"", "is empty"),
+        ("comments only", b"# nothing\n", "is empty"),
         ("list top level", b"- trainer\n- model\n", "the top level is a list"),
         ("scalar top level", b"fit\n", "the top level is a str"),
         ("trainer a list", b"trainer: [1, 2]\nmodel: {class_path: RLModule}\n", "trainer: is a list"),
@@ -391,10 +531,18 @@ def _kind_cases(tmp: Path):
     corrupt.parent.mkdir(exist_ok=True)
     corrupt.write_bytes(b"PK\x03\x04" + b"\x00" * 64)
     yield 7, "corrupt ckpt zip", fit(None, f"--ckpt_path={corrupt}"), "is truncated or corrupt"
-    yield 7, "PPO ckpt into GRPO", fit(None, f"--ckpt_path={_tiny_ckpt(tmp / 'ckpts/ppo.ckpt', critic=True)}"), \
-        "holds a PPO run but the config trains with GRPO"
-    yield 7, "other model size", fit(None, f"--ckpt_path={_tiny_ckpt(tmp / 'ckpts/h32.ckpt', hidden_size=32)}"), \
-        "it is a checkpoint of another model size"
+    yield (
+        7,
+        "PPO ckpt into GRPO",
+        fit(None, f"--ckpt_path={_tiny_ckpt(tmp / 'ckpts/ppo.ckpt', critic=True)}"),
+        "holds a PPO run but the config trains with GRPO",
+    )
+    yield (
+        7,
+        "other model size",
+        fit(None, f"--ckpt_path={_tiny_ckpt(tmp / 'ckpts/h32.ckpt', hidden_size=32)}"),
+        "it is a checkpoint of another model size",
+    )
     yield 7, "last with none", fit(None, "--ckpt_path=last"), "ckpt_path: last has no checkpoint"
     # 8. accelerators
     yield 8, "gpu without one", fit(_toy(trainer__accelerator="gpu")), "trainer.accelerator: gpu but this machine"
@@ -406,16 +554,28 @@ def _kind_cases(tmp: Path):
     earlier = tmp / "runs" / "reach_grpo" / "version_0"
     earlier.mkdir(parents=True)
     (earlier / "config.yaml").write_text("earlier run\n")
-    yield 9, "pinned logger.version", fit(None, "--trainer.logger.init_args.version=0"), "holds an earlier run's outputs"
+    yield (
+        9,
+        "pinned logger.version",
+        fit(None, "--trainer.logger.init_args.version=0"),
+        "holds an earlier run's outputs",
+    )
     (tmp / "a_file").write_text("keep me\n")
-    yield 9, "default_root_dir a file", fit(_toy(trainer__default_root_dir=str(tmp / "a_file"))), \
-        "trainer.default_root_dir"
-    yield 9, "logger save_dir a file", fit(None, f"--trainer.logger.init_args.save_dir={tmp / 'a_file'}"), \
-        "save_dir"
+    yield (
+        9,
+        "default_root_dir a file",
+        fit(_toy(trainer__default_root_dir=str(tmp / "a_file"))),
+        "trainer.default_root_dir",
+    )
+    yield 9, "logger save_dir a file", fit(None, f"--trainer.logger.init_args.save_dir={tmp / 'a_file'}"), "save_dir"
     other = tmp / "other_run" / "checkpoints"
     _tiny_ckpt(other / "epoch=0-step=1.ckpt", hidden_size=48)
-    yield 9, "resume in place with another model", fit(None, f"--ckpt_path={other.parent}"), \
-        "checkpoint of another model size"
+    yield (
+        9,
+        "resume in place with another model",
+        fit(None, f"--ckpt_path={other.parent}"),
+        "checkpoint of another model size",
+    )
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -453,17 +613,26 @@ def test_issue28_kinds_fail_in_one_line_and_write_nothing(tmp_path, capsys, monk
     assert not bad, f"{len(bad)}/{len(cases)}:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("edits, flags, expected", [
-    ({"model__init_args__micro_batch_size": 256}, [], "micro_batch_size (256) is larger than global_batch_size"),
-    ({"model__init_args__micro_batch_size": 48}, [], "is not a multiple of micro_batch_size (48)"),
-    ({"model__init_args__optim": {"lr": 0.01, "value_lr": 0.001}}, [], "optim.value_lr is ignored with GRPO"),
-    ({"model__init_args__optim": {"lr": 0.01, "lr_warmup_steps": 10**6}}, [], "longer than the whole run"),
-    ({"model__init_args__rollout__max_steps_per_rollout_epoch": 12}, [], "shorter than env.max_episode_steps"),
-    ({"model__init_args__algorithm__init_args__filter_rewards": True,
-      "model__init_args__algorithm__init_args__rewards_lower_bound": 0.3,
-      "model__init_args__algorithm__init_args__rewards_upper_bound": 0.35}, [], "keeps no group of success scores"),
-    ({"trainer__precision": "16-mixed"}, [], "trainer.precision: 16-mixed on CPU"),
-])
+@pytest.mark.parametrize(
+    "edits, flags, expected",
+    [
+        ({"model__init_args__micro_batch_size": 256}, [], "micro_batch_size (256) is larger than global_batch_size"),
+        ({"model__init_args__micro_batch_size": 48}, [], "is not a multiple of micro_batch_size (48)"),
+        ({"model__init_args__optim": {"lr": 0.01, "value_lr": 0.001}}, [], "optim.value_lr is ignored with GRPO"),
+        ({"model__init_args__optim": {"lr": 0.01, "lr_warmup_steps": 10**6}}, [], "longer than the whole run"),
+        ({"model__init_args__rollout__max_steps_per_rollout_epoch": 12}, [], "shorter than env.max_episode_steps"),
+        (
+            {
+                "model__init_args__algorithm__init_args__filter_rewards": True,
+                "model__init_args__algorithm__init_args__rewards_lower_bound": 0.3,
+                "model__init_args__algorithm__init_args__rewards_upper_bound": 0.35,
+            },
+            [],
+            "keeps no group of success scores",
+        ),
+        ({"trainer__precision": "16-mixed"}, [], "trainer.precision: 16-mixed on CPU"),
+    ],
+)
 def test_combinations_warn_in_one_line_at_start(tmp_path, capsys, monkeypatch, edits, flags, expected):
     """What might be deliberate starts, with one ``rlinf: warning:`` line on the console (docs/reliability.md)."""
     monkeypatch.chdir(tmp_path)
@@ -483,8 +652,11 @@ def test_a_python_yaml_tag_is_refused_before_anything_is_built(tmp_path, capsys,
     monkeypatch.setattr(pl.Trainer, "__init__", lambda self, *a, **k: built.append("trainer") or None)
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "pwned"
-    text = (ROOT / TOY).read_text().replace("seed_everything: 0", f"seed_everything: !!python/object/apply:os.mkdir "
-                                            f"['{marker}']")
+    text = (
+        (ROOT / TOY)
+        .read_text()
+        .replace("seed_everything: 0", f"seed_everything: !!python/object/apply:os.mkdir ['{marker}']")
+    )
     for i, tagged in enumerate((text, text.replace("max_epochs: 80", "max_epochs: !!python/name:os.system"))):
         path = tmp_path / f"tag{i}.yaml"
         path.write_text(tagged)
@@ -513,19 +685,25 @@ def _fake_plugins(tmp_path, monkeypatch, plugins: dict[str, str]):
 
 BROKEN = "import not_a_real_module_xyz\n"
 TYPO = "from rlinf_core.plugins.hookspecs import hookimpl\n@hookimpl\ndef register_env(register):\n    pass\n"
-NOT_ENV = ("from rlinf_core.plugins.hookspecs import hookimpl\nclass NotAnEnv:\n    pass\n"
-           "@hookimpl\ndef register_envs(register):\n    register(NotAnEnv)\n")
+NOT_ENV = (
+    "from rlinf_core.plugins.hookspecs import hookimpl\nclass NotAnEnv:\n    pass\n"
+    "@hookimpl\ndef register_envs(register):\n    register(NotAnEnv)\n"
+)
 
 
-@pytest.mark.parametrize("source, needed, expected", [
-    (BROKEN, False, "plugin '{name}' from "),
-    (TYPO, False, "unknown hook 'register_env'"),
-    (NOT_ENV, False, "registered <class '{name}.NotAnEnv'> as env"),
-    (BROKEN, True, "{name}"),
-    (NOT_ENV, True, "{name}"),
-])
-def test_broken_plugins_warn_when_not_needed_and_fail_in_one_line_when_needed(tmp_path, capsys, monkeypatch,
-                                                                              source, needed, expected):
+@pytest.mark.parametrize(
+    "source, needed, expected",
+    [
+        (BROKEN, False, "plugin '{name}' from "),
+        (TYPO, False, "unknown hook 'register_env'"),
+        (NOT_ENV, False, "registered <class '{name}.NotAnEnv'> as env"),
+        (BROKEN, True, "{name}"),
+        (NOT_ENV, True, "{name}"),
+    ],
+)
+def test_broken_plugins_warn_when_not_needed_and_fail_in_one_line_when_needed(
+    tmp_path, capsys, monkeypatch, source, needed, expected
+):
     """Kind 10: one warning line at start when the run does not use the plugin; one error line naming the
     plugin (and what to do) when it does."""
     monkeypatch.chdir(tmp_path)
@@ -559,11 +737,20 @@ def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 120):
     import subprocess
     import sys
 
-    base = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "WORLD_SIZE",
-                                                              "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
-    return subprocess.run([sys.executable, "-m", "rlinf_core.cli.main", "fit", "--config", str(ROOT / TOY), *FAST,
-                           *args], env={**base, "OMP_NUM_THREADS": "1", **env}, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "rlinf_core.cli.main", "fit", "--config", str(ROOT / TOY), *FAST, *args],
+        env={**base, "OMP_NUM_THREADS": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_not_hang(tmp_path):
@@ -578,13 +765,30 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port), "RLINF_RENDEZVOUS_TIMEOUT": "3"}
-    out = _rlinf(["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.max_epochs=1",
-                  f"--trainer.default_root_dir={tmp_path}"], env, tmp_path, timeout=150)
+    env = {
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "NODE_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RLINF_RENDEZVOUS_TIMEOUT": "3",
+    }
+    out = _rlinf(
+        [
+            "--trainer.num_nodes=2",
+            "--trainer.devices=1",
+            "--trainer.max_epochs=1",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        env,
+        tmp_path,
+        timeout=150,
+    )
     last = out.stderr.strip().splitlines()[-1]
-    assert out.returncode == 2 and "rendezvous of 2 ranks" in last and "did not complete within 3 s" in last, \
+    assert out.returncode == 2 and "rendezvous of 2 ranks" in last and "did not complete within 3 s" in last, (
         out.stderr[-800:]
+    )
     assert not any(tmp_path.iterdir()), "a start that never formed its process group wrote files"
 
 
@@ -605,8 +809,9 @@ def torch_zeros():
 
 
 @pytest.mark.parametrize("where", ["policy act", "env step", "callback"])
-def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_module(tmp_path, capsys, monkeypatch,
-                                                                                    where):
+def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_module(
+    tmp_path, capsys, monkeypatch, where
+):
     """Issue 23 req 5: a TypeError planted in a policy's act, an env's step or a callback is a bug, not bad input:
     no exit 2, the exception propagates with its traceback, headed by ``rlinf: bug in <module> during training
     (not a config error)``. A bad value while the config is parsed stays one line."""
@@ -615,11 +820,19 @@ def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_mod
     from rlinf_core.callbacks.summary import RunSummary
 
     monkeypatch.chdir(tmp_path)
-    cls, name = {"policy act": (TinyVLAPolicy, "act"), "env step": (ReachEnv, "_step"),
-                 "callback": (RunSummary, "on_fit_start")}[where]
+    cls, name = {
+        "policy act": (TinyVLAPolicy, "act"),
+        "env step": (ReachEnv, "_step"),
+        "callback": (RunSummary, "on_fit_start"),
+    }[where]
     monkeypatch.setattr(cls, name, _planted(cls, name))
-    small = ["--trainer.max_epochs=1", "--model.init_args.env.init_args.num_envs=8", "--trainer.enable_checkpointing=false",
-             "--model.init_args.global_batch_size=16", "--model.init_args.micro_batch_size=16"]
+    small = [
+        "--trainer.max_epochs=1",
+        "--model.init_args.env.init_args.num_envs=8",
+        "--trainer.enable_checkpointing=false",
+        "--model.init_args.global_batch_size=16",
+        "--model.init_args.micro_batch_size=16",
+    ]
     with pytest.raises(TypeError):
         main(["fit", "--config", str(ROOT / TOY), *small])
     err = capsys.readouterr().err
@@ -638,8 +851,13 @@ def test_start_warnings_are_also_in_the_run_log(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_toy(model__init_args__micro_batch_size=12)))
-    small = ["--trainer.max_epochs=1", "--model.init_args.env.init_args.num_envs=8", "--trainer.enable_checkpointing=false",
-             "--model.init_args.global_batch_size=16", "--model.init_args.export_policy=false"]
+    small = [
+        "--trainer.max_epochs=1",
+        "--model.init_args.env.init_args.num_envs=8",
+        "--trainer.enable_checkpointing=false",
+        "--model.init_args.global_batch_size=16",
+        "--model.init_args.export_policy=false",
+    ]
     assert main(["fit", "--config", str(path), *small]) == 0
     assert "is not a multiple of micro_batch_size (12)" in capsys.readouterr().err
     events = EventAccumulator(str(next((tmp_path / "runs").rglob("events.out.tfevents.*")).parent)).Reload()

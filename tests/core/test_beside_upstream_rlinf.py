@@ -28,8 +28,17 @@ def test_upstream_rlinf_and_rlinf_core_install_and_import_side_by_side(tmp_path)
     wheels = tmp_path / "wheels"
     got = _pip("download", "--no-deps", "-d", str(wheels), "rlinf", *UPSTREAM_IMPORT_NEEDS)
     if got.returncode != 0:
-        if any(s in got.stderr for s in ("Could not find a version", "No matching distribution", "connection",
-                                         "Connection", "Name or service not known", "Max retries")):
+        if any(
+            s in got.stderr
+            for s in (
+                "Could not find a version",
+                "No matching distribution",
+                "connection",
+                "Connection",
+                "Name or service not known",
+                "Max retries",
+            )
+        ):
             pytest.skip(f"PyPI unreachable (pip download rlinf failed): {got.stderr.strip().splitlines()[-1]}")
         raise AssertionError(got.stderr)
     upstream = next(wheels.glob("rlinf-*.whl"))
@@ -37,8 +46,14 @@ def test_upstream_rlinf_and_rlinf_core_install_and_import_side_by_side(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    scratch_site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                       capture_output=True, text=True, check=True).stdout.strip())
+    scratch_site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # third-party libraries (torch, pluggy, setuptools) come from this interpreter's site dirs, appended after the
     # scratch site: the two rlinf packages themselves are only in the scratch site
     ours = {str(ROOT / "core" / "src")} | {str(p) for p in (ROOT / "plugins").glob("*/src")}

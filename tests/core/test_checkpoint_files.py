@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlinf_core.cli.main import main
 from rlinf_core.run.checkpoint_files import (
     CheckpointError,
     atomic_torch_save,
@@ -20,7 +21,6 @@ from rlinf_core.run.checkpoint_files import (
     resolve_resume_path,
     verify_checkpoint,
 )
-from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,9 +94,16 @@ def test_a_checkpoint_cannot_run_code(tmp_path, monkeypatch):
 def test_cli_resume_from_a_corrupt_checkpoint_fails_in_one_line_without_a_run_dir(ckpt_dir, tmp_path, capsys):
     _corrupt(ckpt_dir / "epoch=2-step=12.ckpt", "truncated")
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"),
-              f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
-              "--ckpt_path", str(ckpt_dir / "epoch=2-step=12.ckpt")])
+        main(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs/toy/reach_grpo.yaml"),
+                f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
+                "--ckpt_path",
+                str(ckpt_dir / "epoch=2-step=12.ckpt"),
+            ]
+        )
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rlinf:")]
     assert info.value.code == 2 and len(err) == 1 and "epoch=2-step=12.ckpt is truncated or corrupt" in err[0]
     assert not (tmp_path / "runs").exists()
@@ -149,8 +156,9 @@ def test_save_model_files_with_tied_weights_load_with_the_tie(tmp_path):
         assert "format" not in f.metadata() and len(list(f.keys())) == 1  # what upstream's writer really wrote
     for state in (load_safetensors(tmp_path / "model.safetensors"), load_weights(tmp_path)):
         assert sorted(state) == ["embed.weight", "head.weight"]
-        assert torch.equal(state["embed.weight"], model.embed.weight) and torch.equal(state["head.weight"],
-                                                                                      model.embed.weight)
+        assert torch.equal(state["embed.weight"], model.embed.weight) and torch.equal(
+            state["head.weight"], model.embed.weight
+        )
 
 
 def test_a_valid_safetensors_file_is_never_called_corrupt(tmp_path, monkeypatch):

@@ -9,13 +9,13 @@ import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from rlinf_core.rl.algorithms import PPO
-from rlinf_core.run.checkpointing import FROZEN_KEY, RLCheckpoint
-from rlinf_core.cli.main import main
-from rlinf_core.rl.config import OptimConfig, RolloutConfig
-from rlinf_core.rl.module import RLModule
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.cli.main import main
+from rlinf_core.rl.algorithms import PPO
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.rl.module import RLModule
+from rlinf_core.run.checkpointing import FROZEN_KEY, RLCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,19 +34,28 @@ def _count_writes(monkeypatch) -> list[str]:
 
 def test_cli_checkpoint_cadence_keep_last_and_linked_last(tmp_path, monkeypatch):
     writes = _count_writes(monkeypatch)
-    main([
-        "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=6",
-        "--trainer.check_val_every_n_epoch=100", f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--trainer.enable_progress_bar=false", "--model.init_args.rollout.show_progress=false",
-        "--model.init_args.env.init_args.num_envs=4", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
-        "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.export_policy=false",
-        "--checkpoint.every_n_epochs=2", "--checkpoint.keep_last=2",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/toy/reach_ppo.yaml"),
+            "--trainer.max_epochs=6",
+            "--trainer.check_val_every_n_epoch=100",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false",
+            "--model.init_args.rollout.show_progress=false",
+            "--model.init_args.env.init_args.num_envs=4",
+            "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+            "--model.init_args.env.init_args.max_episode_steps=4",
+            "--model.init_args.export_policy=false",
+            "--checkpoint.every_n_epochs=2",
+            "--checkpoint.keep_last=2",
+        ]
+    )
     ckpts = Path(next(tmp_path.glob("reach_ppo/version_*"))) / "checkpoints"
     assert writes == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "epoch=5-step=24.ckpt"], "one write per checkpoint"
     assert sorted(p.name for p in ckpts.iterdir()) == ["epoch=3-step=16.ckpt", "epoch=5-step=24.ckpt", "last.ckpt"]
     assert (ckpts / "last.ckpt").is_symlink() and os.readlink(ckpts / "last.ckpt") == "epoch=5-step=24.ckpt"
-
 
 
 def test_a_kill_while_last_ckpt_is_relinked_leaves_the_previous_link(tmp_path, monkeypatch):
@@ -63,16 +72,27 @@ def test_a_kill_while_last_ckpt_is_relinked_leaves_the_previous_link(tmp_path, m
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(SystemExit):  # Lightning's shutdown on an interrupt, then rlinf's exit status
-        main([
-            "fit", "--config", str(ROOT / "configs/toy/reach_ppo.yaml"), "--trainer.max_epochs=4",
-            "--trainer.check_val_every_n_epoch=100", f"--trainer.logger.init_args.save_dir={tmp_path}",
-            "--trainer.enable_progress_bar=false", "--model.init_args.rollout.show_progress=false",
-            "--model.init_args.env.init_args.num_envs=4", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
-            "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.export_policy=false",
-            "--checkpoint.every_n_epochs=2", "--checkpoint.keep_last=2",
-        ])
+        main(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs/toy/reach_ppo.yaml"),
+                "--trainer.max_epochs=4",
+                "--trainer.check_val_every_n_epoch=100",
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                "--trainer.enable_progress_bar=false",
+                "--model.init_args.rollout.show_progress=false",
+                "--model.init_args.env.init_args.num_envs=4",
+                "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+                "--model.init_args.env.init_args.max_episode_steps=4",
+                "--model.init_args.export_policy=false",
+                "--checkpoint.every_n_epochs=2",
+                "--checkpoint.keep_last=2",
+            ]
+        )
     last = relinks[-1]
     assert os.readlink(last) == "epoch=1-step=8.ckpt" and last.resolve().is_file()
+
 
 def test_checkpoint_settings_are_checked():
     with pytest.raises(ValueError, match="keep_last"):
@@ -98,17 +118,29 @@ def _module(model_path: Path | None) -> RLModule:
     policy.vision.requires_grad_(False)  # the frozen base (as LoRA freezes the LLM and vision towers)
     env = ReachEnv(num_envs=4, max_episode_steps=4, auto_reset=True)
     return RLModule(
-        env=env, policy=policy, algorithm=PPO(update_epoch=1), optim=OptimConfig(lr=1e-2),
+        env=env,
+        policy=policy,
+        algorithm=PPO(update_epoch=1),
+        optim=OptimConfig(lr=1e-2),
         rollout=RolloutConfig(max_steps_per_rollout_epoch=4, show_progress=False),
-        global_batch_size=8, micro_batch_size=8, export_policy=False,
+        global_batch_size=8,
+        micro_batch_size=8,
+        export_policy=False,
     )
 
 
 def _trainer(tmp_path: Path, epochs: int, callbacks=()) -> pl.Trainer:
     return pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
-        enable_checkpointing=bool(callbacks), callbacks=list(callbacks), enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, use_distributed_sampler=False,
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=TensorBoardLogger(str(tmp_path), name="t"),
+        enable_checkpointing=bool(callbacks),
+        callbacks=list(callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
         check_val_every_n_epoch=1000,
     )
 

@@ -47,19 +47,27 @@ def test_listing_commands_import_no_lightning_transformers_or_diffusers(args):
 
 
 def test_registering_a_dotted_path_imports_nothing_until_used(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "lazy_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "lazy_plugin",
+        """
         from rlinf_core import hookimpl
 
         @hookimpl
         def register_envs(register):
             register("lazy_cls_env:LazyEnv")
             register("lazy_cls_missing:GoneEnv")
-    """, files={"lazy_cls_env.py": """
+    """,
+        files={
+            "lazy_cls_env.py": """
         from rlinf_core.builtin.toy_env import ReachEnv
 
         class LazyEnv(ReachEnv):
             pass
-    """})
+    """
+        },
+    )
     registry = Registry().load(entry_points_=[ep])
     assert {"LazyEnv", "GoneEnv"} <= set(registry.names("env")) and "lazy_cls_env" not in sys.modules
     assert registry.classes["LazyEnv"].class_path == "lazy_cls_env.LazyEnv"
@@ -71,20 +79,30 @@ def test_registering_a_dotted_path_imports_nothing_until_used(tmp_path, monkeypa
 
 
 def test_lazy_class_with_the_wrong_base_is_rejected_on_use(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "wrongbase_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "wrongbase_plugin",
+        """
         from rlinf_core import hookimpl
 
         @hookimpl
         def register_policies(register):
             register("lazy_cls_wrong:NotAPolicy")
             register("not a path")
-    """, files={"lazy_cls_wrong.py": "class NotAPolicy:\n    pass\n"})
+    """,
+        files={"lazy_cls_wrong.py": "class NotAPolicy:\n    pass\n"},
+    )
     registry = Registry().load(entry_points_=[ep])
     assert "expected a class or a dotted path 'package.module:ClassName'" in registry.plugins["wrongbase_plugin"].error
 
 
 def test_plugin_commands_run_as_rlinf_subcommands(tmp_path, monkeypatch, capsys):
-    ep = fake_plugin(tmp_path, monkeypatch, "tool_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "tool_plugin",
+        """
         from rlinf_core import hookimpl
 
         def hello(argv):
@@ -94,7 +112,8 @@ def test_plugin_commands_run_as_rlinf_subcommands(tmp_path, monkeypatch, capsys)
         @hookimpl
         def register_commands(register):
             register("hello-tool", "tool_plugin:hello", "Say hello (a test command).")
-    """)
+    """,
+    )
     registry = Registry().load(entry_points_=[ep])
     assert registry.commands["hello-tool"].distribution == "unknown"
     monkeypatch.setattr(sys.modules["rlinf_core.cli.main"], "load_plugins", lambda **_: registry)
@@ -106,13 +125,18 @@ def test_plugin_commands_run_as_rlinf_subcommands(tmp_path, monkeypatch, capsys)
 
 
 def test_a_plugin_cannot_take_an_rlinf_command_name(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "greedy_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "greedy_plugin",
+        """
         from rlinf_core import hookimpl
 
         @hookimpl
         def register_commands(register):
             register("fit", "greedy_plugin:x", "mine")
-    """)
+    """,
+    )
     err = Registry().load(entry_points_=[ep]).plugins["greedy_plugin"].error
     assert "registered the command 'fit', which is one of rlinf's own commands" in err
 

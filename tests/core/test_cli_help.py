@@ -72,8 +72,11 @@ def test_help_into_a_closed_pipe_is_not_an_error():
     import sys
 
     # `rlinf plugins | head -1`: the reader leaves after one line; no BrokenPipeError traceback, exit 0
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; "
-                             "sys.exit(main(['--help']))"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main(['--help']))"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
@@ -95,4 +98,4 @@ def test_help_examples_name_the_run_directory_their_config_writes(capsys):
         logger = yaml.safe_load(open(config))["trainer"]["logger"]["init_args"]
         run_root = f"{logger['save_dir']}/{logger['name']}/"
         ckpt = words[words.index("--ckpt_path") + 1]
-        assert ckpt.startswith(run_root) and re.match(r"version_\d+", ckpt[len(run_root):]), (ckpt, run_root)
+        assert ckpt.startswith(run_root) and re.match(r"version_\d+", ckpt[len(run_root) :]), (ckpt, run_root)

@@ -12,8 +12,12 @@ from rlinf_core.cli.lightning import RLinfCLI, _quiet_verbose_default, trainer_d
 from rlinf_core.run.checkpointing import RLCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--config", str(ROOT / "configs/toy/reach_grpo.yaml"), "--trainer.logger=false",
-         "--model.init_args.env.init_args.num_envs=8"]
+SMALL = [
+    "--config",
+    str(ROOT / "configs/toy/reach_grpo.yaml"),
+    "--trainer.logger=false",
+    "--model.init_args.env.init_args.num_envs=8",
+]
 
 
 def _cli(*args: str) -> RLinfCLI:
@@ -22,14 +26,25 @@ def _cli(*args: str) -> RLinfCLI:
     from rlinf_core.plugins.manager import load_plugins
 
     load_plugins()
-    return RLinfCLI(pl.LightningModule, None, subclass_mode_model=True, run=False, args=[*SMALL, *args],
-                    seed_everything_default=0, trainer_defaults=trainer_defaults(quiet=True))
+    return RLinfCLI(
+        pl.LightningModule,
+        None,
+        subclass_mode_model=True,
+        run=False,
+        args=[*SMALL, *args],
+        seed_everything_default=0,
+        trainer_defaults=trainer_defaults(quiet=True),
+    )
 
 
 def test_validate_and_test_default_to_quiet_and_the_user_overrides_it():
     subs = RLinfCLI.subcommands()
     assert _quiet_verbose_default(["validate", "--config", "a.yaml"], subs) == [
-        "validate", "--verbose=false", "--config", "a.yaml"]  # later flags and config files win over it
+        "validate",
+        "--verbose=false",
+        "--config",
+        "a.yaml",
+    ]  # later flags and config files win over it
     assert _quiet_verbose_default(["test", "--verbose=true"], subs) == ["test", "--verbose=false", "--verbose=true"]
     assert _quiet_verbose_default(["fit", "--config", "a.yaml"], subs) == ["fit", "--config", "a.yaml"]
     assert _quiet_verbose_default(["predict"], subs) == ["predict"]  # Trainer.predict has no verbose
@@ -48,8 +63,12 @@ def test_a_users_model_checkpoint_replaces_the_section_and_saves_at_every_rl_ste
     (saver,) = trainer.checkpoint_callbacks
     assert type(saver) is ModelCheckpoint
     assert saver._save_on_train_epoch_end is True and saver.save_last == "link"
-    kept = _cli(f"--trainer.default_root_dir={tmp_path}", f"--trainer.callbacks+={cb}",
-                "--trainer.callbacks.save_last=false", "--trainer.callbacks.save_on_train_epoch_end=false").trainer
+    kept = _cli(
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.callbacks+={cb}",
+        "--trainer.callbacks.save_last=false",
+        "--trainer.callbacks.save_on_train_epoch_end=false",
+    ).trainer
     (saver,) = kept.checkpoint_callbacks
     assert saver._save_on_train_epoch_end is False and saver.save_last is False
 
@@ -63,6 +82,12 @@ def test_a_bad_ckpt_path_fails_before_classes_are_built(tmp_path):
     from rlinf_core.run.checkpoint_files import CheckpointError
 
     with pytest.raises(CheckpointError, match="checkpoint .*nope does not exist"):
-        RLinfCLI(pl.LightningModule, None, subclass_mode_model=True, args=["validate", *SMALL,
-                 f"--ckpt_path={missing}"], seed_everything_default=0, trainer_defaults=trainer_defaults(quiet=True),
-                 parser_kwargs={"exit_on_error": False, "validate": {"exit_on_error": False}})
+        RLinfCLI(
+            pl.LightningModule,
+            None,
+            subclass_mode_model=True,
+            args=["validate", *SMALL, f"--ckpt_path={missing}"],
+            seed_everything_default=0,
+            trainer_defaults=trainer_defaults(quiet=True),
+            parser_kwargs={"exit_on_error": False, "validate": {"exit_on_error": False}},
+        )

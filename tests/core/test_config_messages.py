@@ -20,11 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "configs/toy/reach_grpo.yaml"
 FAST = ["--trainer.max_epochs=0"]
 # one short RL step: 8 envs (one group), 12 env steps, no eval, no checkpoint, no export
-ONE_STEP = ["--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=null", "--trainer.enable_checkpointing=false",
-            "--model.init_args.export_policy=false", "--model.init_args.env.init_args.num_envs=8",
-            "--model.init_args.env.init_args.max_episode_steps=12",
-            "--model.init_args.rollout.max_steps_per_rollout_epoch=12", "--model.init_args.global_batch_size=48",
-            "--model.init_args.micro_batch_size=48"]
+ONE_STEP = [
+    "--trainer.max_epochs=1",
+    "--trainer.check_val_every_n_epoch=null",
+    "--trainer.enable_checkpointing=false",
+    "--model.init_args.export_policy=false",
+    "--model.init_args.env.init_args.num_envs=8",
+    "--model.init_args.env.init_args.max_episode_steps=12",
+    "--model.init_args.rollout.max_steps_per_rollout_epoch=12",
+    "--model.init_args.global_batch_size=48",
+    "--model.init_args.micro_batch_size=48",
+]
 
 
 def _toy(**edits) -> dict:
@@ -70,13 +76,22 @@ POL, ENV = "model__init_args__policy__init_args__", "model__init_args__env__init
 
 
 # ------------------------------------------------------------------ issue 34: silently accepted -> a named warning
-@pytest.mark.parametrize("edits, flags, expected", [
-    ({"model__init_args__global_batch_size": 4096}, ["--model.init_args.micro_batch_size=128"],
-     "global_batch_size (4096) is larger than the 768 samples one RL step collects"),
-    ({"model__init_args__optim": {"lr": 1e6, "clip_grad": 1.0}}, [], "optim.lr (1e+06) is above 1"),
-    ({ENV + "max_episode_steps": 25, "model__init_args__rollout__max_steps_per_rollout_epoch": 26}, [],
-     "env.max_episode_steps (25) is not a multiple of the policy's num_action_chunks (2)"),
-])
+@pytest.mark.parametrize(
+    "edits, flags, expected",
+    [
+        (
+            {"model__init_args__global_batch_size": 4096},
+            ["--model.init_args.micro_batch_size=128"],
+            "global_batch_size (4096) is larger than the 768 samples one RL step collects",
+        ),
+        ({"model__init_args__optim": {"lr": 1e6, "clip_grad": 1.0}}, [], "optim.lr (1e+06) is above 1"),
+        (
+            {ENV + "max_episode_steps": 25, "model__init_args__rollout__max_steps_per_rollout_epoch": 26},
+            [],
+            "env.max_episode_steps (25) is not a multiple of the policy's num_action_chunks (2)",
+        ),
+    ],
+)
 def test_silently_accepted_settings_now_warn_by_name(tmp_path, capsys, monkeypatch, edits, flags, expected):
     monkeypatch.chdir(tmp_path)
     warnings = _warnings(*_fit(tmp_path, capsys, _toy(**edits), *FAST, *flags))
@@ -89,9 +104,14 @@ def test_a_reward_filter_that_drops_every_group_warns_once(tmp_path, capsys, mon
     monkeypatch.chdir(tmp_path)
     algo = "model__init_args__algorithm__init_args__"
     cfg = _toy(**{algo + "filter_rewards": True})
-    flags = [*ONE_STEP, "--trainer.max_epochs=2", "--model.init_args.env.init_args.max_episode_steps=2",
-             "--model.init_args.rollout.max_steps_per_rollout_epoch=2", "--model.init_args.global_batch_size=8",
-             "--model.init_args.micro_batch_size=8"]
+    flags = [
+        *ONE_STEP,
+        "--trainer.max_epochs=2",
+        "--model.init_args.env.init_args.max_episode_steps=2",
+        "--model.init_args.rollout.max_steps_per_rollout_epoch=2",
+        "--model.init_args.global_batch_size=8",
+        "--model.init_args.micro_batch_size=8",
+    ]
     warnings = _warnings(*_fit(tmp_path, capsys, cfg, *flags))
     dropped = [w for w in warnings if "algorithm.filter_rewards dropped every one of 1 groups" in w]
     assert len(dropped) == 1, warnings
@@ -105,10 +125,13 @@ def test_a_policy_that_cannot_read_the_env_state_fails_in_one_line(tmp_path, cap
     assert "expects states [B, 3], got (8, 4)" in line, line
 
 
-@pytest.mark.parametrize("edits, expected", [
-    ({ENV + "task_id_filter": [9]}, "env.task_id_filter [9]: ReachEnv has no task 9 (task ids 0..2)"),
-    ({ENV + "reset_state_id_filter": [10**6]}, "env.reset_state_id_filter [1000000] leaves no initial state"),
-])
+@pytest.mark.parametrize(
+    "edits, expected",
+    [
+        ({ENV + "task_id_filter": [9]}, "env.task_id_filter [9]: ReachEnv has no task 9 (task ids 0..2)"),
+        ({ENV + "reset_state_id_filter": [10**6]}, "env.reset_state_id_filter [1000000] leaves no initial state"),
+    ],
+)
 def test_reset_filters_that_leave_nothing_fail_in_one_line(tmp_path, capsys, monkeypatch, edits, expected):
     monkeypatch.chdir(tmp_path)
     line = _one_error(*_fit(tmp_path, capsys, _toy(**edits), *FAST))
@@ -206,8 +229,11 @@ def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeyp
     pytest.importorskip("rlinf_policy_openvla")
     monkeypatch.chdir(tmp_path)
     base = ROOT / "configs/openvla/reach_grpo_oft_tiny.yaml"
-    line = _one_error(*_fit(tmp_path, capsys, None, "--config", str(base), *FAST,
-                            "--model.init_args.policy.init_args.unnorm_key=reach"))
+    line = _one_error(
+        *_fit(
+            tmp_path, capsys, None, "--config", str(base), *FAST, "--model.init_args.policy.init_args.unnorm_key=reach"
+        )
+    )
     assert "RLinf's flat unnorm_key is actions.unnorm_key" in line, line
     assert "--model.init_args.policy.init_args.actions.unnorm_key" in line, line
     cfg = yaml.safe_load(base.read_text())
@@ -215,7 +241,18 @@ def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeyp
     line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
     assert "RLinf's flat num_images_in_input is inputs.num_images_in_input" in line and "c0.yaml" in line, line
     pytest.importorskip("rlinf_policy_openpi")
-    line = _one_error(*_fit(tmp_path, capsys, None, "--config", "metaworld/mt50_ppo_openpi_cpu_smoke.yaml", *FAST,
-                            "--model.init_args.policy.init_args.value_after_vlm=true"))
-    assert "RLinf's flat value_after_vlm is critic.after_vlm in OpenPIPolicy: use --model.init_args.policy." \
-        "init_args.critic.after_vlm" in line, line
+    line = _one_error(
+        *_fit(
+            tmp_path,
+            capsys,
+            None,
+            "--config",
+            "metaworld/mt50_ppo_openpi_cpu_smoke.yaml",
+            *FAST,
+            "--model.init_args.policy.init_args.value_after_vlm=true",
+        )
+    )
+    assert (
+        "RLinf's flat value_after_vlm is critic.after_vlm in OpenPIPolicy: use --model.init_args.policy."
+        "init_args.critic.after_vlm" in line
+    ), line

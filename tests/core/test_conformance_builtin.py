@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from rlinf_core.testing.conformance import EnvPluginTests, PolicyPluginTests
-from rlinf_core.builtin.toy_gaussian import TinyGaussianPolicy
 from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.builtin.toy_gaussian import TinyGaussianPolicy
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.testing.conformance import EnvPluginTests, PolicyPluginTests
 
 
 class TestReachEnv(EnvPluginTests):

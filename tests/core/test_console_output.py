@@ -162,9 +162,11 @@ def test_every_run_names_its_directory_first_and_a_finished_run_is_not_rerun(tmp
     """stdout and stderr together, as in ``rlinf fit ... > log 2>&1``: fit's and validate's first line is the run
     header with its directory (Lightning's ``Seed set to`` after it); resuming a finished run says so, names the key
     that continues it and writes no new version directory (issue 39)."""
+
     def rlinf(*args: str) -> list[str]:
-        done = subprocess.run([*RLINF, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=tmp_path, timeout=300)
+        done = subprocess.run(
+            [*RLINF, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, timeout=300
+        )
         assert done.returncode == 0, done.stdout[-3000:]
         # rlinf's warnings about the config come before the run starts; the run's own output after them
         return [ln for ln in done.stdout.splitlines() if ln.strip() and not ln.startswith("rlinf: warning:")]
@@ -175,8 +177,11 @@ def test_every_run_names_its_directory_first_and_a_finished_run_is_not_rerun(tmp
     assert re.fullmatch(rf"\S+ \S+ fit RLModule .*; logs: {runs}/version_0", fit[0]), fit[:3]
     assert "Seed set to 0" in "\n".join(fit[1:])
     validate = rlinf("validate", *one_step[1:], "--ckpt_path", str(runs / "version_0"))
-    assert re.fullmatch(rf"\S+ \S+ validate RLModule \(TinyVLAPolicy, [\d.]+ K parameters\) on 1 device\(s\); "
-                        rf"logs: {runs}/version_1", validate[0]), validate[:3]
+    assert re.fullmatch(
+        rf"\S+ \S+ validate RLModule \(TinyVLAPolicy, [\d.]+ K parameters\) on 1 device\(s\); "
+        rf"logs: {runs}/version_1",
+        validate[0],
+    ), validate[:3]
     again = "\n".join(rlinf(*one_step, "--ckpt_path", str(runs / "version_0")))
     assert "has already finished: 1 RL step, and the config stops at trainer.max_epochs = 1" in again, again
     assert "--trainer.max_epochs=2" in again and "fit finished" not in again

@@ -16,49 +16,74 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 GPU = "needs GPUs and the released weights"
 QUICK_EVAL = [  # 4 held-out episodes of 24 steps instead of 40 of 100, no videos
-    "--model.init_args.eval_env.init_args.trials_per_task=2", "--model.init_args.eval_env.init_args.num_envs=4",
+    "--model.init_args.eval_env.init_args.trials_per_task=2",
+    "--model.init_args.eval_env.init_args.num_envs=4",
     "--model.init_args.eval_env.init_args.max_episode_steps=24",
     "--model.init_args.eval_env.init_args.video_cfg.save_video=false",
-    "--model.init_args.env.init_args.num_envs=8", "--model.init_args.env.init_args.num_workers=0",
+    "--model.init_args.env.init_args.num_envs=8",
+    "--model.init_args.env.init_args.num_workers=0",
 ]
 ONE_EPOCH = ["--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
 # (doc, command) -> extra arguments of its cheap variant, or why it does not run here (a test file named in the
 # reason must exist)
 COMMANDS: dict[tuple[str, str], list[str] | str] = {
-    ("coevolution.md", "rlinf coevolve --config toy/coevolve.yaml"):
-        "tests/core/test_coevolve.py runs the shipped toy loop (one round, fewer epochs)",
-    ("coevolution.md", "rlinf coevolve --config toy/coevolve.yaml --rounds 3"):
-        "tests/core/test_coevolve.py resumes a finished toy loop and runs loops of 2 rounds",
-    ("coevolution.md", "rlinf coevolve --config examples/metaworld_imagination/loop.yaml"):
-        "26 min on CPU (docs/imagination.md); tests/test_imagination_example.py loads the loop and parses its configs",
-    ("imagination.md", "rlinf coevolve --config examples/metaworld_imagination/loop.yaml --out_dir runs/imagination"):
-        "26 min on CPU; tests/test_imagination_example.py loads the loop and parses its configs",
-    ("imagination.md",
-     "rlinf coevolve --config examples/metaworld_imagination/loop.yaml --out_dir runs/imagination --rounds 2"):
-        "26 min on CPU; tests/test_imagination_example.py loads the loop and parses its configs",
-    ("imagination.md", "WM='{\"model_path\": \"runs/imagination/round_1/world_model/run/version_0/world_model\", "
-                       "\"num_sampling_steps\": 4}'"): "a shell variable of the next two commands",
-    ("imagination.md", "rlinf wm-score actions --world_model OpenSoraWorldModel --world_model_args \"$WM\" "
-                       "--episodes HELD_OUT --start 32 48 --horizon 48 --chunk 8 --out actions.json"):
-        "needs the imagination loop's world model; tests/core/test_wm_scoring.py runs the command on the toy model",
-    ("imagination.md", "rlinf wm-score reward --world_model OpenSoraWorldModel --world_model_args \"$WM\" "
-                       "--episodes HELD_OUT --start 32 48 --horizon 48 --chunk 8 --reward_model ResnetRewardModel "
-                       "--reward_model_args '{\"checkpoint\": \".../resnet_rm.pth\"}' --threshold 0.5 "
-                       "--success_frames 2"):
-        "needs the imagination loop's models; tests/core/test_wm_scoring.py runs the command on the toy models",
-    ("imagination.md", "rlinf wm-score rank --names sft step4 step8 step16 --real 0.23 0.30 0.41 0.45 "
-                       "--imagined 0.50 0.44 0.61 0.58"): [],
+    (
+        "coevolution.md",
+        "rlinf coevolve --config toy/coevolve.yaml",
+    ): "tests/core/test_coevolve.py runs the shipped toy loop (one round, fewer epochs)",
+    (
+        "coevolution.md",
+        "rlinf coevolve --config toy/coevolve.yaml --rounds 3",
+    ): "tests/core/test_coevolve.py resumes a finished toy loop and runs loops of 2 rounds",
+    (
+        "coevolution.md",
+        "rlinf coevolve --config examples/metaworld_imagination/loop.yaml",
+    ): "26 min on CPU (docs/imagination.md); tests/test_imagination_example.py loads the loop and parses its configs",
+    (
+        "imagination.md",
+        "rlinf coevolve --config examples/metaworld_imagination/loop.yaml --out_dir runs/imagination",
+    ): "26 min on CPU; tests/test_imagination_example.py loads the loop and parses its configs",
+    (
+        "imagination.md",
+        "rlinf coevolve --config examples/metaworld_imagination/loop.yaml --out_dir runs/imagination --rounds 2",
+    ): "26 min on CPU; tests/test_imagination_example.py loads the loop and parses its configs",
+    (
+        "imagination.md",
+        'WM=\'{"model_path": "runs/imagination/round_1/world_model/run/version_0/world_model", '
+        '"num_sampling_steps": 4}\'',
+    ): "a shell variable of the next two commands",
+    (
+        "imagination.md",
+        'rlinf wm-score actions --world_model OpenSoraWorldModel --world_model_args "$WM" '
+        "--episodes HELD_OUT --start 32 48 --horizon 48 --chunk 8 --out actions.json",
+    ): "needs the imagination loop's world model; tests/core/test_wm_scoring.py runs the command on the toy model",
+    (
+        "imagination.md",
+        'rlinf wm-score reward --world_model OpenSoraWorldModel --world_model_args "$WM" '
+        "--episodes HELD_OUT --start 32 48 --horizon 48 --chunk 8 --reward_model ResnetRewardModel "
+        '--reward_model_args \'{"checkpoint": ".../resnet_rm.pth"}\' --threshold 0.5 '
+        "--success_frames 2",
+    ): "needs the imagination loop's models; tests/core/test_wm_scoring.py runs the command on the toy models",
+    (
+        "imagination.md",
+        "rlinf wm-score rank --names sft step4 step8 step16 --real 0.23 0.30 0.41 0.45 --imagined 0.50 0.44 0.61 0.58",
+    ): [],
     ("opensora.md", "pip install -e plugins/rlinf-wm-opensora"): "scripts/install.sh installs every plugin",
-    ("opensora.md",
-     "hf download RLinf/RLinf-OpenSora-LIBERO-Spatial --local-dir /path/to/RLinf-OpenSora-LIBERO-Spatial"):
-        "a download of released weights (tests run offline)",
+    (
+        "opensora.md",
+        "hf download RLinf/RLinf-OpenSora-LIBERO-Spatial --local-dir /path/to/RLinf-OpenSora-LIBERO-Spatial",
+    ): "a download of released weights (tests run offline)",
     ("opensora.md", "rlinf fit --config opensora/libero_spatial_grpo_openvlaoft.yaml"): GPU,
-    ("performance.md", "bash scripts/gpu_check.sh --dry-run --out /tmp/gpu-check"):
-        "tests/test_gpu_check.py runs the dry run (into tmp_path)",
+    (
+        "performance.md",
+        "bash scripts/gpu_check.sh --dry-run --out /tmp/gpu-check",
+    ): "tests/test_gpu_check.py runs the dry run (into tmp_path)",
     ("performance.md", "bash scripts/gpu_check.sh --prepare"): "downloads the wheels the GPU machine lacks",
     ("plugins.md", "rlinf new env gridworld"): "tests/core/test_rlinf_new.py writes each kind and runs it",
-    ("plugins.md", "pip install -e './rlinf-env-gridworld[test]'"):
-        "tests/core/test_rlinf_new.py installs what rlinf new writes",
+    (
+        "plugins.md",
+        "pip install -e './rlinf-env-gridworld[test]'",
+    ): "tests/core/test_rlinf_new.py installs what rlinf new writes",
     ("plugins.md", "pytest rlinf-env-gridworld/tests"): "tests/core/test_rlinf_new.py runs the written package's kit",
     ("plugins.md", "rlinf fit --config gridworld/grpo.yaml"): "tests/core/test_rlinf_new.py trains each written kind",
     ("plugins.md", "pip install ./rlinf-slide"): "tests/core/test_plugin_tutorial.py installs the tutorial package",
@@ -66,40 +91,63 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
     ("plugins.md", "pytest rlinf-slide/tests"): "tests/core/test_plugin_tutorial.py runs the package's tests",
     ("plugins.md", "rlinf configs | grep slide"): "tests/core/test_plugin_tutorial.py lists the package's configs",
     ("plugins.md", "rlinf fit --config slide/grpo.yaml"): "tests/core/test_plugin_tutorial.py trains it",
-    ("scaling.md", "torchrun --nnodes 2 --nproc-per-node 8 --node-rank \"$NODE_RANK\" --rdzv-backend c10d "
-                   "--rdzv-endpoint \"$MASTER_ADDR:29500\" -m rlinf_core.cli.main fit "
-                   "--config configs/libero/spatial.yaml "
-                   "--trainer.accelerator gpu --trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
-                   "rlinf_core.distributed.strategies.FSDP2Strategy"):
-        "2 nodes of 8 GPUs; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
+    (
+        "scaling.md",
+        'torchrun --nnodes 2 --nproc-per-node 8 --node-rank "$NODE_RANK" --rdzv-backend c10d '
+        '--rdzv-endpoint "$MASTER_ADDR:29500" -m rlinf_core.cli.main fit '
+        "--config configs/libero/spatial.yaml "
+        "--trainer.accelerator gpu --trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
+        "rlinf_core.distributed.strategies.FSDP2Strategy",
+    ): "2 nodes of 8 GPUs; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
     ("scaling.md", "export OMP_NUM_THREADS=1 MUJOCO_GL=egl"): "environment of the SLURM job below",
-    ("scaling.md", "srun rlinf fit --config configs/libero/spatial.yaml --trainer.accelerator gpu "
-                   "--trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
-                   "rlinf_core.distributed.strategies.FSDP2Strategy --model.init_args.env.init_args.num_workers 8"):
-        "a 2-node SLURM job; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
+    (
+        "scaling.md",
+        "srun rlinf fit --config configs/libero/spatial.yaml --trainer.accelerator gpu "
+        "--trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
+        "rlinf_core.distributed.strategies.FSDP2Strategy --model.init_args.env.init_args.num_workers 8",
+    ): "a 2-node SLURM job; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
     ("serving.md", "pip install -e 'core[serve]'"): "scripts/install.sh installs core[serve]",
-    ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy --port 8000"):
-        "a LIBERO run's export; tests/serve/test_serve_loading.py serves a toy run's export until stopped",
-    ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0/checkpoints/last.ckpt"):
-        "a LIBERO run's checkpoint; tests/serve/test_serve_loading.py serves a toy run's checkpoint",
-    ("serving.md", "rlinf serve --policy runs/libero_spatial_grpo/version_0"):
-        "a LIBERO run's directory; tests/serve/test_serve_loading.py loads a toy run's directory",
-    ("serving.md", "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16 "
-                   "--unnorm-key bridge_orig"): GPU,
-    ("wan.md", "pip install -e plugins/rlinf-wm-wan -e plugins/rlinf-env-libero -e plugins/rlinf-policy-openvla"):
-        "scripts/install.sh installs every plugin",
-    ("wan.md", "hf download RLinf/RLinf-Wan-LIBERO-Spatial --local-dir /path/to/RLinf-Wan-LIBERO-Spatial"):
-        "a download of released weights (tests run offline)",
+    (
+        "serving.md",
+        "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy --port 8000",
+    ): "a LIBERO run's export; tests/serve/test_serve_loading.py serves a toy run's export until stopped",
+    (
+        "serving.md",
+        "rlinf serve --policy runs/libero_spatial_grpo/version_0/checkpoints/last.ckpt",
+    ): "a LIBERO run's checkpoint; tests/serve/test_serve_loading.py serves a toy run's checkpoint",
+    (
+        "serving.md",
+        "rlinf serve --policy runs/libero_spatial_grpo/version_0",
+    ): "a LIBERO run's directory; tests/serve/test_serve_loading.py loads a toy run's directory",
+    (
+        "serving.md",
+        "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16 --unnorm-key bridge_orig",
+    ): GPU,
+    (
+        "wan.md",
+        "pip install -e plugins/rlinf-wm-wan -e plugins/rlinf-env-libero -e plugins/rlinf-policy-openvla",
+    ): "scripts/install.sh installs every plugin",
+    (
+        "wan.md",
+        "hf download RLinf/RLinf-Wan-LIBERO-Spatial --local-dir /path/to/RLinf-Wan-LIBERO-Spatial",
+    ): "a download of released weights (tests run offline)",
     ("wan.md", "rlinf fit --config configs/wan/wan_libero_spatial_grpo_openvlaoft.yaml"): GPU,
-    ("wan.md", "rlinf fit --config configs/wan/wan_world_model_fit.yaml --model.init_args.data_path "
-               "runs/.../rollouts/train"):
-        "needs the released Wan weights; plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py fits its CPU variant",
+    (
+        "wan.md",
+        "rlinf fit --config configs/wan/wan_world_model_fit.yaml --model.init_args.data_path runs/.../rollouts/train",
+    ): "needs the released Wan weights; plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py fits its CPU variant",
     ("world_models.md", "rlinf validate --config metaworld/quickstart_grpo.yaml --config record.yaml"): QUICK_EVAL,
-    ("world_models.md", "rlinf fit --config toy/world_model_fit.yaml --model.init_args.world_model.init_args."
-                        "action_dim=4 --model.init_args.data_path runs/metaworld_quickstart_grpo/version_0/rollouts/"
-                        "eval"): ["--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"],
-    ("world_models.md", "rlinf fit --config toy/reward_model_fit.yaml --model.init_args.data_path "
-                        "runs/metaworld_quickstart_grpo/version_0/rollouts/eval"): ONE_EPOCH,
+    (
+        "world_models.md",
+        "rlinf fit --config toy/world_model_fit.yaml --model.init_args.world_model.init_args."
+        "action_dim=4 --model.init_args.data_path runs/metaworld_quickstart_grpo/version_0/rollouts/"
+        "eval",
+    ): ["--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"],
+    (
+        "world_models.md",
+        "rlinf fit --config toy/reward_model_fit.yaml --model.init_args.data_path "
+        "runs/metaworld_quickstart_grpo/version_0/rollouts/eval",
+    ): ONE_EPOCH,
 }
 
 
@@ -183,8 +231,21 @@ def test_world_models_recipe_runs_on_the_quickstart_layout(tmp_path, monkeypatch
     pytest.importorskip("rlinf_policy_openvla")
     from rlinf_policy_openvla.make_tiny import main as make_tiny
 
-    make_tiny([str(tmp_path / "outputs" / "quickstart" / "sft_policy"), "--kind", "oft", "--action-dim", "4",
-               "--norm-key", "metaworld", "--proprio-dim", "4", "--num-action-chunks", "8"])
+    make_tiny(
+        [
+            str(tmp_path / "outputs" / "quickstart" / "sft_policy"),
+            "--kind",
+            "oft",
+            "--action-dim",
+            "4",
+            "--norm-key",
+            "metaworld",
+            "--proprio-dim",
+            "4",
+            "--num-action-chunks",
+            "8",
+        ]
+    )
     capsys.readouterr()
     run_doc("world_models.md", tmp_path, monkeypatch, capsys)
     assert len(list((tmp_path / "runs/metaworld_quickstart_grpo/version_0/rollouts/eval").glob("traj*.npy"))) == 4

@@ -57,10 +57,11 @@ def test_a_run_output_shown_in_the_docs_says_how_it_was_made(doc):
     text = doc.read_text()
     for m in re.finditer(r"```\w*\n(.*?)```", text, re.S):
         if RUN_OUTPUT.search(m.group(1)):
-            before = text[max(0, m.start() - 800): m.start()]
+            before = text[max(0, m.start() - 800) : m.start()]
             line = text[: m.start()].count("\n") + 1
             assert re.search(r"commit [0-9a-f]{7}|same run", before), (
-                f"{doc.relative_to(ROOT)}:{line} shows a run's output without the commit and command that made it")
+                f"{doc.relative_to(ROOT)}:{line} shows a run's output without the commit and command that made it"
+            )
 
 
 def test_package_long_descriptions_have_no_escaped_newlines():

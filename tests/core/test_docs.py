@@ -17,12 +17,30 @@ def test_every_hook_is_documented_with_its_signature():
 
 def test_every_metric_logged_is_documented():
     metrics_doc = (DOC.parent / "metrics.md").read_text()
-    for name in ["train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio",
-                 "train/actor/grad_norm", "train/actor/lr", "train/actor/policy_loss", "train/critic/value_loss",
-                 "train/critic/value_clip_ratio", "train/critic/explained_variance", "train/entropy_loss",
-                 "train/loss", "rollout/advantages_max", "rollout/advantages_mean", "rollout/advantages_min",
-                 "rollout/rewards", "env/episode_len", "env/return", "env/reward", "env/success_once",
-                 "val/loss", "val/accuracy", "val/positive_recall"]:
+    for name in [
+        "train/actor/approx_kl",
+        "train/actor/clip_fraction",
+        "train/actor/clipped_ratio",
+        "train/actor/grad_norm",
+        "train/actor/lr",
+        "train/actor/policy_loss",
+        "train/critic/value_loss",
+        "train/critic/value_clip_ratio",
+        "train/critic/explained_variance",
+        "train/entropy_loss",
+        "train/loss",
+        "rollout/advantages_max",
+        "rollout/advantages_mean",
+        "rollout/advantages_min",
+        "rollout/rewards",
+        "env/episode_len",
+        "env/return",
+        "env/reward",
+        "env/success_once",
+        "val/loss",
+        "val/accuracy",
+        "val/positive_recall",
+    ]:
         assert f"`{name}`" in metrics_doc, name
 
 

@@ -72,7 +72,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = dfs(nxt)
                 if cycle:
@@ -129,12 +129,16 @@ def all_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_finds_a_planted_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from . import y\n")
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from . import y\n"
+    )
     assert _imports(tree, "pkg.mod", False) == [("typing", ["TYPE_CHECKING"]), ("x", []), ("pkg", ["y"])]
     modules = {"p.a": Path("p/a.py"), "p.sub.b": Path("p/sub/b.py"), "p.sub": Path("p/sub/__init__.py")}
     # no module circle, but p -> p.sub -> p: a folder circle
     assert find_cycle(folder_graph({"p.a": {"p.sub.b"}, "p.sub.b": set(), "p.sub": {"p.a"}}, modules)) == [
-        "p", "p.sub", "p"
+        "p",
+        "p.sub",
+        "p",
     ]
 
 
@@ -214,8 +218,15 @@ def test_layers_import_only_what_docs_architecture_allows():
 
 
 #: where plugin source code may import the core from (docs/plugins.md, "Where plugins import from")
-PLUGIN_IMPORT_PLACES = ("rlinf_core", "rlinf_core.contracts", "rlinf_core.envs", "rlinf_core.world_models",
-                        "rlinf_core.supervised", "rlinf_core.models.*", "rlinf_core.testing.*")
+PLUGIN_IMPORT_PLACES = (
+    "rlinf_core",
+    "rlinf_core.contracts",
+    "rlinf_core.envs",
+    "rlinf_core.world_models",
+    "rlinf_core.supervised",
+    "rlinf_core.models.*",
+    "rlinf_core.testing.*",
+)
 
 
 def _allowed_for_plugins(module: str) -> bool:

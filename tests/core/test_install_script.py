@@ -35,9 +35,13 @@ def run_install(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     (venv / "bin" / "rlinf").write_text("#!/usr/bin/env bash\necho 'core  (rlinf-core, built in)'\n")
     for exe in ("python", "rlinf"):
         (venv / "bin" / exe).chmod(0o755)
-    return subprocess.run(["bash", str(ROOT / "scripts" / "install.sh"), "rlinf-env-metaworld"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "RLINF_SKIP_APT": "1", "RLINF_VENV": str(venv),
-                                                      **env})
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install.sh"), "rlinf-env-metaworld"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLINF_SKIP_APT": "1", "RLINF_VENV": str(venv), **env},
+    )
 
 
 def test_pip_steps_show_progress_and_their_expected_time(tmp_path):

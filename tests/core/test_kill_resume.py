@@ -22,18 +22,29 @@ EPOCHS = 12
 
 def _args(save_dir: Path, devices: int = 1) -> list[str]:
     return [
-        "fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"), f"--trainer.max_epochs={EPOCHS}",
-        "--trainer.check_val_every_n_epoch=4", f"--trainer.devices={devices}",
+        "fit",
+        "--config",
+        str(ROOT / "configs/toy/reach_grpo.yaml"),
+        f"--trainer.max_epochs={EPOCHS}",
+        "--trainer.check_val_every_n_epoch=4",
+        f"--trainer.devices={devices}",
         *(["--trainer.strategy=ddp"] if devices > 1 else []),
         "--trainer.logger.class_path=lightning.pytorch.loggers.CSVLogger",
-        f"--trainer.logger.init_args.save_dir={save_dir}", "--trainer.logger.init_args.name=run",
+        f"--trainer.logger.init_args.save_dir={save_dir}",
+        "--trainer.logger.init_args.name=run",
         "--trainer.logger.init_args.flush_logs_every_n_steps=1",
-        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-        "--model.init_args.rollout.show_progress=false", "--model.init_args.export_policy=false",
-        f"--model.init_args.env.init_args.num_envs={8 // devices}", "--model.init_args.env.init_args.group_size=4",
-        "--model.init_args.env.init_args.max_episode_steps=8", "--model.init_args.env.init_args.image_size=16",
-        "--model.init_args.rollout.max_steps_per_rollout_epoch=8", "--model.init_args.global_batch_size=32",
-        "--model.init_args.micro_batch_size=16", "--checkpoint.keep_last=2",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--model.init_args.rollout.show_progress=false",
+        "--model.init_args.export_policy=false",
+        f"--model.init_args.env.init_args.num_envs={8 // devices}",
+        "--model.init_args.env.init_args.group_size=4",
+        "--model.init_args.env.init_args.max_episode_steps=8",
+        "--model.init_args.env.init_args.image_size=16",
+        "--model.init_args.rollout.max_steps_per_rollout_epoch=8",
+        "--model.init_args.global_batch_size=32",
+        "--model.init_args.micro_batch_size=16",
+        "--checkpoint.keep_last=2",
     ]
 
 
@@ -55,8 +66,11 @@ def _metrics(version_dir: Path) -> dict[tuple[str, int], str]:
 
 
 def _newest_with_checkpoint(runs: Path) -> Path | None:
-    dirs = [d for d in sorted(runs.glob("run/version_*"), key=lambda d: int(d.name.split("_")[1]))
-            if any((d / "checkpoints").glob("epoch=*.ckpt"))]
+    dirs = [
+        d
+        for d in sorted(runs.glob("run/version_*"), key=lambda d: int(d.name.split("_")[1]))
+        if any((d / "checkpoints").glob("epoch=*.ckpt"))
+    ]
     return dirs[-1] if dirs else None
 
 
@@ -71,8 +85,9 @@ def _kill_chain(tmp_path: Path, devices: int, kills: int, seed: int) -> tuple[in
         target = max(saved, default=-1) + 1 + rng.randint(0, 1)  # kill after this epoch's checkpoint ...
         resume = _newest_with_checkpoint(runs)
         cmd = [str(RLINF), *_args(runs, devices), *(["--ckpt_path", str(resume)] if resume else [])]
-        proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)  # its own process group: the kill takes every rank
+        proc = subprocess.Popen(
+            cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )  # its own process group: the kill takes every rank
         if last:
             _, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err.decode()[-2000:]
@@ -91,8 +106,9 @@ def _kill_chain(tmp_path: Path, devices: int, kills: int, seed: int) -> tuple[in
 
 
 def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path], kills: int = 1) -> int:
-    proc = subprocess.run([str(RLINF), *_args(tmp_path / "base", devices)], env=_env(), capture_output=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [str(RLINF), *_args(tmp_path / "base", devices)], env=_env(), capture_output=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     base = _metrics(tmp_path / "base/run/version_0")
     assert {e for _, e in base} == set(range(EPOCHS))
@@ -142,8 +158,12 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     ckpts = runs / "run/version_0/checkpoints"
     assert sorted(p.name for p in ckpts.glob("*.ckpt")) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
     assert [p.name for p in ckpts.glob(".epoch=2*.tmp-*")], "the interrupted write stayed a temporary file"
-    proc = subprocess.run([str(RLINF), *_args(runs), "--ckpt_path", str(runs / "run/version_0")], env=_env(),
-                          capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [str(RLINF), *_args(runs), "--ckpt_path", str(runs / "run/version_0")],
+        env=_env(),
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert "epoch=1-step=8.ckpt" in proc.stderr.decode()
     assert _check_against_baseline(tmp_path, 1, sorted(runs.glob("run/version_*"))) > 50
@@ -152,8 +172,13 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
 @pytest.mark.slow
 def test_a_rank_killed_under_ddp_stops_the_survivor_with_a_line_naming_it(tmp_path):
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([str(RLINF), *_args(runs, devices=2)], env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(RLINF), *_args(runs, devices=2)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 240
     while time.time() < deadline and not any(runs.glob("run/version_*/checkpoints/epoch=*.ckpt")):
         time.sleep(0.05)

@@ -47,8 +47,14 @@ def test_a_policy_that_checks_for_states_without_failing_passes():
     class Optional(TinyVLAPolicy):
         def act(self, obs, **kw):
             assert obs.states is None
-            return super().act(obs.__class__(main_images=obs.main_images, task_descriptions=obs.task_descriptions,
-                                              states=torch.zeros(len(obs), 4)), **kw)
+            return super().act(
+                obs.__class__(
+                    main_images=obs.main_images,
+                    task_descriptions=obs.task_descriptions,
+                    states=torch.zeros(len(obs), 4),
+                ),
+                **kw,
+            )
 
     class _Kit(_NoStatesKit):
         def make_policy(self):

@@ -13,18 +13,19 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.builtin.toy_world_model import ToyWorldModel
 from rlinf_core.callbacks.recorder import RolloutRecorder
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.lerobot.convert import demos_to_lerobot
 from rlinf_core.lerobot.demos import LeRobotDemos
 from rlinf_core.lerobot.mapping import PRESETS, resolve_mapping
 from rlinf_core.lerobot.reader import LeRobotFormatError, LeRobotReader
 from rlinf_core.lerobot.writer import LeRobotWriter
 from rlinf_core.rl.config import OptimConfig
-from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.supervised.world_model_trainers import WorldModelTrainer
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset

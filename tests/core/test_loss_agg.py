@@ -3,11 +3,11 @@
 import pytest
 import torch
 
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.rl.algorithms.base import Reducer, trajectory_weights
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.ppo import PPO
-from rlinf_core.contracts.observation import Observation
-from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.rl.algorithms.trajectory import Trajectory
 
 N, B, C, D, G = 4, 6, 2, 3, 2
@@ -43,7 +43,7 @@ def _upstream_masked_mean_ratio(loss_entries, dones, filter_mask, T):
     ``loss_entries [N·B, C, D]``, ``dones [N + 1, B, C]`` (row 0: reset; row k+1: dones of chunk step k).
     """
     n_chunk_step, bsz = dones.shape[0] - 1, dones.shape[1]
-    flat = dones.transpose(1, 2).reshape(-1, bsz)[-(n_chunk_step * C + 1):]
+    flat = dones.transpose(1, 2).reshape(-1, bsz)[-(n_chunk_step * C + 1) :]
     loss_mask = (flat.cumsum(0) == 0)[:-1].reshape(n_chunk_step, C, bsz).transpose(1, 2)
     loss_mask_sum = loss_mask.sum(dim=(0, 2), keepdim=True).expand_as(loss_mask)
     loss_mask = loss_mask & filter_mask.view(1, bsz, 1)

@@ -128,8 +128,10 @@ def test_estimate_counts_a_world_model_in_both_phases():
 
     c = count_parameters(_model())
     kw = dict(strategy=StrategySpec("ddp", 1), micro_batch_size=1, rollout_batch=1, autocast=True)
-    wm = WorldModelMemory(weights=(("DiT (bf16)", 3 * GiB), ("VAE (bf16)", GiB)),
-                          peaks=(("reset", GiB // 2), ("chunk", 2 * GiB), ("reward", GiB)))
+    wm = WorldModelMemory(
+        weights=(("DiT (bf16)", 3 * GiB), ("VAE (bf16)", GiB)),
+        peaks=(("reset", GiB // 2), ("chunk", 2 * GiB), ("reward", GiB)),
+    )
     base, with_wm = estimate(c, [], **kw), estimate(c, [], world_model=wm, **kw)
     assert with_wm.train_total == pytest.approx(base.train_total + 4)  # frozen weights stay while training
     assert with_wm.rollout_total == pytest.approx(base.rollout_total + 4 + 2)  # + the largest phase's peak
@@ -140,9 +142,9 @@ def test_estimate_counts_a_world_model_in_both_phases():
 
 
 def test_world_model_that_cannot_run_on_meta_reports_weights_and_a_note():
-    from rlinf_core.models.meta import meta_init
     from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
     from rlinf_core.memory.meta_peak import module_bytes, world_model_env_memory
+    from rlinf_core.models.meta import meta_init
 
     with meta_init():
         wm, rm = ToyWorldModel(), ToyRewardModel()

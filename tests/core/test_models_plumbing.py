@@ -10,11 +10,17 @@ from torch import nn
 
 from rlinf_core.envs import mujoco_gl
 from rlinf_core.foundation.optional_deps import MissingDependencyError, require
-from rlinf_core.models.weights import INDEX_NAME, CheckpointError, load_weights, save_weights
-from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict
-from rlinf_core.models.norm_stats import bounds, normalize_bounds, read_norm_stats, resolve_unnorm_key, unnormalize_bounds
-from rlinf_core.models.value_head import ValueHead
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
+from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict
+from rlinf_core.models.norm_stats import (
+    bounds,
+    normalize_bounds,
+    read_norm_stats,
+    resolve_unnorm_key,
+    unnormalize_bounds,
+)
+from rlinf_core.models.value_head import ValueHead
+from rlinf_core.models.weights import INDEX_NAME, CheckpointError, load_weights, save_weights
 
 
 def test_sharded_weights_round_trip_with_index(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
-from rlinf_core.run.learning_curves import learning_curve_figure, plot_learning_curve, run_kind, read_scalars  # noqa: E402
+from rlinf_core.run.learning_curves import learning_curve_figure, plot_learning_curve, read_scalars, run_kind  # noqa: E402
 
 
 def _write(run_dir, rows):
@@ -46,9 +46,15 @@ def sft_run(tmp_path):
 def validate_run(tmp_path):
     run = _write(tmp_path / "sft_eval" / "version_0", [(0, 0, {"eval/success_once": 0.175, "eval/return": 0.175})])
     (run / "eval").mkdir()
-    (run / "eval" / "eval_epoch0.json").write_text(json.dumps({
-        "epoch": 0, "metrics": {"eval/success_once": 0.175, "eval/num_trajectories": 40.0},
-        "per_task": {"button-press": {"success_once": 0.35}, "drawer-close": {"success_once": 0.0}}}))
+    (run / "eval" / "eval_epoch0.json").write_text(
+        json.dumps(
+            {
+                "epoch": 0,
+                "metrics": {"eval/success_once": 0.175, "eval/num_trajectories": 40.0},
+                "per_task": {"button-press": {"success_once": 0.35}, "drawer-close": {"success_once": 0.0}},
+            }
+        )
+    )
     return run
 
 

@@ -126,8 +126,19 @@ def test_every_observation_field_is_listed_and_every_env_observe_is_seen():
 
 def test_the_kit_tables_list_the_settings_the_kits_read():
     table = kit_table()
-    for name in ("image_size", "state_dim", "batch_size", "temperature", "env_class", "env_kwargs", "chunk",
-                 "eval_grid_states", "make_policy()", "make_observation(batch_size)", "instructions"):
+    for name in (
+        "image_size",
+        "state_dim",
+        "batch_size",
+        "temperature",
+        "env_class",
+        "env_kwargs",
+        "chunk",
+        "eval_grid_states",
+        "make_policy()",
+        "make_observation(batch_size)",
+        "instructions",
+    ):
         assert f"`{name}" in table, name
 
 
@@ -189,8 +200,14 @@ def test_the_size_check_error_shown_is_the_one_rlinf_fit_prints():
     from rlinf_core.cli.action_sizes import check_action_sizes
 
     shown = re.search(r"```text\nrlinf: error: (model\.init_args\.env\.init_args\.world_model.*)\n```", DOC.read_text())
-    cfg = {"model": {"init_args": {"env": {"init_args": {"world_model": {"init_args": {"action_dim": 3}}}},
-                                   "policy": {"init_args": {"action_dim": 2}}}}}
+    cfg = {
+        "model": {
+            "init_args": {
+                "env": {"init_args": {"world_model": {"init_args": {"action_dim": 3}}}},
+                "policy": {"init_args": {"action_dim": 2}},
+            }
+        }
+    }
     with pytest.raises(ValueError) as caught:
         check_action_sizes(cfg)
     assert shown and shown.group(1) == str(caught.value)

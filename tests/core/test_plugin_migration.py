@@ -48,13 +48,18 @@ def test_beside_upstream_rlinf_a_missing_name_is_the_same_cause(tmp_path, monkey
 
 def test_a_class_registered_by_path_whose_module_uses_the_old_name_names_the_move(tmp_path, monkeypatch):
     (tmp_path / "old_api_envs.py").write_text("from rlinf.envs.base import Env\n\nclass OldEnv(Env):\n    pass\n")
-    ep = _plugin(tmp_path, monkeypatch, "old_api_lazy_plugin", """
+    ep = _plugin(
+        tmp_path,
+        monkeypatch,
+        "old_api_lazy_plugin",
+        """
         from rlinf_core import hookimpl
 
         @hookimpl
         def register_envs(register):
             register("old_api_envs:OldEnv")
-    """)
+    """,
+    )
     registry = Registry().load(entry_points_=[ep])
     with pytest.raises(PluginError, match="which is now `rlinf_core`") as caught:
         registry.classes["OldEnv"].cls

@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -52,19 +52,28 @@ def test_broken_import_names_plugin_and_hint(tmp_path, monkeypatch):
 
 
 def test_misspelled_hook_is_reported(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "typo_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "typo_plugin",
+        """
         from rlinf_core import hookimpl
 
         @hookimpl
         def register_env(register):
             pass
-    """)
+    """,
+    )
     err = Registry().load(entry_points_=[ep]).plugins["typo_plugin"].error
     assert "unknown hook 'register_env'" in err and "register_envs" in err
 
 
 def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "dup_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "dup_plugin",
+        """
         from rlinf_core import hookimpl
         from rlinf_core.builtin.toy_env import ReachEnv as Base
 
@@ -74,7 +83,8 @@ def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
         @hookimpl
         def register_envs(register):
             register(ReachEnv)
-    """)
+    """,
+    )
     registry = Registry().load(entry_points_=[ep])
     err = registry.plugins["dup_plugin"].error
     assert "'ReachEnv' is provided by both rlinf-core" in err
@@ -82,7 +92,11 @@ def test_duplicate_short_names_name_both_distributions(tmp_path, monkeypatch):
 
 
 def test_wrong_base_class_is_rejected(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "base_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "base_plugin",
+        """
         from rlinf_core import hookimpl
 
         class NotAnEnv:
@@ -91,7 +105,8 @@ def test_wrong_base_class_is_rejected(tmp_path, monkeypatch):
         @hookimpl
         def register_envs(register):
             register(NotAnEnv)
-    """)
+    """,
+    )
     err = Registry().load(entry_points_=[ep]).plugins["base_plugin"].error
     assert "not a subclass of rlinf_core.contracts.env.Env" in err
 
@@ -112,7 +127,9 @@ def test_unknown_class_path_lists_available_names(tmp_path):
     with pytest.raises(PluginError, match="Available: .*ReachEnv.*Did you mean 'ReachEnv'"):
         check_config_class_paths(["fit", "--config", str(cfg)], registry)
     with pytest.raises(PluginError, match="rlinf-env-libero"):
-        check_config_class_paths(["fit", "--model.init_args.env.class_path=LiberoEnv"], Registry().load(entry_points_=[]))
+        check_config_class_paths(
+            ["fit", "--model.init_args.env.class_path=LiberoEnv"], Registry().load(entry_points_=[])
+        )
 
 
 def test_cli_exits_with_one_line_on_unknown_class(tmp_path, capsys):
@@ -126,7 +143,9 @@ def test_cli_exits_with_one_line_on_unknown_class(tmp_path, capsys):
 
 
 def test_plugins_command_json():
-    out = subprocess.run([sys.executable, "-m", "rlinf_core.cli.main", "plugins", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlinf_core.cli.main", "plugins", "--json"], capture_output=True, text=True, check=True
+    )
     plugins = {p["name"]: p for p in json.loads(out.stdout)}
     assert plugins["core"]["distribution"] == "rlinf-core"
     assert "ReachEnv" in plugins["core"]["registered"]["env"]
@@ -146,7 +165,11 @@ def test_fake_plugin_classes_are_gone_after_their_test():
 def test_hooks_are_called_through_pluggy_so_implementations_get_only_the_arguments_they_name(tmp_path, monkeypatch):
     # an implementation that names fewer arguments than the hookspec (as an old plugin would after a
     # hook gained an argument) is called with the ones it names instead of failing
-    ep = fake_plugin(tmp_path, monkeypatch, "pruned_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "pruned_plugin",
+        """
         from rlinf_core import hookimpl
 
         CALLS = []
@@ -154,14 +177,19 @@ def test_hooks_are_called_through_pluggy_so_implementations_get_only_the_argumen
         @hookimpl
         def register_policies():
             CALLS.append("called")
-    """)
+    """,
+    )
     registry = Registry().load(entry_points_=[ep])
     assert registry.plugins["pruned_plugin"].error is None
     assert sys.modules["pruned_plugin"].CALLS == ["called"]
 
 
 def test_register_refuses_aliases_in_one_line(tmp_path, monkeypatch):
-    ep = fake_plugin(tmp_path, monkeypatch, "alias_plugin", """
+    ep = fake_plugin(
+        tmp_path,
+        monkeypatch,
+        "alias_plugin",
+        """
         from rlinf_core import hookimpl
         from rlinf_core.builtin.toy_env import ReachEnv
 
@@ -171,7 +199,8 @@ def test_register_refuses_aliases_in_one_line(tmp_path, monkeypatch):
         @hookimpl
         def register_envs(register):
             register(AliasedEnv, aliases=("Short",))
-    """)
+    """,
+    )
     registry = Registry().load(entry_points_=[ep])
     err = registry.plugins["alias_plugin"].error
     assert "aliases" in err and "class name" in err and "\n" not in err

@@ -36,15 +36,21 @@ def policy_reads(tree: ast.AST, rel: str) -> set[str]:
         if isinstance(node, ast.Attribute) and _is_policy(node.value, rel):
             out.add(node.attr)
         elif (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-            and len(node.args) >= 2 and _is_policy(node.args[0], rel) and isinstance(node.args[1], ast.Constant)
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and _is_policy(node.args[0], rel)
+            and isinstance(node.args[1], ast.Constant)
         ):
             out.add(node.args[1].value)
     return out
 
 
 def test_the_scan_finds_duck_typed_reads():
-    tree = ast.parse("def f(policy, self):\n    policy.a\n    getattr(self.policy, 'b', None)\n    hasattr(policy, 'c')\n")
+    tree = ast.parse(
+        "def f(policy, self):\n    policy.a\n    getattr(self.policy, 'b', None)\n    hasattr(policy, 'c')\n"
+    )
     assert policy_reads(tree, "x.py") == {"a", "b", "c"}
 
 
@@ -64,8 +70,16 @@ def test_the_policy_contract_declares_every_attribute_the_core_reads():
 
 @pytest.mark.parametrize(
     "name, default",
-    [("model_path", None), ("precision", None), ("num_images_in_input", 1), ("image_size", None),
-     ("FLAT_SETTINGS", {}), ("compute_dtype", None), ("has_value_head", False), ("unnorm_key", None)],
+    [
+        ("model_path", None),
+        ("precision", None),
+        ("num_images_in_input", 1),
+        ("image_size", None),
+        ("FLAT_SETTINGS", {}),
+        ("compute_dtype", None),
+        ("has_value_head", False),
+        ("unnorm_key", None),
+    ],
 )
 def test_declared_attributes_have_defaults(name, default):
     assert getattr(Policy, name) == default

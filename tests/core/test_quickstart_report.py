@@ -32,7 +32,9 @@ def test_readme_row_format():
 
 def test_the_readme_table_is_the_quickstarts():
     readme = (ROOT / "README.md").read_text()
-    header, _ = _quickstart().readme_row(0, TASKS, _result(dict.fromkeys(TASKS, 0.0)), _result(dict.fromkeys(TASKS, 0.0)), 0)
+    header, _ = _quickstart().readme_row(
+        0, TASKS, _result(dict.fromkeys(TASKS, 0.0)), _result(dict.fromkeys(TASKS, 0.0)), 0
+    )
     assert header in readme, "the README's quickstart table header is not the one scripts/quickstart.py writes"
     recorded = (ROOT / "docs" / "quickstart_runs" / "seed0.md").read_text()
     [row] = re.findall(r"^\| 0 \|.*$", recorded.split("## README row")[1], re.M)

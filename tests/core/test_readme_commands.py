@@ -9,16 +9,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHORT = ["--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=2", "--model.init_args.rollout.show_progress=false"]
+SHORT = [
+    "--trainer.max_epochs=2",
+    "--trainer.check_val_every_n_epoch=2",
+    "--model.init_args.rollout.show_progress=false",
+]
 # README command -> extra arguments of its cheap variant (None: covered elsewhere, with the reason)
 CHEAP: dict[str, list[str] | str] = {
     "rlinf fit --config configs/toy/reach_grpo.yaml": SHORT,
     "rlinf fit --config configs/toy/reach_grpo.yaml --model.init_args.optim.lr=3e-3 --trainer.max_epochs=10": SHORT,
     "rlinf fit --config configs/toy/reach_grpo.yaml --print_config": [],
-    "rlinf validate --config configs/toy/reach_grpo.yaml --ckpt_path runs/reach_grpo/version_0/checkpoints/last.ckpt":
-        ["--model.init_args.rollout.show_progress=false"],
-    "rlinf fit --config configs/toy/reach_grpo.yaml --ckpt_path runs/reach_grpo/version_0":
-        ["--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=3", "--model.init_args.rollout.show_progress=false"],
+    "rlinf validate --config configs/toy/reach_grpo.yaml --ckpt_path runs/reach_grpo/version_0/checkpoints/last.ckpt": [
+        "--model.init_args.rollout.show_progress=false"
+    ],
+    "rlinf fit --config configs/toy/reach_grpo.yaml --ckpt_path runs/reach_grpo/version_0": [
+        "--trainer.max_epochs=3",
+        "--trainer.check_val_every_n_epoch=3",
+        "--model.init_args.rollout.show_progress=false",
+    ],
     "rlinf memory --config configs/libero/spatial.yaml": [],
     "rlinf plot runs/reach_grpo/version_0": [],
     "rlinf configs": [],
@@ -28,9 +36,12 @@ CHEAP: dict[str, list[str] | str] = {
     "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy": (
         "tests/serve/ start the server on exported policies"
     ),
-    "rlinf wm-score actions --world_model ToyWorldModel --episodes DIR":
-        "tests/core/test_wm_scoring.py runs this line, with its defaults, on recorded toy episodes",
-    "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16": "needs a GPU and the 7 B weights",
+    "rlinf wm-score actions --world_model ToyWorldModel --episodes DIR": (
+        "tests/core/test_wm_scoring.py runs this line, with its defaults, on recorded toy episodes"
+    ),
+    "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16": (
+        "needs a GPU and the 7 B weights"
+    ),
 }
 
 

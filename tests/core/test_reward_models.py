@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rlinf_core.builtin.toy_world_model import ToyWorldModel
-from rlinf_core.testing.world_model_conformance import RewardModelPluginTests
 from rlinf_core.envs.world_model_env import WorldModelEnv
+from rlinf_core.testing.world_model_conformance import RewardModelPluginTests
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.reward_models import (
     LIBERO_TASKS,
@@ -144,8 +144,15 @@ def test_env_success_rule_with_the_upstream_threshold_is_round_sigmoid(tmp_path,
     save_init_trajectory(tmp_path / "traj0.npy", np.zeros((1, 16, 16, 3), np.uint8), "t", np.zeros((1, 2)))
     rm = constant_reward_model(logit)
     upstream = bool(rm.predict_rew(torch.zeros(1, 3, 16, 16))[0, 0] >= 0.9)
-    env = WorldModelEnv(ToyWorldModel(), rm, str(tmp_path), success_threshold=UPSTREAM_SUCCESS_THRESHOLD,
-                        reward_coef=5.0, num_envs=1, max_episode_steps=8)
+    env = WorldModelEnv(
+        ToyWorldModel(),
+        rm,
+        str(tmp_path),
+        success_threshold=UPSTREAM_SUCCESS_THRESHOLD,
+        reward_coef=5.0,
+        num_envs=1,
+        max_episode_steps=8,
+    )
     env.reset()
     out = env.chunk_step(torch.zeros(1, 2, 2))
     assert bool(out.success[0, 0]) == upstream == (logit > 0)

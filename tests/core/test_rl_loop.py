@@ -10,13 +10,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlinf_core.rl.algorithms import GRPO, PPO
-from rlinf_core.rl.config import OptimConfig, RolloutConfig
-from rlinf_core.contracts.env import VideoConfig
-from rlinf_core.rl.module import RLModule
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_gaussian import TinyGaussianPolicy
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.contracts.env import VideoConfig
+from rlinf_core.rl.algorithms import GRPO, PPO
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.rl.module import RLModule
 
 POLICIES = {"tokens": TinyVLAPolicy, "gaussian": TinyGaussianPolicy}
 
@@ -25,7 +25,10 @@ def make_module(algo="ppo", num_envs=16, steps=24, video=False, policy_cls=TinyV
     torch.manual_seed(0)
     group = 4 if algo == "grpo" else 1
     env = ReachEnv(
-        num_envs=num_envs, group_size=group, max_episode_steps=steps, auto_reset=algo == "ppo",
+        num_envs=num_envs,
+        group_size=group,
+        max_episode_steps=steps,
+        auto_reset=algo == "ppo",
         video_cfg=VideoConfig(save_video=video, max_envs=4),
     )
     policy = policy_cls(action_dim=2, num_action_chunks=2, add_value_head=algo == "ppo")
@@ -42,9 +45,17 @@ def make_module(algo="ppo", num_envs=16, steps=24, video=False, policy_cls=TinyV
 
 def make_trainer(tmp_path, epochs, **kw):
     args = dict(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, use_distributed_sampler=False, log_every_n_steps=1, check_val_every_n_epoch=1000,
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=TensorBoardLogger(str(tmp_path), name="t"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        log_every_n_steps=1,
+        check_val_every_n_epoch=1000,
     )
     args.update(kw)
     return pl.Trainer(**args)
@@ -64,9 +75,19 @@ def test_ppo_learns_on_reach_env(tmp_path, kind):
     success = scalars(trainer, "env/success_once")
     start, end = sum(success[:5]) / 5, sum(success[-5:]) / 5
     assert end > start + 0.3, (start, end)
-    for tag in ("train/actor/approx_kl", "train/actor/clip_fraction", "train/critic/explained_variance",
-                "train/critic/value_clip_ratio", "train/entropy_loss", "train/loss", "rollout/advantages_max",
-                "env/episode_len", "env/return", "time/rollout", "train/actor/lr"):
+    for tag in (
+        "train/actor/approx_kl",
+        "train/actor/clip_fraction",
+        "train/critic/explained_variance",
+        "train/critic/value_clip_ratio",
+        "train/entropy_loss",
+        "train/loss",
+        "rollout/advantages_max",
+        "env/episode_len",
+        "env/return",
+        "time/rollout",
+        "train/actor/lr",
+    ):
         assert scalars(trainer, tag), tag
     assert (Path(trainer.log_dir) / "policy" / "config.json").exists()
 
@@ -79,9 +100,13 @@ def test_grpo_learns_on_reach_env(tmp_path, kind):
     extra = {"init_log_std": -0.5} if kind == "gaussian" else {}
     policy = POLICIES[kind](action_dim=2, num_action_chunks=2, add_value_head=False, **extra)
     module = RLModule(
-        env=env, policy=policy, algorithm=GRPO(update_epoch=4, clip_ratio_high=0.28),
+        env=env,
+        policy=policy,
+        algorithm=GRPO(update_epoch=4, clip_ratio_high=0.28),
         rollout=RolloutConfig(max_steps_per_rollout_epoch=12, show_progress=False),
-        optim=OptimConfig(lr=1e-2, clip_grad=1.0), global_batch_size=192, micro_batch_size=192,
+        optim=OptimConfig(lr=1e-2, clip_grad=1.0),
+        global_batch_size=192,
+        micro_batch_size=192,
     )
     trainer = make_trainer(tmp_path, 30)
     trainer.fit(module)
@@ -111,7 +136,9 @@ def test_ppo_bootstrap_values_come_from_policy_value(tmp_path):
 
 
 def test_grpo_rollout_logprobs_equal_training_recompute(tmp_path):
-    module = make_module("grpo", rollout=RolloutConfig(max_steps_per_rollout_epoch=8, recompute_logprobs=True, show_progress=False))
+    module = make_module(
+        "grpo", rollout=RolloutConfig(max_steps_per_rollout_epoch=8, recompute_logprobs=True, show_progress=False)
+    )
     trainer = make_trainer(tmp_path, 2)
     trainer.fit(module)
     mismatch = scalars(trainer, "rollout/logprob_mismatch")
@@ -139,7 +166,11 @@ def test_logprob_recompute_runs_in_train_mode_like_the_update(tmp_path):
 
 def test_lr_schedule_steps_per_optimizer_step_and_shuffle_is_fresh(tmp_path):
     module = make_module(
-        "ppo", num_envs=8, steps=8, global_batch_size=8, micro_batch_size=4,
+        "ppo",
+        num_envs=8,
+        steps=8,
+        global_batch_size=8,
+        micro_batch_size=4,
         optim=OptimConfig(lr=1.0, lr_scheduler="linear", min_lr=0.0),
     )
     trainer = make_trainer(tmp_path, 2)
@@ -220,8 +251,12 @@ def test_grpo_config_errors_are_explained():
     with pytest.raises(ValueError, match="add_value_head"):
         RLModule(env=env, policy=policy, algorithm=PPO())
     with pytest.raises(ValueError, match="multiple of the policy's num_action_chunks"):
-        RLModule(env=env, policy=TinyVLAPolicy(num_action_chunks=3), algorithm=PPO(),
-                 rollout=RolloutConfig(max_steps_per_rollout_epoch=4))
+        RLModule(
+            env=env,
+            policy=TinyVLAPolicy(num_action_chunks=3),
+            algorithm=PPO(),
+            rollout=RolloutConfig(max_steps_per_rollout_epoch=4),
+        )
 
 
 def test_resume_from_checkpoint_continues_sampler_and_steps(tmp_path):
@@ -242,8 +277,9 @@ def test_resume_from_checkpoint_continues_sampler_and_steps(tmp_path):
 def test_logged_losses_do_not_depend_on_micro_batch_size(tmp_path):
     logged = []
     for micro in (96, 24):
-        module = make_module("grpo", num_envs=8, steps=8, global_batch_size=32, micro_batch_size=micro,
-                             optim=OptimConfig(lr=0.0))
+        module = make_module(
+            "grpo", num_envs=8, steps=8, global_batch_size=32, micro_batch_size=micro, optim=OptimConfig(lr=0.0)
+        )
         trainer = make_trainer(tmp_path / str(micro), 1)
         trainer.fit(module)
         logged.append(scalars(trainer, "train/entropy_loss")[0])
@@ -278,8 +314,14 @@ class LRRecorder(pl.Callback):
 
 
 def _module():
-    optim = OptimConfig(lr=1.0, value_lr=0.5, lr_scheduler="linear", lr_warmup_steps=WARMUP_LR, min_lr=0.0,
-                        critic_warmup_steps=WARMUP_CRITIC)
+    optim = OptimConfig(
+        lr=1.0,
+        value_lr=0.5,
+        lr_scheduler="linear",
+        lr_warmup_steps=WARMUP_LR,
+        min_lr=0.0,
+        critic_warmup_steps=WARMUP_CRITIC,
+    )
     return make_module("ppo", num_envs=4, steps=4, global_batch_size=4, micro_batch_size=4, optim=optim)
 
 
@@ -363,9 +405,11 @@ def test_the_loop_tells_the_policy_each_rl_step_before_its_rollout(tmp_path):
 def test_suite_columns_give_the_seeds_one_row_layout():
     from rlinf_core.callbacks.eval_report import suite_columns
 
-    suites = {"Vision": {"success_once": 0.82, "num_trajectories": 5},
-              "Semantic": {"success_once": 0.806, "num_trajectories": 5},
-              "Position": {"success_once": 0.893, "num_trajectories": 3}}
+    suites = {
+        "Vision": {"success_once": 0.82, "num_trajectories": 5},
+        "Semantic": {"success_once": 0.806, "num_trajectories": 5},
+        "Position": {"success_once": 0.893, "num_trajectories": 3},
+    }
     lines = suite_columns(suites)
     assert lines[0] == "| Vision | Semantic | Position | Average |"
     assert lines[2] == "| 82.0% | 80.6% | 89.3% | 84.0% |"  # Average: the unweighted mean of the columns

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.core.test_import_graph import PLUGIN_IMPORT_PLACES, _allowed_for_plugins, _imports
 
 from rlinf_core.cli.main import main
 from rlinf_core.cli.new import KINDS, class_names, plan
-from tests.core.test_import_graph import PLUGIN_IMPORT_PLACES, _allowed_for_plugins, _imports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,15 +74,20 @@ def test_the_written_packages_install_are_listed_pass_their_kits_and_train(tmp_p
     tests = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-rs",
                   *[str(p / "tests") for p in packages]], cwd=tmp_path, env=env)  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-    from rlinf_core.testing import conformance, world_model_conformance as wm
+    from rlinf_core.testing import conformance
+    from rlinf_core.testing import world_model_conformance as wm
 
     def count(kit: type) -> int:
         return sum(name.startswith("test_") for name in dir(kit))
 
     # every kit test ran (the policy kit twice: with and without a critic); skipped only the world model's
     # fine-tuning checks, documented as such (training_loss: 2, success_logits: 1)
-    kits = count(conformance.EnvPluginTests) + 2 * count(conformance.PolicyPluginTests) + count(
-        wm.WorldModelPluginTests) + count(wm.RewardModelPluginTests)
+    kits = (
+        count(conformance.EnvPluginTests)
+        + 2 * count(conformance.PolicyPluginTests)
+        + count(wm.WorldModelPluginTests)
+        + count(wm.RewardModelPluginTests)
+    )
     ran = re.search(r"(\d+) passed, (\d+) skipped", tests.stdout)
     assert ran and int(ran.group(1)) + int(ran.group(2)) == kits and int(ran.group(2)) == 3, tests.stdout[-1500:]
     assert tests.stdout.count("does not implement") == 2, tests.stdout[-1500:]

@@ -4,20 +4,19 @@ that says which step a dataloader iterator belongs to). The algorithm owns the l
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-
-import lightning.pytorch as pl
 
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.rl.algorithms import PPO
+from rlinf_core.rl.algorithms.trajectory import Samples
 from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer
 from rlinf_core.rl.config import RolloutConfig
 from rlinf_core.rl.module import RLModule
-from rlinf_core.rl.algorithms.trajectory import Samples
 
 
 def make_module() -> RLModule:
@@ -30,9 +29,18 @@ def make_module() -> RLModule:
 
 
 def make_trainer(root, epochs: int, **kw) -> pl.Trainer:
-    args = dict(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                check_val_every_n_epoch=1000, default_root_dir=str(root))
+    args = dict(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=1000,
+        default_root_dir=str(root),
+    )
     return pl.Trainer(**{**args, **kw})
 
 
@@ -40,8 +48,13 @@ def _samples(n: int) -> Samples:
     obs = Observation(main_images=torch.zeros(n, 2, 2, 3, dtype=torch.uint8), task_descriptions=["t"] * n)
     mask = torch.zeros(n)
     mask[: n // 2] = 1
-    return Samples(obs=obs, records={"tokens": torch.arange(n).view(n, 1)}, old_logprobs=torch.arange(n).float(),
-                   adv=torch.randn(n), mask=mask)
+    return Samples(
+        obs=obs,
+        records={"tokens": torch.arange(n).view(n, 1)},
+        old_logprobs=torch.arange(n).float(),
+        adv=torch.randn(n),
+        mask=mask,
+    )
 
 
 class CountingReducer:
@@ -120,12 +133,8 @@ def test_each_step_reads_its_own_shuffle_also_right_after_a_resume(tmp_path):
     assert all(epoch == step for epoch, step in whole.batches)
 
     saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, save_on_train_epoch_end=True)
-    make_trainer(tmp_path / "b", 1, enable_checkpointing=True, callbacks=[saver]).fit(
-        make_module()
-    )
+    make_trainer(tmp_path / "b", 1, enable_checkpointing=True, callbacks=[saver]).fit(make_module())
     resumed = StepRecorder()
-    make_trainer(tmp_path / "c", 2, callbacks=[resumed]).fit(
-        make_module(), ckpt_path=saver.last_model_path
-    )
+    make_trainer(tmp_path / "c", 2, callbacks=[resumed]).fit(make_module(), ckpt_path=saver.last_model_path)
     assert set(resumed.steps) == {1} and all(epoch == step == 1 for epoch, step in resumed.batches)
     assert resumed.steps[1] == whole.steps[1] != whole.steps[0]

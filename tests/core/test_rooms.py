@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_core.rl.algorithms.grpo import GRPO
-from rlinf_core.rl.algorithms.ppo import PPO
-from rlinf_core.contracts.reset_states import ResetStateSampler
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.contracts.reset_states import ResetStateSampler
+from rlinf_core.rl.algorithms.grpo import GRPO
+from rlinf_core.rl.algorithms.ppo import PPO
 from rlinf_core.rl.buffer import build_schedule, count_micro_batches, minibatch_sizes
 
 

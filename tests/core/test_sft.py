@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from rlinf_core.rl.config import OptimConfig
-from rlinf_core.datasets.demos import DemoDataset, DemoWriter, read_meta
-from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.builtin.reach_demos import collect_reach_demos
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.datasets.demos import DemoDataset, DemoWriter, read_meta
+from rlinf_core.rl.config import OptimConfig
+from rlinf_core.supervised.sft import SFTModule
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,13 @@ def test_short_sft_run_lowers_loss_and_exports(demo_dir, tmp_path):
     policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, state_dim=4, add_value_head=False)
     ds = DemoDataset(demo_dir, num_action_chunks=2)
     before, l1_before = _mean_loss(policy, ds), _greedy_l1(policy, ds)
-    module = SFTModule(policy, str(demo_dir), batch_size=32, val_fraction=0.2,
-                       optim=OptimConfig(lr=1e-2, lr_scheduler="cosine", lr_warmup_steps=5, clip_grad=None))
+    module = SFTModule(
+        policy,
+        str(demo_dir),
+        batch_size=32,
+        val_fraction=0.2,
+        optim=OptimConfig(lr=1e-2, lr_scheduler="cosine", lr_warmup_steps=5, clip_grad=None),
+    )
     trainer = pl.Trainer(max_epochs=40, accelerator="cpu", logger=pl.loggers.TensorBoardLogger(tmp_path, name="sft"),
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(module)

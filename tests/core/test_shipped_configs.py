@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from rlinf_core.cli.main import main
 from rlinf_core.cli.configs import find_shipped_config, resolve_config_args, shipped_configs
+from rlinf_core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,9 @@ def test_a_non_editable_wheel_ships_its_configs_and_they_resolve_from_it(tmp_pat
         "print(find_shipped_config('metaworld/quickstart_grpo.yaml'))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "core" / "src")])}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     path = Path(out.stdout.strip())
     assert path.is_relative_to(site) and path.read_text().startswith(
         (ROOT / "configs" / "metaworld" / "quickstart_grpo.yaml").read_text()[:40]
@@ -76,6 +78,8 @@ def test_rlinf_configs_describes_each_config_by_its_header(capsys):
     assert all(len(c.description) <= 110 for c in found)
     assert main(["configs"]) == 0
     listed = capsys.readouterr().out
-    assert re.search(r"^  toy/reach_grpo\.yaml +GRPO on the built-in ReachEnv with the built-in TinyVLAPolicy", listed, re.M)
+    assert re.search(
+        r"^  toy/reach_grpo\.yaml +GRPO on the built-in ReachEnv with the built-in TinyVLAPolicy", listed, re.M
+    )
     rows = json.loads((main(["configs", "--json"]), capsys.readouterr().out)[1])
     assert all(r["description"] for r in rows)

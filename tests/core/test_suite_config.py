@@ -17,25 +17,31 @@ def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_a_deprecation_in_our_modules_fails_and_a_third_party_one_does_not(tmp_path):
     for module in ("rlinf_probe_plugin", "some_library"):
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent("""
+        (tmp_path / f"{module}.py").write_text(
+            textwrap.dedent("""
             import warnings
 
             def old():
                 warnings.warn("old() is deprecated", DeprecationWarning)
                 warnings.warn("old() changes", FutureWarning)
-            """))
-        (tmp_path / f"test_{module}.py").write_text(textwrap.dedent(f"""
+            """)
+        )
+        (tmp_path / f"test_{module}.py").write_text(
+            textwrap.dedent(f"""
             import sys
             sys.path.insert(0, {str(tmp_path)!r})
             import {module}
 
             def test_calls_old():
                 {module}.old()
-            """))
-    ours = _pytest("-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "test_rlinf_probe_plugin.py",
-                   cwd=tmp_path)
-    theirs = _pytest("-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "test_some_library.py",
-                     cwd=tmp_path)
+            """)
+        )
+    ours = _pytest(
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "test_rlinf_probe_plugin.py", cwd=tmp_path
+    )
+    theirs = _pytest(
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), "test_some_library.py", cwd=tmp_path
+    )
     assert ours.returncode == 1 and "DeprecationWarning: old() is deprecated" in ours.stdout, ours.stdout[-1500:]
     assert theirs.returncode == 0, theirs.stdout[-1500:]
     text = (ROOT / "pyproject.toml").read_text()
@@ -43,7 +49,14 @@ def test_a_deprecation_in_our_modules_fails_and_a_third_party_one_does_not(tmp_p
 
 
 def test_the_quick_tier_leaves_out_the_slow_files():
-    out = _pytest("--collect-only", "-m", "not slow", "tests/test_quickstart.py", "tests/core/test_doc_snippets.py",
-                  "tests/core/test_readme_commands.py", cwd=ROOT).stdout
+    out = _pytest(
+        "--collect-only",
+        "-m",
+        "not slow",
+        "tests/test_quickstart.py",
+        "tests/core/test_doc_snippets.py",
+        "tests/core/test_readme_commands.py",
+        cwd=ROOT,
+    ).stdout
     assert "test_doc_snippets.py::" in out and "test_quickstart.py::" not in out
     assert "test_every_readme_command_has_a_variant_here" in out and "test_readme_commands_run" not in out

@@ -30,17 +30,30 @@ def _module(clip_grad: float | None = 1.0) -> RLModule:
     env = ReachEnv(num_envs=8, group_size=1, max_episode_steps=8, auto_reset=True)
     policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=True)
     return RLModule(
-        env=env, policy=policy, algorithm=PPO(update_epoch=2),
+        env=env,
+        policy=policy,
+        algorithm=PPO(update_epoch=2),
         rollout=RolloutConfig(max_steps_per_rollout_epoch=8, show_progress=False),
-        optim=OptimConfig(lr=1e-2, value_lr=1e-2, clip_grad=clip_grad), global_batch_size=16, micro_batch_size=8,
+        optim=OptimConfig(lr=1e-2, value_lr=1e-2, clip_grad=clip_grad),
+        global_batch_size=16,
+        micro_batch_size=8,
     )
 
 
 def _fit(tmp_path, module: RLModule, callbacks=(), **trainer_args) -> pl.Trainer:
     trainer = pl.Trainer(
-        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-        default_root_dir=str(tmp_path), callbacks=list(callbacks), **trainer_args,
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+        callbacks=list(callbacks),
+        **trainer_args,
     )
     trainer.fit(module)
     return trainer
@@ -60,8 +73,9 @@ class _GradientProbe(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         optimizer = trainer.optimizers[0]
-        optimizer.register_step_pre_hook(lambda opt, *_: self.stepped_with.append(
-            _norm(p for g in opt.param_groups for p in g["params"])))
+        optimizer.register_step_pre_hook(
+            lambda opt, *_: self.stepped_with.append(_norm(p for g in opt.param_groups for p in g["params"]))
+        )
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self.before_clip.append(_norm(pl_module.policy.parameters()))
@@ -74,13 +88,15 @@ def test_16_mixed_clips_the_unscaled_gradients(tmp_path):
     trainer = _fit(tmp_path, module, [probe], plugins=[plugin])
     assert plugin.scaler is not None and trainer.precision_plugin is plugin
     assert probe.stepped_with and len(probe.stepped_with) == len(probe.before_clip) == module.skipped_steps + len(
-        probe.stepped_with)
+        probe.stepped_with
+    )
     assert all(n > 10 * clip for n in probe.before_clip), probe.before_clip
     # the optimizer steps with the unscaled gradients clipped to clip_grad (not clip_grad / scale)
     assert probe.stepped_with == pytest.approx([clip] * len(probe.stepped_with), rel=1e-3)
     # the logged norm is the true (unscaled) one, not scale times it
     assert trainer.callback_metrics["train/actor/grad_norm"].item() == pytest.approx(
-        sum(probe.before_clip) / len(probe.before_clip), rel=1e-3)
+        sum(probe.before_clip) / len(probe.before_clip), rel=1e-3
+    )
 
 
 def test_16_mixed_overflow_is_skipped_by_the_scaler_which_lowers_its_scale(tmp_path):

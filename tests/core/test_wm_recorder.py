@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
-from rlinf_core.cli.main import main
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
-from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
-from rlinf_core.envs.world_model_env import WorldModelEnv
-from rlinf_core.world_models.init_data import load_init_trajectory
 from rlinf_core.callbacks.recorder import RolloutRecorder
+from rlinf_core.cli.main import main
+from rlinf_core.envs.world_model_env import WorldModelEnv
+from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
+from rlinf_core.world_models.init_data import load_init_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,10 +68,21 @@ def test_a_toy_fit_records_files_that_the_world_model_env_and_the_datasets_read(
         "init_args": {"image_size": 16, "max_files": 100},
     }]}}  # fmt: skip
     (tmp_path / "record.yaml").write_text(yaml.safe_dump(extra))
-    main(["fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"), "--config", str(tmp_path / "record.yaml"),
-          "--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=2", "--trainer.enable_progress_bar=false",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", "--model.init_args.rollout.show_progress=false",
-          "--model.init_args.rollout.pipeline_stage_num=2"])  # fmt: skip  (two stage envs, stepped in threads)
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/toy/reach_grpo.yaml"),
+            "--config",
+            str(tmp_path / "record.yaml"),
+            "--trainer.max_epochs=2",
+            "--trainer.check_val_every_n_epoch=2",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--model.init_args.rollout.show_progress=false",
+            "--model.init_args.rollout.pipeline_stage_num=2",
+        ]
+    )  # fmt: skip  (two stage envs, stepped in threads)
     rollouts = next(tmp_path.glob("reach_grpo/version_*")) / "rollouts"
     train, evals = sorted((rollouts / "train").glob("traj*.npy")), sorted((rollouts / "eval").glob("traj*.npy"))
     # 2 epochs x 64 episodes capped at 100 (two stage envs share the numbering: none overwritten); every eval episode
@@ -142,7 +153,10 @@ def test_rlinf_validate_records_the_eval_episodes(tmp_path, monkeypatch):
     files = sorted((tmp_path / "recorded" / "eval").glob("traj*.npy"))
     assert len(files) == 6 and not (tmp_path / "recorded" / "train").exists()  # 3 tasks x 2 trials, once each
     assert {load_init_trajectory(p)[0]["instruction"] for p in files} == {
-        "move to the red square", "move to the green square", "move to the blue square"}
+        "move to the red square",
+        "move to the green square",
+        "move to the blue square",
+    }
 
 
 def test_a_second_recorder_continues_the_numbering_instead_of_overwriting(tmp_path):

@@ -11,7 +11,12 @@ from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf_core.world_models.datasets import Episode, find_trajectories, load_episode
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.scoring import (
-    action_response, cut_windows, precision_recall, reward_on_imagined, spearman, success_of,
+    action_response,
+    cut_windows,
+    precision_recall,
+    reward_on_imagined,
+    spearman,
+    success_of,
 )
 
 
@@ -90,8 +95,11 @@ def test_success_rule_is_the_envs_consecutive_frames_rule():
 def test_spearman_matches_scipy_with_and_without_ties():
     stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
-    for a, b in [(rng.random(6), rng.random(6)), ([0.1, 0.2, 0.2, 0.5, 0.0], [0.3, 0.3, 0.1, 0.9, 0.0]),
-                 ([1, 2, 3, 4], [4, 3, 2, 1])]:
+    for a, b in [
+        (rng.random(6), rng.random(6)),
+        ([0.1, 0.2, 0.2, 0.5, 0.0], [0.3, 0.3, 0.1, 0.9, 0.0]),
+        ([1, 2, 3, 4], [4, 3, 2, 1]),
+    ]:
         assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic)
     assert spearman([0.1, 0.4, 0.3, 0.9], [0.2, 0.5, 0.45, 0.8]) == pytest.approx(1.0)
     assert np.isnan(spearman([0.1, 0.1, 0.1], [0.2, 0.3, 0.4]))
@@ -108,14 +116,18 @@ def test_reward_on_imagined_frames_against_hand_counts():
     assert exact.frame_real["precision"] == exact.frame_imagined["precision"] == pytest.approx(1.0)
     assert exact.frame_real["recall"] == exact.frame_imagined["recall"] == pytest.approx(1.0)
     assert exact.imagined_success_rate == exact.real_success_rate == pytest.approx(win.labels.any(1).mean())
-    assert exact.episode_real == exact.episode_imagined == {"precision": 1.0, "recall": 1.0,
-                                                             "positive_rate": pytest.approx(exact.real_success_rate)}
+    assert (
+        exact.episode_real
+        == exact.episode_imagined
+        == {"precision": 1.0, "recall": 1.0, "positive_rate": pytest.approx(exact.real_success_rate)}
+    )
     blind = reward_on_imagined(ToyWorldModel(pixels_per_unit=0.0).eval(), rm, win, chunk=4)
     still = np.repeat(win.start[:, None], 12, 1)  # the blind model repeats the start frame
     centre = still[:, :, 6:10, 6:10].mean((2, 3, 4)) >= 128
     tp = (centre & win.labels).sum()
-    assert blind.frame_imagined["precision"] == pytest.approx(tp / centre.sum() if centre.sum() else np.nan,
-                                                              nan_ok=True)
+    assert blind.frame_imagined["precision"] == pytest.approx(
+        tp / centre.sum() if centre.sum() else np.nan, nan_ok=True
+    )
     assert blind.frame_imagined["recall"] == pytest.approx(tp / win.labels.sum())
     assert blind.imagined_success_rate == pytest.approx(centre.any(1).mean())
 
@@ -127,8 +139,18 @@ def test_the_command_scores_recorded_episodes(tmp_path, capsys):
         save_init_trajectory(tmp_path / "eps" / f"traj{i}.npy", e.frames, e.instruction, e.actions, e.success)
     assert len(find_trajectories(tmp_path / "eps")) == 4 and load_episode(find_trajectories(tmp_path / "eps")[0])
     wm = '{"pixels_per_unit": 0.0}'
-    args = ["--world_model", "ToyWorldModel", "--world_model_args", wm, "--episodes", str(tmp_path / "eps"),
-            "--horizon", "8", "--chunk", "4"]
+    args = [
+        "--world_model",
+        "ToyWorldModel",
+        "--world_model_args",
+        wm,
+        "--episodes",
+        str(tmp_path / "eps"),
+        "--horizon",
+        "8",
+        "--chunk",
+        "4",
+    ]
     assert main(["wm-score", "actions", *args, "--out", str(tmp_path / "a.json")]) == 0
     assert "verdict: blind" in capsys.readouterr().out
     assert json.loads((tmp_path / "a.json").read_text())["verdict"] == "blind"

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_core.run.checkpoint_files import load_safetensors
-from rlinf_core.cli.main import main
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
+from rlinf_core.cli.main import main
 from rlinf_core.envs.world_model_env import WorldModelEnv
+from rlinf_core.run.checkpoint_files import load_safetensors
+from rlinf_core.supervised.world_model_trainers import RewardModelTrainer, WorldModelTrainer
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.reward_models import ResnetRewardModel, TaskEmbedResnetRewardModel, load_reward_model
-from rlinf_core.supervised.world_model_trainers import RewardModelTrainer, WorldModelTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false"]

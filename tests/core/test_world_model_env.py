@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf_core.envs.world_model_env import WorldModelEnv
+from rlinf_core.testing.conformance import EnvPluginTests
 
 
 def write_init_data(root, n=6, size=16):
@@ -40,10 +40,17 @@ def test_success_is_detected_by_the_reward_model_and_only_finished_envs_reset(tm
     for i, (x, y) in enumerate([(8, 8), (2, 2)]):  # env 0 starts centred, env 1 does not
         img = np.zeros((size, size, 3), np.uint8)
         img[y - 1 : y + 2, x - 1 : x + 2] = 255
-        np.save(root / f"traj{i}.npy", np.array([{"image": img, "instruction": "centre"}], dtype=object), allow_pickle=True)
+        np.save(
+            root / f"traj{i}.npy", np.array([{"image": img, "instruction": "centre"}], dtype=object), allow_pickle=True
+        )
     env = WorldModelEnv(
-        world_model=ToyWorldModel(), reward_model=ToyRewardModel(patch=2), init_data_path=str(root),
-        num_envs=2, auto_reset=True, max_episode_steps=50, is_eval=False,
+        world_model=ToyWorldModel(),
+        reward_model=ToyRewardModel(patch=2),
+        init_data_path=str(root),
+        num_envs=2,
+        auto_reset=True,
+        max_episode_steps=50,
+        is_eval=False,
     )
     env.reset(reset_state_ids=np.array([0, 1]))
     out = env.chunk_step(torch.zeros(2, 3, 2))
@@ -59,8 +66,8 @@ def test_success_is_detected_by_the_reward_model_and_only_finished_envs_reset(tm
 # ---------------------------------------------------------------------------------------------
 import pytest  # noqa: E402
 
-from rlinf_core.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
 from rlinf_core.contracts.world_model import ConditionSpec  # noqa: E402
+from rlinf_core.testing.world_model_conformance import RewardModelPluginTests, WorldModelPluginTests  # noqa: E402
 from rlinf_core.world_models.init_data import condition_inputs, load_init_trajectory, save_init_trajectory  # noqa: E402
 
 
@@ -140,10 +147,10 @@ def test_instructions_reach_the_reward_model_and_workers_are_refused(tmp_path):
 def test_rl_module_sets_the_env_device_before_rollouts(tmp_path, monkeypatch):
     import lightning.pytorch as pl
 
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
     from rlinf_core.rl.algorithms.grpo import GRPO
     from rlinf_core.rl.config import RolloutConfig
     from rlinf_core.rl.module import RLModule
-    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     calls = []
     original = WorldModelEnv.set_device
@@ -186,8 +193,13 @@ class _DivergingWorldModel(ToyWorldModel):
 def test_nan_frames_end_the_episode_without_reward_and_are_counted(tmp_path):
     root = write_init_data(tmp_path / "init", n=2)
     env = WorldModelEnv(
-        world_model=_DivergingWorldModel(), reward_model=ToyRewardModel(patch=2), init_data_path=str(root),
-        num_envs=2, auto_reset=False, max_episode_steps=50, is_eval=False,
+        world_model=_DivergingWorldModel(),
+        reward_model=ToyRewardModel(patch=2),
+        init_data_path=str(root),
+        num_envs=2,
+        auto_reset=False,
+        max_episode_steps=50,
+        is_eval=False,
     )
     env.reset(reset_state_ids=np.array([0, 1]))
     out = env.chunk_step(torch.zeros(2, 3, 2))
@@ -206,8 +218,15 @@ def test_relative_reward_pays_once_and_never_goes_negative_when_episodes_run_on(
     img[7:10, 7:10] = 255  # centred: success from the first predicted frame
     np.save(root / "traj0.npy", np.array([{"image": img, "instruction": "centre"}], dtype=object), allow_pickle=True)
     env = WorldModelEnv(
-        world_model=ToyWorldModel(), reward_model=ToyRewardModel(patch=2), init_data_path=str(root), reward_coef=5.0,
-        num_envs=1, auto_reset=False, ignore_terminations=True, max_episode_steps=50, is_eval=False,
+        world_model=ToyWorldModel(),
+        reward_model=ToyRewardModel(patch=2),
+        init_data_path=str(root),
+        reward_coef=5.0,
+        num_envs=1,
+        auto_reset=False,
+        ignore_terminations=True,
+        max_episode_steps=50,
+        is_eval=False,
     )
     env.reset(reset_state_ids=np.array([0]))
     first = env.chunk_step(torch.zeros(1, 3, 2))

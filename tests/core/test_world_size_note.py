@@ -23,16 +23,28 @@ def test_fit_prints_the_note_once_at_start(tmp_path, capsys, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     root = Path(__file__).resolve().parents[2]
-    args = ["fit", "--config", str(root / "configs/toy/reach_grpo.yaml"), "--memory.world_size=8",
-            "--trainer.max_epochs=1", "--trainer.logger.init_args.save_dir=runs", "--trainer.enable_progress_bar=false",
-            "--model.init_args.env.init_args.num_envs=4", "--model.init_args.env.init_args.group_size=2",
-            "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
-            "--model.init_args.global_batch_size=8", "--model.init_args.micro_batch_size=4",
-            "--model.init_args.export_policy=false"]
+    args = [
+        "fit",
+        "--config",
+        str(root / "configs/toy/reach_grpo.yaml"),
+        "--memory.world_size=8",
+        "--trainer.max_epochs=1",
+        "--trainer.logger.init_args.save_dir=runs",
+        "--trainer.enable_progress_bar=false",
+        "--model.init_args.env.init_args.num_envs=4",
+        "--model.init_args.env.init_args.group_size=2",
+        "--model.init_args.env.init_args.max_episode_steps=4",
+        "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+        "--model.init_args.global_batch_size=8",
+        "--model.init_args.micro_batch_size=4",
+        "--model.init_args.export_policy=false",
+    ]
     assert main(args) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "written for 8 processes" in line]
-    assert err == ["rlinf: this config was written for 8 processes but runs on 1: 4 envs in total instead of 32, "
-                   "1 optimizer steps per RL step instead of 8 (scale num_envs by 8/1 to keep the totals)"]
+    assert err == [
+        "rlinf: this config was written for 8 processes but runs on 1: 4 envs in total instead of 32, "
+        "1 optimizer steps per RL step instead of 8 (scale num_envs by 8/1 to keep the totals)"
+    ]
     saved = (tmp_path / "runs/reach_grpo/version_0/config.yaml").read_text()
     assert "memory:\n  gpu_memory_gb: 80.0\n  world_size: 8\n" in saved
 
@@ -48,9 +60,16 @@ def test_global_batch_not_divisible_by_the_world_size_is_refused_at_start(tmp_pa
     assert batch_split_error(32, 2) is None and batch_split_error(33, 1) is None
     monkeypatch.chdir(tmp_path)
     root = Path(__file__).resolve().parents[2]
-    args = ["fit", "--config", str(root / "configs/toy/reach_grpo.yaml"), "--trainer.devices=2", "--trainer.strategy=ddp",
-            "--model.init_args.global_batch_size=33", "--model.init_args.micro_batch_size=8",
-            "--trainer.logger.init_args.save_dir=runs"]
+    args = [
+        "fit",
+        "--config",
+        str(root / "configs/toy/reach_grpo.yaml"),
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--model.init_args.global_batch_size=33",
+        "--model.init_args.micro_batch_size=8",
+        "--trainer.logger.init_args.save_dir=runs",
+    ]
     with pytest.raises(SystemExit) as info:
         main(args)
     assert info.value.code == 2

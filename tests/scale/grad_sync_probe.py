@@ -47,7 +47,10 @@ class GradSyncProbe(pl.Callback):
         policy = pl_module.policy
         params = [p for p in policy.parameters() if p.requires_grad]
         out = policy.evaluate(
-            mb.obs, dict(mb.records), temperature=pl_module.rollout_cfg.temperature_train, compute_entropy=True,
+            mb.obs,
+            dict(mb.records),
+            temperature=pl_module.rollout_cfg.temperature_train,
+            compute_entropy=True,
             compute_values=pl_module.algorithm.uses_critic,
         )
         loss, _ = pl_module.algorithm.update_loss(out, mb, items[-1].minibatch)
@@ -56,15 +59,17 @@ class GradSyncProbe(pl.Callback):
         dist.all_reduce(want)
         want /= dist.get_world_size()
         got = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
-        self.steps.append({
-            "micro_batches": len(items),
-            "bucket_allreduces": len(self.buckets),
-            "distinct_buckets": len(set(self.buckets)),
-            "grad_max_abs_err": float((got - want).abs().max()),
-            "grad_max_abs": float(want.abs().max()),
-            "allreduce_batch_idx": self.calls,
-            "batch_idx": [first, self.batch_idx],
-        })
+        self.steps.append(
+            {
+                "micro_batches": len(items),
+                "bucket_allreduces": len(self.buckets),
+                "distinct_buckets": len(set(self.buckets)),
+                "grad_max_abs_err": float((got - want).abs().max()),
+                "grad_max_abs": float(want.abs().max()),
+                "allreduce_batch_idx": self.calls,
+                "batch_idx": [first, self.batch_idx],
+            }
+        )
         self.buckets, self.calls = [], []
 
     def on_fit_end(self, trainer, pl_module) -> None:

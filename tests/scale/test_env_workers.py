@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_core.rl.algorithms import GRPO
-from rlinf_core.rl.config import RolloutConfig
-from rlinf_core.envs.vector import WorkerEnv, vectorize
-from rlinf_core.envs.vector.workers import EnvWorkerError, EnvWorkerPool, render_threads
-from rlinf_core.rl.module import RLModule
-from rlinf_core.rl.collector import RolloutCollector, _mask_dropped_episodes
-from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.envs.vector import WorkerEnv, vectorize
+from rlinf_core.envs.vector.workers import EnvWorkerError, EnvWorkerPool, render_threads
+from rlinf_core.rl.algorithms import GRPO
+from rlinf_core.rl.collector import RolloutCollector, _mask_dropped_episodes
+from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.rl.module import RLModule
+from rlinf_core.testing.conformance import EnvPluginTests
 
 
 class FailingReachEnv(ReachEnv):
@@ -103,7 +103,9 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
     def collect(num_workers: int):
         envs = []
         for s in range(2):
-            env = vectorize(ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers))
+            env = vectorize(
+                ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers)
+            )
             env.shard(s, 2)
             envs.append(env)
         collector = RolloutCollector(envs, policy, need_values=True)
@@ -116,7 +118,16 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
                 env.close()
 
     a, b = collect(0), collect(1)
-    names = ("rewards", "terminations", "truncations", "valid", "logprobs", "values", "bootstrap_values", "reset_state_ids")
+    names = (
+        "rewards",
+        "terminations",
+        "truncations",
+        "valid",
+        "logprobs",
+        "values",
+        "bootstrap_values",
+        "reset_state_ids",
+    )
     for name in names:
         torch.testing.assert_close(getattr(b, name), getattr(a, name), msg=name)
     for oa, ob in zip(a.obs, b.obs):
@@ -126,7 +137,9 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
 def test_eval_visits_every_state_once_across_workers_and_ranks():
     visited = []
     for rank in range(2):
-        env = vectorize(ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3))
+        env = vectorize(
+            ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3)
+        )
         env.shard(rank, 2)
         try:
             env.reset()
@@ -285,6 +298,7 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
     valid = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     term = torch.zeros(2, 6, dtype=torch.bool)
     term[1, 2] = True
+
     def to_nbc(x):  # [B, N*C] -> [N, B, C]
         return x.view(2, 3, 2).permute(1, 0, 2)
 
@@ -296,6 +310,7 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
     valid2 = torch.tensor([[1, 1, 1, 1, 0, 0]], dtype=torch.bool)
     term2 = torch.zeros(1, 6, dtype=torch.bool)
     term2[0, 1] = True
+
     def to1(x):
         return x.view(1, 3, 2).permute(1, 0, 2)
 
@@ -357,7 +372,9 @@ def test_pipeline_stages_split_the_cores_between_their_workers():
         pytest.skip("LP_NUM_THREADS is set: workers keep the user's value")
     env = RenderThreadsReachEnv(num_envs=8, group_size=2, max_episode_steps=4, image_size=16, num_workers=1)
     module = RLModule(
-        env=env, policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False), algorithm=GRPO(),
+        env=env,
+        policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False),
+        algorithm=GRPO(),
         rollout=RolloutConfig(max_steps_per_rollout_epoch=4, pipeline_stage_num=2, show_progress=False),
     )
     module.setup("fit")

@@ -21,13 +21,27 @@ TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_a
 
 
 def _fit(
-    tmp_path: Path, strategy, algorithm: str = "GRPO", env_extra=None, rollout_extra=None, model_extra=None,
-    callbacks=(), trainer_extra=None,
+    tmp_path: Path,
+    strategy,
+    algorithm: str = "GRPO",
+    env_extra=None,
+    rollout_extra=None,
+    model_extra=None,
+    callbacks=(),
+    trainer_extra=None,
 ) -> list[dict]:
     policy = {**TINY_VLA, "init_args": {**TINY_VLA["init_args"], "add_value_head": algorithm != "GRPO"}}
     config = reach_config(
-        tmp_path, strategy, algorithm, policy, trials=TRIALS, env_extra=env_extra, rollout_extra=rollout_extra,
-        model_extra=model_extra, callbacks=list(callbacks), trainer_extra=trainer_extra,
+        tmp_path,
+        strategy,
+        algorithm,
+        policy,
+        trials=TRIALS,
+        env_extra=env_extra,
+        rollout_extra=rollout_extra,
+        model_extra=model_extra,
+        callbacks=list(callbacks),
+        trainer_extra=trainer_extra,
     )
     records = run_fit(tmp_path, config, pythonpath=(HERE,))  # HERE: grad_sync_probe
     check_ranks(records, TRIALS)
@@ -93,10 +107,14 @@ def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", [
-    {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
-    {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
-], ids=["deepspeed", "fsdp2"])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}},
+        {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"},
+    ],
+    ids=["deepspeed", "fsdp2"],
+)
 def test_sharded_strategies_train_under_bf16_mixed(tmp_path, strategy):
     """precision: bf16-mixed — DeepSpeed's bf16 mode (bf16 module, fp32 master weights; rlinf adds the
     autocast its plugin lacks for rollouts) and FSDP2's bf16 gathers (fp32 shards) both train."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf_core.distributed.strategies import DeepSpeedStrategy, FSDP2Strategy
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.distributed.fsdp_sharding import _meta_copy
 from rlinf_core.distributed.grad_accumulation import deepspeed_step
 from rlinf_core.distributed.rollout_mode import move_optimizer_state
-from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+from rlinf_core.distributed.strategies import DeepSpeedStrategy, FSDP2Strategy
 
 
 def _stepped_adam() -> torch.optim.Optimizer:
@@ -81,8 +81,8 @@ def test_deepspeed_step_freezes_actor_groups_during_critic_warmup():
 
 
 def test_fsdp_param_dtype_follows_trainer_precision():
-    from rlinf_core.distributed.strategies import FSDP2Strategy
     from rlinf_core.distributed.fsdp_sharding import fsdp_param_dtype
+    from rlinf_core.distributed.strategies import FSDP2Strategy
 
     assert fsdp_param_dtype(FSDP2Strategy(), "bf16-mixed") == "bfloat16"  # fp32 shards, bf16 gathers
     assert fsdp_param_dtype(FSDP2Strategy(), "32-true") is None
@@ -97,8 +97,11 @@ def test_deepspeed_clips_at_the_modules_clip_grad(user_config, want):
 
     from lightning.pytorch.plugins.precision import Precision
 
-    config = None if user_config is None else {
-        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, **user_config}
+    config = (
+        None
+        if user_config is None
+        else {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, **user_config}
+    )
     strategy = DeepSpeedStrategy(stage=2, config=config, precision_plugin=Precision())
     trainer = SimpleNamespace(accumulate_grad_batches=1, gradient_clip_val=None)
     strategy.connect(SimpleNamespace(optim_cfg=SimpleNamespace(clip_grad=0.5), trainer=trainer))  # Trainer._run's first

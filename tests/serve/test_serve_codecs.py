@@ -36,8 +36,7 @@ def test_reads_what_openpi_client_packs_and_openpi_client_reads_what_it_packs():
 
 
 def test_refuses_object_arrays_and_malformed_array_maps():
-    fake_object = openpi_msgpack.packb({"x": {b"__ndarray__": True, b"data": b"\0" * 8, b"dtype": "|O",
-                                              b"shape": [1]}})
+    fake_object = openpi_msgpack.packb({"x": {b"__ndarray__": True, b"data": b"\0" * 8, b"dtype": "|O", b"shape": [1]}})
     with pytest.raises(BadRequest, match="dtype object"):
         msgpack_loads(fake_object)
     short = openpi_msgpack.packb({"x": {b"__ndarray__": True, b"data": b"\0" * 3, b"dtype": "<f4", b"shape": [4]}})

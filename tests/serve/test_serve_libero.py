@@ -12,7 +12,6 @@ os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-conf
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
 from tests.serve.conftest import serving  # noqa: E402
 
 libero = pytest.importorskip("rlinf_env_libero")
@@ -25,8 +24,17 @@ TRIAL = (0, 3)  # LIBERO-Spatial task 0, trial 3
 
 def _env(reset_state_id: int | None = None):
     kw = {"reset_state_id_filter": [reset_state_id]} if reset_state_id is not None else {}
-    return libero.LiberoEnv(task_suite_name="libero_spatial", num_envs=1, is_eval=True, use_wrist_image=True,
-                            image_size=64, fast_render=True, settle_steps=2, max_episode_steps=16, **kw)
+    return libero.LiberoEnv(
+        task_suite_name="libero_spatial",
+        num_envs=1,
+        is_eval=True,
+        use_wrist_image=True,
+        image_size=64,
+        fast_render=True,
+        settle_steps=2,
+        max_episode_steps=16,
+        **kw,
+    )
 
 
 def test_libero_episode_through_the_server_equals_validate():

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.serve.conftest import libero_request, serving
 
 from rlinf_core.cli.main import main
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.serve.errors import BadRequest, ServeError
 from rlinf_core.serve.loading import LoadOptions, load_policy
 from rlinf_core.serve.mapping import PRESETS, load_mapping, to_observation
-from tests.serve.conftest import libero_request, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main())"]
@@ -33,21 +33,33 @@ WebsocketClientPolicy = pytest.importorskip(
 def reach_run(tmp_path_factory) -> Path:
     """A two-step GRPO run of the toy config: its version dir has config.yaml, checkpoints/last.ckpt and policy/."""
     out = tmp_path_factory.mktemp("runs")
-    main([
-        "fit", "--config", str(ROOT / "configs/toy/reach_grpo.yaml"), "--trainer.max_epochs=2",
-        "--trainer.check_val_every_n_epoch=100", f"--trainer.logger.init_args.save_dir={out}",
-        "--trainer.enable_progress_bar=false", "--model.init_args.rollout.show_progress=false",
-        "--model.init_args.env.init_args.num_envs=8", "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
-        "--model.init_args.env.init_args.max_episode_steps=4", "--model.init_args.global_batch_size=16",
-        "--model.init_args.micro_batch_size=16",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/toy/reach_grpo.yaml"),
+            "--trainer.max_epochs=2",
+            "--trainer.check_val_every_n_epoch=100",
+            f"--trainer.logger.init_args.save_dir={out}",
+            "--trainer.enable_progress_bar=false",
+            "--model.init_args.rollout.show_progress=false",
+            "--model.init_args.env.init_args.num_envs=8",
+            "--model.init_args.rollout.max_steps_per_rollout_epoch=4",
+            "--model.init_args.env.init_args.max_episode_steps=4",
+            "--model.init_args.global_batch_size=16",
+            "--model.init_args.micro_batch_size=16",
+        ]
+    )
     return next(out.glob("reach_grpo/version_*"))
 
 
 def _reach_obs(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    return {"image": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), "instruction": "reach the goal",
-            "state": rng.standard_normal(4).astype(np.float32)}
+    return {
+        "image": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+        "instruction": "reach the goal",
+        "state": rng.standard_normal(4).astype(np.float32),
+    }
 
 
 def test_run_checkpoint_and_export_load_the_trained_weights(reach_run):
@@ -73,12 +85,18 @@ def test_a_run_checkpoint_served_over_rest_equals_the_export(reach_run):
     exported = TinyVLAPolicy.from_pretrained(reach_run / "policy").eval()
     payload = _reach_obs(1)
     with serving(reach_run / "checkpoints" / "last.ckpt", "openvla", "--mapping", "openvla-oft") as server:
-        body = json_numpy.dumps({"full_image": payload["image"], "instruction": payload["instruction"],
-                                 "state": payload["state"]})
+        body = json_numpy.dumps(
+            {"full_image": payload["image"], "instruction": payload["instruction"], "state": payload["state"]}
+        )
         response = requests.post(f"http://127.0.0.1:{server.port}/act", data=body, timeout=60)
-    want = exported.act(Observation(main_images=torch.from_numpy(payload["image"])[None],
-                                    task_descriptions=[payload["instruction"]],
-                                    states=torch.from_numpy(payload["state"])[None]), do_sample=False)
+    want = exported.act(
+        Observation(
+            main_images=torch.from_numpy(payload["image"])[None],
+            task_descriptions=[payload["instruction"]],
+            states=torch.from_numpy(payload["state"])[None],
+        ),
+        do_sample=False,
+    )
     np.testing.assert_array_equal(json_numpy.loads(response.text), want.actions[0].numpy())
 
 
@@ -101,27 +119,37 @@ def test_bad_settings_fail_in_one_line(reach_run, toy_export, tmp_path):
 
 def test_aloha_preset_and_a_yaml_mapping(tmp_path):
     rng = np.random.default_rng(0)
-    cams = {k: rng.integers(0, 256, (3, 24, 32), dtype=np.uint8) for k in ("cam_high", "cam_low", "cam_left_wrist",
-                                                                          "cam_right_wrist")}
+    cams = {
+        k: rng.integers(0, 256, (3, 24, 32), dtype=np.uint8)
+        for k in ("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist")
+    }
     aloha = {"images": cams, "state": np.zeros(14, np.float32), "prompt": "fold the towel"}
     obs = to_observation(aloha, PRESETS["aloha"])  # openpi's ALOHA client: CHW images nested under "images"
     assert torch.equal(obs.main_images[0], torch.from_numpy(cams["cam_high"]).permute(1, 2, 0))
     assert obs.wrist_images.shape == (1, 2, 24, 32, 3) and obs.states.shape == (1, 14)
     assert torch.equal(obs.wrist_images[0, 1], torch.from_numpy(cams["cam_right_wrist"]).permute(1, 2, 0))
 
-    droid = {"observation/exterior_image_1_left": cams["cam_high"].transpose(1, 2, 0).copy(),
-             "observation/wrist_image_left": cams["cam_low"].transpose(1, 2, 0).copy(),
-             "observation/joint_position": np.arange(7, dtype=np.float64), "observation/gripper_position": np.ones(1),
-             "prompt": "put the marker in the cup"}  # openpi: examples/droid/main.py:119-127
+    droid = {
+        "observation/exterior_image_1_left": cams["cam_high"].transpose(1, 2, 0).copy(),
+        "observation/wrist_image_left": cams["cam_low"].transpose(1, 2, 0).copy(),
+        "observation/joint_position": np.arange(7, dtype=np.float64),
+        "observation/gripper_position": np.ones(1),
+        "prompt": "put the marker in the cup",
+    }  # openpi: examples/droid/main.py:119-127
     obs = to_observation(droid, PRESETS["droid"])
     assert obs.states[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 1] and obs.wrist_images.shape == (1, 24, 32, 3)
 
     spec = tmp_path / "kuka.yaml"
-    spec.write_text("image: cams.front\nwrist_images: cams.hand\nstate: [q, gripper]\nprompt: task\n"
-                    "image_size: 24x32\nstate_dim: 8\ndefault_prompt: stack the cubes\n")
+    spec.write_text(
+        "image: cams.front\nwrist_images: cams.hand\nstate: [q, gripper]\nprompt: task\n"
+        "image_size: 24x32\nstate_dim: 8\ndefault_prompt: stack the cubes\n"
+    )
     mapping = load_mapping(str(spec))
-    kuka = {"cams": {"front": cams["cam_low"].transpose(1, 2, 0), "hand": cams["cam_low"].transpose(1, 2, 0)},
-            "q": np.arange(7, dtype=np.float64), "gripper": np.float32(0.5)}
+    kuka = {
+        "cams": {"front": cams["cam_low"].transpose(1, 2, 0), "hand": cams["cam_low"].transpose(1, 2, 0)},
+        "q": np.arange(7, dtype=np.float64),
+        "gripper": np.float32(0.5),
+    }
     obs = to_observation(kuka, mapping)
     assert obs.task_descriptions == ["stack the cubes"] and obs.states.dtype == torch.float32
     assert obs.states[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 0.5]
@@ -135,16 +163,20 @@ def test_aloha_preset_and_a_yaml_mapping(tmp_path):
 
 
 def test_rlinf_serve_command_serves_until_stopped(toy_export):
-    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
-
     import socket
+
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*RLINF, "serve", "--policy", str(toy_export),
-                             "--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*RLINF, "serve", "--policy", str(toy_export), "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -165,9 +197,11 @@ def test_rlinf_serve_command_serves_until_stopped(toy_export):
         _, err = proc.communicate(timeout=60)
     assert "TinyVLAPolicy (export" in err and "greedy" in err
     # docs/serving.md shows the lines it prints when ready, and what it prints per connection
-    ready = [r"rlinf serve: \w+ \(export \S+\), openpi protocol on [\d.]+:\d+, mapping libero, actions \[\d+, \d+\], "
-             r"greedy; reachable from this machine only \(--host 0\.0\.0\.0 to serve the network; add --api-key\)",
-             r"rlinf serve: server listening on [\d.]+:\d+"]
+    ready = [
+        r"rlinf serve: \w+ \(export \S+\), openpi protocol on [\d.]+:\d+, mapping libero, actions \[\d+, \d+\], "
+        r"greedy; reachable from this machine only \(--host 0\.0\.0\.0 to serve the network; add --api-key\)",
+        r"rlinf serve: server listening on [\d.]+:\d+",
+    ]
     doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
     shown = re.search(r"When it is ready the server prints (\w+) lines.*?```text\n(.*?)```", doc, re.S)
     assert shown and shown.group(1) == "two" and len(shown.group(2).splitlines()) == len(ready)
@@ -175,8 +209,13 @@ def test_rlinf_serve_command_serves_until_stopped(toy_export):
         assert re.fullmatch(pattern, doc_line) and re.fullmatch(pattern, line), (doc_line, line)
     assert "connection open" in err and "connection from ('127.0.0.1'," in err
 
-    bad = subprocess.run([*RLINF, "serve", "--policy", str(toy_export),
-                          "--chunk", "0"], env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*RLINF, "serve", "--policy", str(toy_export), "--chunk", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("rlinf serve: error: --max-batch")
 
 
@@ -189,7 +228,17 @@ def test_a_busy_port_is_a_one_line_error(toy_export, protocol, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        code = serve_command(["--policy", str(toy_export), "--protocol", protocol, "--host", "127.0.0.1",
-                              "--port", str(busy.getsockname()[1])])
+        code = serve_command(
+            [
+                "--policy",
+                str(toy_export),
+                "--protocol",
+                protocol,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(busy.getsockname()[1]),
+            ]
+        )
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf serve: error: cannot listen on 127.0.0.1")

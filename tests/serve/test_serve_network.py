@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from tests.serve.conftest import libero_request, serving
 
 from rlinf_core.serve.errors import ServeError
 from rlinf_core.serve.loading import LoadOptions, load_policy
-from tests.serve.conftest import libero_request, serving
 
 requests = pytest.importorskip("requests")
 json_numpy = pytest.importorskip("json_numpy")
@@ -106,16 +106,21 @@ def test_the_api_key_is_checked_on_both_protocols_as_the_clients_send_it(toy_exp
         assert requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10).text == "OK\n"
 
     monkeypatch.setenv("RLINF_SERVE_API_KEY", "from-env")
-    payload = json_numpy.dumps({"image": np.zeros((64, 64, 3), np.uint8), "instruction": "go",
-                                "state": np.zeros(8, np.float32)})
+    payload = json_numpy.dumps(
+        {"image": np.zeros((64, 64, 3), np.uint8), "instruction": "go", "state": np.zeros(8, np.float32)}
+    )
     with serving(toy_export, "openvla", "--mapping", "openvla-oft") as server:
         url = f"http://127.0.0.1:{server.port}/act"
         for headers in ({}, {"Authorization": "Api-Key nope"}):
             response = requests.post(url, data=payload.replace('"image"', '"full_image"'), headers=headers, timeout=30)
             assert response.status_code == 401 and "Api-Key" in response.json()["error"]
         for scheme in ("Api-Key", "Bearer"):
-            response = requests.post(url, data=payload.replace('"image"', '"full_image"'),
-                                     headers={"Authorization": f"{scheme} from-env"}, timeout=30)
+            response = requests.post(
+                url,
+                data=payload.replace('"image"', '"full_image"'),
+                headers={"Authorization": f"{scheme} from-env"},
+                timeout=30,
+            )
             assert response.status_code == 200 and json_numpy.loads(response.text).shape == (4, 3)
 
 
@@ -131,8 +136,11 @@ def test_every_bad_rest_request_gets_a_short_json_answer(toy_export):
         (_deep(100_000), 400, "nested"),
         (json.dumps({"full_image": {**arr, "__numpy__": "", "shape": []}, "instruction": "go"}), 400, "json-numpy"),
         (json.dumps({"full_image": {**arr, "shape": [-8]}, "instruction": "go"}), 400, "shape"),
-        (json_numpy.dumps({"full_image": image, "instruction": "go", "unnorm_key": np.zeros(3)}), 400,
-         "unnorm_key must be a string"),
+        (
+            json_numpy.dumps({"full_image": image, "instruction": "go", "unnorm_key": np.zeros(3)}),
+            400,
+            "unnorm_key must be a string",
+        ),
         (json_numpy.dumps({"full_image": image, "instruction": "go", "unnorm_key": "k" * 100_000}), 400, "unnorm_key"),
         (json.dumps({f"key{i}": 0 for i in range(20_000)}), 400, "missing key"),
     ]
@@ -205,7 +213,7 @@ def test_idle_sockets_and_a_lying_content_length_are_closed(toy_export):
         server.limits = replace(server.limits, idle_timeout_s=0.5)
         idle = socket.create_connection(("127.0.0.1", server.port), timeout=5)
         liar = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-        liar.sendall(b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"image\": ")
+        liar.sendall(b'POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"image": ')
         t0 = time.monotonic()
         assert _read_all(idle) == b""  # closed by the server, no request ever sent
         reply = _read_all(liar)

@@ -8,7 +8,6 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
-
 from tests.serve.conftest import libero_observation, libero_request, serving
 
 WebsocketClientPolicy = pytest.importorskip(

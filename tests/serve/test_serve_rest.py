@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from tests.serve.conftest import serving
 
 from rlinf_core.contracts.observation import Observation
-from tests.serve.conftest import serving
 
 requests = pytest.importorskip("requests")
 json_numpy = pytest.importorskip("json_numpy")
@@ -40,8 +40,12 @@ def test_openvla_rest_client_gets_the_greedy_action(monkeypatch):
             response = _post(server.port, payload)
             assert response.status_code == 200, response.text
             action = response.json()
-            want = reference.act(Observation(main_images=torch.from_numpy(payload["image"])[None],
-                                             task_descriptions=[payload["instruction"]]), do_sample=False)
+            want = reference.act(
+                Observation(
+                    main_images=torch.from_numpy(payload["image"])[None], task_descriptions=[payload["instruction"]]
+                ),
+                do_sample=False,
+            )
             assert isinstance(action, np.ndarray) and action.shape == (7,)
             np.testing.assert_array_equal(action, want.actions[0, 0].numpy())
             timing = response.headers["Server-Timing"]
@@ -60,15 +64,18 @@ def test_double_encoded_requests_and_chunks_of_an_oft_payload():
         response = _post(server.port, {"encoded": json_numpy.dumps(payload)})  # deploy.py:93-96, no patch needed
     assert response.status_code == 200, response.text
     actions = json_numpy.loads(response.json())
-    want = reference.act(Observation(main_images=torch.from_numpy(payload["full_image"])[None],
-                                     task_descriptions=[payload["instruction"]]), do_sample=False)
+    want = reference.act(
+        Observation(
+            main_images=torch.from_numpy(payload["full_image"])[None], task_descriptions=[payload["instruction"]]
+        ),
+        do_sample=False,
+    )
     assert actions.shape == (4, 7)
     np.testing.assert_array_equal(actions, want.actions[0].numpy())
 
 
 def test_bad_rest_requests_get_400_and_the_server_keeps_serving(toy_export):
-    good = json_numpy.dumps({"image": _payload(0)["image"], "instruction": "go",
-                             "state": np.zeros(8, np.float32)})
+    good = json_numpy.dumps({"image": _payload(0)["image"], "instruction": "go", "state": np.zeros(8, np.float32)})
     with serving(toy_export, "openvla", "--mapping", "openvla-oft", "--image-size", "64") as server:
         url = f"http://127.0.0.1:{server.port}"
 
@@ -79,8 +86,12 @@ def test_bad_rest_requests_get_400_and_the_server_keeps_serving(toy_export):
             (json_numpy.dumps({"instruction": "go"}), "missing key 'full_image'"),
             (json_numpy.dumps({"full_image": np.zeros((64, 64), np.uint8), "instruction": "go"}), "uint8 [H, W, 3]"),
             (json_numpy.dumps({"full_image": np.zeros((60, 64, 3), np.uint8), "instruction": "go"}), "is 60x64"),
-            (json_numpy.dumps({"full_image": np.zeros((64, 64, 3), np.uint8), "instruction": "go",
-                               "unnorm_key": "bridge_orig"}), "this server un-normalises with None"),
+            (
+                json_numpy.dumps(
+                    {"full_image": np.zeros((64, 64, 3), np.uint8), "instruction": "go", "unnorm_key": "bridge_orig"}
+                ),
+                "this server un-normalises with None",
+            ),
             (b'{"full_image": 1, "instruction": "\xff"}', "not UTF-8"),
             ("{not json", "not json-numpy JSON"),
             (json.dumps({"encoded": 5}), "double-encoded"),

@@ -7,11 +7,11 @@ import threading
 
 import numpy as np
 import torch
+from tests.serve.conftest import libero_request
 
 from rlinf_core.serve.loading import LoadOptions, load_policy
 from rlinf_core.serve.mapping import PRESETS, to_observation
 from rlinf_core.serve.runner import InferenceSettings, PolicyFailure, PolicyRunner
-from tests.serve.conftest import libero_request
 
 
 def _held_runner(toy_export, max_batch: int):

@@ -56,11 +56,24 @@ def _statistics():
     rng = np.random.default_rng(0)
     low = -1 + 0.1 * rng.random(7)
     high = 1 - 0.1 * rng.random(7)
-    action = {"mean": np.zeros(7), "std": np.full(7, 0.5), "max": np.ones(7), "min": -np.ones(7), "q01": low,
-              "q99": high, "mask": [True] * 6 + [False]}
+    action = {
+        "mean": np.zeros(7),
+        "std": np.full(7, 0.5),
+        "max": np.ones(7),
+        "min": -np.ones(7),
+        "q01": low,
+        "q99": high,
+        "mask": [True] * 6 + [False],
+    }
     proprio = {k: np.zeros(7) for k in ("mean", "std", "max", "min", "q01", "q99")}
-    return {UNNORM_KEY: {"action": action, "proprio": proprio, "num_transitions": np.array(1000),
-                         "num_trajectories": np.array(20)}}
+    return {
+        UNNORM_KEY: {
+            "action": action,
+            "proprio": proprio,
+            "num_transitions": np.array(1000),
+            "num_trajectories": np.array(20),
+        }
+    }
 
 
 def _save_dataset_statistics(openvla: Path, stats, run_dir: Path) -> None:
@@ -107,12 +120,21 @@ def save(openvla: Path) -> None:
     dino = {**SIZES, "num_reg_tokens": 4, "class_token": True, "layer_scale": True}
     siglip = {**SIZES, "class_token": False, "attn_pool": True}
     config = OpenVLAConfig(
-        vision_backbone_id="dinosiglip-vit-so-224px", llm_backbone_id="llama2-7b-pure",
-        arch_specifier="no-align+fused-gelu-mlp", image_resize_strategy="resize-naive",
-        text_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "vocab_size": LLAMA_VOCAB},
+        vision_backbone_id="dinosiglip-vit-so-224px",
+        llm_backbone_id="llama2-7b-pure",
+        arch_specifier="no-align+fused-gelu-mlp",
+        image_resize_strategy="resize-naive",
+        text_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "vocab_size": LLAMA_VOCAB,
+        },
         norm_stats={k: {"action": v["action"], "proprio": v["proprio"]} for k, v in plain.items()},
-        n_action_bins=N_BINS, timm_model_configs=[dino, siglip],
+        n_action_bins=N_BINS,
+        timm_model_configs=[dino, siglip],
     )
     # convert_openvla_weights_to_hf.py: the tokenizer with <PAD>, the text config patched the same way
     tokenizer = AutoTokenizer.from_pretrained(str(OUT), model_max_length=config.llm_max_length, padding_side="right")
@@ -124,16 +146,25 @@ def save(openvla: Path) -> None:
     config.text_config.torch_dtype = torch.bfloat16
     input_sizes, interpolations, means, stds = [], [], [], []
     for idx, timm_id in enumerate(config.timm_model_ids):
-        tower = timm.create_model(timm_id, pretrained=False, num_classes=0, img_size=config.image_sizes[idx],
-                                  act_layer=config.timm_override_act_layers[idx])
+        tower = timm.create_model(
+            timm_id,
+            pretrained=False,
+            num_classes=0,
+            img_size=config.image_sizes[idx],
+            act_layer=config.timm_override_act_layers[idx],
+        )
         data_cfg = timm.data.resolve_model_data_config(tower)
         input_sizes.append((3, config.image_sizes[idx], config.image_sizes[idx]))
         interpolations.append(data_cfg["interpolation"])
         means.append(data_cfg["mean"])
         stds.append(data_cfg["std"])
     image_processor = PrismaticImageProcessor(
-        use_fused_vision_backbone=config.use_fused_vision_backbone, image_resize_strategy=config.image_resize_strategy,
-        input_sizes=input_sizes, interpolations=interpolations, means=means, stds=stds,
+        use_fused_vision_backbone=config.use_fused_vision_backbone,
+        image_resize_strategy=config.image_resize_strategy,
+        input_sizes=input_sizes,
+        interpolations=interpolations,
+        means=means,
+        stds=stds,
     )
     processor = PrismaticProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
@@ -143,8 +174,8 @@ def save(openvla: Path) -> None:
         head = model.language_model.lm_head.weight
         first_action = model.vocab_size - N_BINS
         head[:first_action].zero_()
-        head[model.vocab_size:].zero_()
-        head[first_action:model.vocab_size].normal_(0, 2.0)
+        head[model.vocab_size :].zero_()
+        head[first_action : model.vocab_size].normal_(0, 2.0)
     model.to(torch.bfloat16)
     # the script's hub-upload step, which gives the published files their auto_map entries
     OpenVLAConfig.register_for_auto_class()
@@ -158,8 +189,9 @@ def save(openvla: Path) -> None:
 
     # the reference: upstream's processor and predict_action on the saved directory, in float32
     model = OpenVLAForActionPrediction.from_pretrained(str(OUT), torch_dtype=torch.float32).eval()
-    processor = PrismaticProcessor(PrismaticImageProcessor.from_pretrained(str(OUT)),
-                                   AutoTokenizer.from_pretrained(str(OUT)))
+    processor = PrismaticProcessor(
+        PrismaticImageProcessor.from_pretrained(str(OUT)), AutoTokenizer.from_pretrained(str(OUT))
+    )
     rng = np.random.default_rng(1)
     pixels = (np.linspace(0, 255, 96)[None, :, None] + rng.integers(-40, 41, (80, 96, 3))).clip(0, 255)
     Image.fromarray(pixels.astype(np.uint8)).save(OUT / "reference_image.png")
@@ -170,7 +202,9 @@ def save(openvla: Path) -> None:
         actions = model.predict_action(**inputs, unnorm_key=UNNORM_KEY, do_sample=False)
     pv = inputs["pixel_values"][0]
     reference = {
-        "task": TASK, "unnorm_key": UNNORM_KEY, "image": "reference_image.png",
+        "task": TASK,
+        "unnorm_key": UNNORM_KEY,
+        "image": "reference_image.png",
         "input_ids": inputs["input_ids"][0].tolist(),
         "pixel_values_strided": pv[:, ::16, ::16].tolist(),  # [6, 14, 14] of the [6, 224, 224] pixel values
         "actions": np.asarray(actions).tolist(),

@@ -47,8 +47,13 @@ def main(rlinf: Path) -> None:
     source = HERE / "openpi_pi0"
     model, _ = load_model(source)
     torch.manual_seed(0)
-    head = value_head.ValueHead(input_dim=model.config.expert_width, hidden_sizes=(512, 256, 128), output_dim=1,
-                                activation="relu", bias_last=True)
+    head = value_head.ValueHead(
+        input_dim=model.config.expert_width,
+        hidden_sizes=(512, 256, 128),
+        output_dim=1,
+        activation="relu",
+        bias_last=True,
+    )
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     state.update({f"value_head.{k}": v.detach().clone() for k, v in head.state_dict().items()})
     out = HERE / "rlinf_pi0_export"

@@ -46,8 +46,11 @@ def test_serve_loads_openpi_checkpoints_with_the_tie_and_openpi_statistics(name)
         for field in ("mean", "std", "q01", "q99"):
             assert torch.allclose(getattr(ours, field), torch.tensor(stats[key][field]))
     gen = torch.Generator().manual_seed(0)
-    obs = Observation(main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
-                      task_descriptions=["press the button"] * 2, states=torch.randn(2, 4, generator=gen))
+    obs = Observation(
+        main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
+        task_descriptions=["press the button"] * 2,
+        states=torch.randn(2, 4, generator=gen),
+    )
     out = policy.act(obs, do_sample=False)
     assert out.actions.shape == (2, 5, 4) and torch.isfinite(out.actions).all()
 
@@ -61,13 +64,20 @@ def test_rlinf_validate_runs_on_openpi_checkpoint_as_yaml_model_path(tmp_path):
     os.environ.setdefault("MUJOCO_GL", "egl")
     ev = "--model.init_args.eval_env.init_args."
     try:
-        main([
-            "validate", "--config", str(ROOT / "configs" / "metaworld" / "mt50_ppo_openpi_cpu_smoke.yaml"),
-            f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
-            f"--model.init_args.policy.init_args.model_path={HERE / 'openpi_pi0'}",
-            "--model.init_args.rollout.show_progress=false",
-            f"{ev}max_episode_steps=5", f"{ev}trials_per_task=1", f"{ev}num_envs=1",
-        ])
+        main(
+            [
+                "validate",
+                "--config",
+                str(ROOT / "configs" / "metaworld" / "mt50_ppo_openpi_cpu_smoke.yaml"),
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                f"--trainer.default_root_dir={tmp_path}",
+                f"--model.init_args.policy.init_args.model_path={HERE / 'openpi_pi0'}",
+                "--model.init_args.rollout.show_progress=false",
+                f"{ev}max_episode_steps=5",
+                f"{ev}trials_per_task=1",
+                f"{ev}num_envs=1",
+            ]
+        )
     except SystemExit as exc:  # LightningCLI exits 0 after validate
         assert exc.code in (0, None)
     (result,) = tmp_path.rglob("eval_epoch0.json")
@@ -86,17 +96,24 @@ def test_rlinf_v03_export_of_pi0_loads_as_the_model_it_exported():
     export = HERE / "rlinf_pi0_export"
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(OpenPIPolicy, "policy")
-    args = [f"--policy.model_path={export}", f"--policy.inputs.tokenizer_path={HERE / 'openpi_pi0'}"
-            "/paligemma_tokenizer.model", "--policy.num_steps=3"]
+    args = [
+        f"--policy.model_path={export}",
+        f"--policy.inputs.tokenizer_path={HERE / 'openpi_pi0'}/paligemma_tokenizer.model",
+        "--policy.num_steps=3",
+    ]
     policy = parser.instantiate(parser.parse_args(args)).policy
     assert policy.has_value_head
     weights = load_file(str(export / "model-00001-of-00001.safetensors"))
     head = policy.openpi.value_head.state_dict()
-    assert all(torch.equal(head[k.removeprefix("value_head.")], v) for k, v in weights.items()
-               if k.startswith("value_head."))
+    assert all(
+        torch.equal(head[k.removeprefix("value_head.")], v) for k, v in weights.items() if k.startswith("value_head.")
+    )
     original = OpenPIPolicy(model_path=str(HERE / "openpi_pi0"), num_steps=3)
     gen = torch.Generator().manual_seed(0)
-    obs = Observation(main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
-                      task_descriptions=["press the button"] * 2, states=torch.randn(2, 4, generator=gen))
+    obs = Observation(
+        main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
+        task_descriptions=["press the button"] * 2,
+        states=torch.randn(2, 4, generator=gen),
+    )
     assert torch.equal(policy.act(obs, do_sample=False).actions, original.act(obs, do_sample=False).actions)
     assert torch.isfinite(policy.value(obs)).all()

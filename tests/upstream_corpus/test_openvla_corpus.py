@@ -59,9 +59,16 @@ def test_openvla_hf_pixels_equal_upstream_processor(routes):
     spec = policy.spec
 
     def pixels(resize):
-        return pixel_values([_obs().main_images], spec.vision[0].image_size, spec.image_means, spec.image_stds,
-                            crop=False, resize=resize, strategy=spec.image_resize_strategy,
-                            fill=spec.letterbox_fill)[0][:, ::16, ::16]
+        return pixel_values(
+            [_obs().main_images],
+            spec.vision[0].image_size,
+            spec.image_means,
+            spec.image_stds,
+            crop=False,
+            resize=resize,
+            strategy=spec.image_resize_strategy,
+            fill=spec.letterbox_fill,
+        )[0][:, ::16, ::16]
 
     reference = torch.tensor(REF["pixel_values_strided"])
     assert torch.equal(pixels(policy.image_resize), reference)

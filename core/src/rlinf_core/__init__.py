@@ -5,8 +5,8 @@ The names below are what plugins import (see docs/plugins.md, "Where plugins imp
 that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point module stay fast.
 """
 
-from rlinf_core.plugins.hookspecs import hookimpl  # noqa: F401 - public (in __all__)
 from rlinf_core.foundation.lazy import lazy_getattr
+from rlinf_core.plugins.hookspecs import hookimpl  # noqa: F401 - public (in __all__)
 
 # public name -> module that defines it
 _LAZY = {

@@ -18,14 +18,27 @@ def test_libero_130_rl_eval_config_runs_two_sampled_passes(tmp_path):
     model = make_tiny(tmp_path / "tiny-oft", kind="oft", norm_keys=["libero_130_no_noops_trajall"], action_dim=7)
     ev = "--model.init_args.eval_env.init_args."
     try:
-        main([
-            "validate", "--config", str(CONFIG), "--trainer.accelerator=cpu", "--trainer.devices=1",
-            "--trainer.precision=32", f"--trainer.logger.init_args.save_dir={tmp_path}",
-            f"--trainer.default_root_dir={tmp_path}", f"--model.init_args.policy.init_args.model_path={model}",
-            "--model.init_args.policy.init_args.precision=fp32", "--model.init_args.rollout.show_progress=false",
-            f"{ev}max_episode_steps=8", f"{ev}trials_per_task=1", f"{ev}task_id_filter=[0]", f"{ev}image_size=32",
-            f"{ev}fast_render=true", f"{ev}num_envs=2",
-        ])
+        main(
+            [
+                "validate",
+                "--config",
+                str(CONFIG),
+                "--trainer.accelerator=cpu",
+                "--trainer.devices=1",
+                "--trainer.precision=32",
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                f"--trainer.default_root_dir={tmp_path}",
+                f"--model.init_args.policy.init_args.model_path={model}",
+                "--model.init_args.policy.init_args.precision=fp32",
+                "--model.init_args.rollout.show_progress=false",
+                f"{ev}max_episode_steps=8",
+                f"{ev}trials_per_task=1",
+                f"{ev}task_id_filter=[0]",
+                f"{ev}image_size=32",
+                f"{ev}fast_render=true",
+                f"{ev}num_envs=2",
+            ]
+        )
     except SystemExit as exc:  # LightningCLI exits 0 after validate
         assert exc.code in (0, None)
     finally:

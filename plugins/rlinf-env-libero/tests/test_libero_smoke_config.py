@@ -9,8 +9,8 @@ os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-conf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 from rlinf_core.cli.main import main  # noqa: E402
-from rlinf_policy_openvla.make_tiny import make_tiny  # noqa: E402
 from rlinf_env_libero import clear_sim_cache  # noqa: E402
+from rlinf_policy_openvla.make_tiny import make_tiny  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "libero" / "spatial_cpu_smoke.yaml"
 
@@ -18,10 +18,16 @@ CONFIG = Path(__file__).resolve().parents[3] / "configs" / "libero" / "spatial_c
 def test_spatial_cpu_smoke_config_runs(tmp_path):
     model = make_tiny(tmp_path / "tiny-oft", kind="oft", norm_keys=["libero_spatial_no_noops"], action_dim=7)
     try:
-        main([
-            "fit", "--config", str(CONFIG), f"--trainer.logger.init_args.save_dir={tmp_path}",
-            f"--trainer.default_root_dir={tmp_path}", f"--model.init_args.policy.init_args.model_path={model}",
-        ])
+        main(
+            [
+                "fit",
+                "--config",
+                str(CONFIG),
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                f"--trainer.default_root_dir={tmp_path}",
+                f"--model.init_args.policy.init_args.model_path={model}",
+            ]
+        )
     finally:
         clear_sim_cache()
     (events,) = tmp_path.glob("libero_spatial_cpu_smoke/*/events.out.tfevents.*")

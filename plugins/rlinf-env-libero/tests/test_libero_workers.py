@@ -13,10 +13,21 @@ from rlinf_env_libero import LiberoEnv  # noqa: E402
 
 
 def test_runs_in_worker_processes_and_reports_simulator_errors():
-    env = vectorize(LiberoEnv(
-        num_envs=2, num_workers=2, image_size=32, fast_render=True, settle_steps=1, task_id_filter=[0],
-        trials_per_task=2, is_eval=True, auto_reset=True, ignore_terminations=True, max_episode_steps=4,
-    ))
+    env = vectorize(
+        LiberoEnv(
+            num_envs=2,
+            num_workers=2,
+            image_size=32,
+            fast_render=True,
+            settle_steps=1,
+            task_id_filter=[0],
+            trials_per_task=2,
+            is_eval=True,
+            auto_reset=True,
+            ignore_terminations=True,
+            max_episode_steps=4,
+        )
+    )
     try:
         obs = env.reset()
         assert obs.main_images.shape == (2, 32, 32, 3) and obs.main_images.float().std() > 0

@@ -308,8 +308,14 @@ def test_reset_with_episode_id_places_every_group_member_in_the_id_s_scene(monke
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # task_modules: [episode_id_task]
     from episode_id_task import cube_xy
 
-    kwargs = dict(SMALL, tasks=["EpisodeIdPickCube-v1"], task_modules=["episode_id_task"], trials_per_task=16,
-                  instructions={"EpisodeIdPickCube-v1": "pick up the cube"}, num_envs=2)
+    kwargs = dict(
+        SMALL,
+        tasks=["EpisodeIdPickCube-v1"],
+        task_modules=["episode_id_task"],
+        trials_per_task=16,
+        instructions={"EpisodeIdPickCube-v1": "pick up the cube"},
+        num_envs=2,
+    )
 
     def cubes(env):
         return torch.stack([env._sim_of(slot, 0)[0].u.cube.pose.p[0, :2].cpu() for slot in range(env.num_envs)])
@@ -357,8 +363,13 @@ def test_images_come_through_the_task_s_own_observation_path(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     from overlay_task import OVERLAY
 
-    env = ManiSkillEnv(num_envs=1, tasks=["OverlayPickCube-v1"], task_modules=["overlay_task"],
-                       instructions={"OverlayPickCube-v1": "pick"}, **{**SMALL, "image_size": 64})
+    env = ManiSkillEnv(
+        num_envs=1,
+        tasks=["OverlayPickCube-v1"],
+        task_modules=["overlay_task"],
+        instructions={"OverlayPickCube-v1": "pick"},
+        **{**SMALL, "image_size": 64},
+    )
     try:
         for step in range(2):
             obs = env.reset(np.array([1])) if step == 0 else env.chunk_step(torch.zeros(1, 1, 7)).obs

@@ -42,7 +42,9 @@ def test_installer_rejects_unknown_options_and_documents_itself():
 def test_installer_refuses_unsupported_distributions(tmp_path):
     out = subprocess.run(
         ["bash", str(SCRIPT), str(tmp_path / "lvp")],
-        capture_output=True, text=True, env={**os.environ, "RLINF_DEBIAN_SUITE": "jammy"},
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RLINF_DEBIAN_SUITE": "jammy"},
     )
     assert out.returncode == 1
     assert "unsupported distribution 'jammy'" in out.stderr and "\n" not in out.stderr.strip()
@@ -50,8 +52,13 @@ def test_installer_refuses_unsupported_distributions(tmp_path):
 
 @needs_install
 def test_rerunning_the_installer_keeps_the_install():
-    out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "RLINF_LAVAPIPE_DIR": str(lavapipe.default_dir())})
+    out = subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLINF_LAVAPIPE_DIR": str(lavapipe.default_dir())},
+    )
     assert out.returncode == 0 and "already installed" in out.stdout
     icd = json.loads((lavapipe.default_dir() / "lvp_icd.json").read_text())
     assert Path(icd["ICD"]["library_path"]).is_file()
@@ -76,7 +83,8 @@ def test_child_processes_inherit_the_private_driver():
     d = lavapipe.default_dir()
     out = _run_python(
         "from rlinf_env_maniskill import lavapipe; print(lavapipe.configure())",
-        VK_ICD_FILENAMES=str(d / "lvp_icd.json"), RLINF_LAVAPIPE_ACTIVE=str(d),
+        VK_ICD_FILENAMES=str(d / "lvp_icd.json"),
+        RLINF_LAVAPIPE_ACTIVE=str(d),
     )
     assert out.stdout.strip() == "lavapipe", out.stderr[-2000:]
 
@@ -117,7 +125,10 @@ def test_installer_uses_the_machines_apt_sources_and_a_failed_download_leaves_no
     (etc / "sources.list").write_text("deb http://127.0.0.1:9/debian bookworm main\n")
     target = tmp_path / "lvp"
     out = subprocess.run(
-        ["bash", str(SCRIPT), str(target)], capture_output=True, text=True, timeout=300,
+        ["bash", str(SCRIPT), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "RLINF_APT_ETC": str(etc), "RLINF_DEBIAN_SUITE": "bookworm"},
     )
     assert out.returncode != 0 and "error: apt-get" in out.stderr

@@ -37,17 +37,30 @@ def test_ood_eval_config_writes_vision_semantic_position_average(tmp_path, capsy
     ev = "--model.init_args.eval_env.init_args."
     make = json.dumps({"obj_set": "test", "asset_dir": str(assets.asset_dir), "bridge_dir": str(assets.bridge_dir)})
     try:
-        main([
-            "validate", "--config", str(shipped), "--trainer.accelerator=cpu", "--trainer.devices=1",
-            "--trainer.precision=32", f"--trainer.logger.init_args.save_dir={tmp_path}",
-            f"--trainer.default_root_dir={tmp_path}", f"--model.init_args.policy.init_args.model_path={model}",
-            "--model.init_args.policy.init_args.precision=fp32",
-            "--model.init_args.policy.init_args.inputs.max_prompt_length=64",  # the tiny tokenizer splits finer
-            "--model.init_args.rollout.show_progress=false", "--model.init_args.env.init_args.sim_backend=cpu",
-            f"{ev}tasks={json.dumps(TASKS)}", f"{ev}make_kwargs={make}", f"{ev}sim_backend=cpu",
-            f"{ev}trials_per_task=1", f"{ev}num_envs=3", f"{ev}max_episode_steps=2",
-            f"{ev}video_cfg={{save_video: false}}",
-        ])
+        main(
+            [
+                "validate",
+                "--config",
+                str(shipped),
+                "--trainer.accelerator=cpu",
+                "--trainer.devices=1",
+                "--trainer.precision=32",
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                f"--trainer.default_root_dir={tmp_path}",
+                f"--model.init_args.policy.init_args.model_path={model}",
+                "--model.init_args.policy.init_args.precision=fp32",
+                "--model.init_args.policy.init_args.inputs.max_prompt_length=64",  # the tiny tokenizer splits finer
+                "--model.init_args.rollout.show_progress=false",
+                "--model.init_args.env.init_args.sim_backend=cpu",
+                f"{ev}tasks={json.dumps(TASKS)}",
+                f"{ev}make_kwargs={make}",
+                f"{ev}sim_backend=cpu",
+                f"{ev}trials_per_task=1",
+                f"{ev}num_envs=3",
+                f"{ev}max_episode_steps=2",
+                f"{ev}video_cfg={{save_video: false}}",
+            ]
+        )
     except SystemExit as exc:  # LightningCLI exits 0 after validate
         assert exc.code in (0, None)
     (table,) = tmp_path.glob("maniskill_ood_openvlaoft/*/eval/eval_epoch0.md")

@@ -24,11 +24,15 @@ def test_pickcube_cpu_smoke_config_runs(tmp_path, monkeypatch):
     ckpt = tmp_path / "tiny-oft"
     make_tiny.main([str(ckpt), "--action-dim", "7", "--proprio-dim", "16", "--norm-key", "maniskill"])
     monkeypatch.chdir(tmp_path)
-    main([
-        "fit", "--config", str(CONFIG),
-        f"--model.init_args.policy.init_args.model_path={ckpt}",
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIG),
+            f"--model.init_args.policy.init_args.model_path={ckpt}",
+            f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
+        ]
+    )
     run = next((tmp_path / "runs" / "pickcube_cpu_smoke").glob("version_*"))
     table = next((run / "eval").glob("*.md")).read_text()
     assert "PickCube-v1" in table

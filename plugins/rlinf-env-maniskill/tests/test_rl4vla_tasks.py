@@ -26,9 +26,19 @@ def synthetic(tmp_path_factory):
 
 def make_env(synthetic, tasks, obj_set="train", **kw):
     make = {"obj_set": obj_set, "asset_dir": str(synthetic.asset_dir), "bridge_dir": str(synthetic.bridge_dir)}
-    args = dict(tasks=tasks, make_kwargs=make, camera="3rd_view_camera", control_mode=None, image_size=[480, 640],
-                action_format="bridge", sim_backend="cpu", reset_with="episode_id", trials_per_task=1000,
-                include_state=True, num_envs=1)
+    args = dict(
+        tasks=tasks,
+        make_kwargs=make,
+        camera="3rd_view_camera",
+        control_mode=None,
+        image_size=[480, 640],
+        action_format="bridge",
+        sim_backend="cpu",
+        reset_with="episode_id",
+        trials_per_task=1000,
+        include_state=True,
+        num_envs=1,
+    )
     args.update(kw)
     return ManiSkillEnv(**args)
 
@@ -54,10 +64,13 @@ def test_green_screen_pixels_come_from_the_overlay_photo_and_the_rest_from_the_r
     seg = raw["segmentation"][0, ..., 0]
     kept = torch.isin(seg, torch.cat([u.robot_link_ids, u.target_object_actor_ids]).to(seg.dtype))
     image = obs.main_images[0]
-    key = list(u.overlay_images_numpy and __import__("json").loads(
-        (synthetic.carrot_dir / "more_table" / "model_db.json").read_text()))[int(u.select_overlay_ids[0])]
-    photo = cv2.resize(cv2.cvtColor(cv2.imread(str(synthetic.carrot_dir / "more_table" / "imgs" / key)),
-                                    cv2.COLOR_BGR2RGB), (640, 480))
+    key = list(
+        u.overlay_images_numpy
+        and __import__("json").loads((synthetic.carrot_dir / "more_table" / "model_db.json").read_text())
+    )[int(u.select_overlay_ids[0])]
+    photo = cv2.resize(
+        cv2.cvtColor(cv2.imread(str(synthetic.carrot_dir / "more_table" / "imgs" / key)), cv2.COLOR_BGR2RGB), (640, 480)
+    )
     assert 0.005 < kept.float().mean() < 0.5, "robot and objects are in view, and so is background"
     assert torch.equal(image[~kept], torch.from_numpy(photo)[~kept]), "background = the overlay photo"
     assert torch.equal(image[kept], raw["rgb"][0][kept]), "robot and object pixels = the render"
@@ -97,8 +110,12 @@ def test_episode_id_gives_the_same_scene_on_every_reset_worker_and_restart(main_
     def scene(env):
         u = _u(env)
         carrot, plate = _carrot_and_plate(u)
-        return (u.get_language_instruction()[0], int(u.select_overlay_ids[0]), carrot.pose.raw_pose.clone(),
-                plate.pose.raw_pose.clone())
+        return (
+            u.get_language_instruction()[0],
+            int(u.select_overlay_ids[0]),
+            carrot.pose.raw_pose.clone(),
+            plate.pose.raw_pose.clone(),
+        )
 
     main_env.reset(np.array([842]))
     first, first_img = scene(main_env), main_env._observe(np.arange(1)).main_images.clone()
@@ -200,8 +217,10 @@ def _check_texture_and_distractor_variants(us):
     assert change["VisionTexture03"][0] > 1 and change["VisionTexture03"][1] == 0, "texture: robot/objects only"
     assert change["VisionTexture05"][0] > change["VisionTexture03"][0]
     assert change["VisionWhole03"][1] > 1 and change["VisionWhole05"][1] > change["VisionWhole03"][1], "whole image"
-    for name, models, picks in (("MultiCarrot", "objs_carrot", "select_carrot_ids"),
-                                ("MultiPlate", "objs_plate", "select_plate_ids")):
+    for name, models, picks in (
+        ("MultiCarrot", "objs_carrot", "select_carrot_ids"),
+        ("MultiPlate", "objs_plate", "select_plate_ids"),
+    ):
         u = us[f"PutOnPlateInScene25{name}-v1"]
         on_table = [n for n, a in getattr(u, models).items() if float(a.pose.p[0, 0]) < 0.5]
         assert len(on_table) == 2, f"{name}: the chosen model and one distractor on the table"

@@ -10,10 +10,10 @@ import torch
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from rlinf_core.rl.config import OptimConfig  # noqa: E402
-from rlinf_core.datasets.demos import DemoDataset, read_meta  # noqa: E402
-from rlinf_core.supervised.sft import SFTModule  # noqa: E402
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy  # noqa: E402
+from rlinf_core.datasets.demos import DemoDataset, read_meta  # noqa: E402
+from rlinf_core.rl.config import OptimConfig  # noqa: E402
+from rlinf_core.supervised.sft import SFTModule  # noqa: E402
 from rlinf_env_metaworld import INSTRUCTIONS  # noqa: E402
 from rlinf_env_metaworld.collect import main  # noqa: E402
 
@@ -48,7 +48,16 @@ def test_collect_writes_dataset_and_sft_learns_from_it(tmp_path):
         before = float(policy.sft_loss(all_obs, all_actions))
     trainer = pl.Trainer(max_epochs=15, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(SFTModule(policy, str(out), batch_size=32, optim=OptimConfig(lr=1e-2, clip_grad=None), val_fraction=0.0, export_dir=str(tmp_path / "p")))
+    trainer.fit(
+        SFTModule(
+            policy,
+            str(out),
+            batch_size=32,
+            optim=OptimConfig(lr=1e-2, clip_grad=None),
+            val_fraction=0.0,
+            export_dir=str(tmp_path / "p"),
+        )
+    )
     with torch.no_grad():
         after = float(policy.sft_loss(all_obs, all_actions))
     assert after < 0.7 * before, (before, after)

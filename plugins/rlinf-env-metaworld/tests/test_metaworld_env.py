@@ -76,10 +76,12 @@ def test_a_task_typo_gets_a_did_you_mean_before_the_list():
     """Issue 39 item 8: the closest task name comes first, not buried after the 50 valid ones."""
     from rlinf_env_metaworld.tasks import resolve_tasks
 
-    for kwargs, expected in (({"task_set": "MT1", "task_name": "pick-plaec-v3"}, "'pick-place-v3'"),
-                             ({"task_set": "MT1", "task_name": "push"}, "'push-v3'"),
-                             ({"task_set": "MT1", "tasks": ["reach-v3", "door-opn-v3"]}, "'door-open-v3'"),
-                             ({"task_set": "mt10"}, "'MT10'")):
+    for kwargs, expected in (
+        ({"task_set": "MT1", "task_name": "pick-plaec-v3"}, "'pick-place-v3'"),
+        ({"task_set": "MT1", "task_name": "push"}, "'push-v3'"),
+        ({"task_set": "MT1", "tasks": ["reach-v3", "door-opn-v3"]}, "'door-open-v3'"),
+        ({"task_set": "mt10"}, "'MT10'"),
+    ):
         with pytest.raises(ValueError) as info:
             resolve_tasks(**kwargs)
         text = str(info.value)
@@ -163,7 +165,11 @@ def test_eval_grid_covers_every_task_and_trial_once():
 
 def test_cameras_flip_and_fast_render_switch():
     kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=48, trials_per_task=1)
-    flipped, raw, slow = MetaWorldEnv(**kw), MetaWorldEnv(flip_corner_cameras=False, **kw), MetaWorldEnv(fast_render=False, **kw)
+    flipped, raw, slow = (
+        MetaWorldEnv(**kw),
+        MetaWorldEnv(flip_corner_cameras=False, **kw),
+        MetaWorldEnv(fast_render=False, **kw),
+    )
     wrist = MetaWorldEnv(wrist_camera_name="gripperPOV", camera_name="topview", **kw)
     try:
         a, b, c, w = (e.reset(np.array([0])) for e in (flipped, raw, slow, wrist))

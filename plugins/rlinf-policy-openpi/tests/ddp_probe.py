@@ -54,7 +54,8 @@ def main(model_path: str, out: str, settings: str) -> None:
     for _ in range(2):
         obs = Observation(
             main_images=torch.randint(0, 256, (2, 32, 32, 3), generator=gen, dtype=torch.uint8),
-            task_descriptions=["press the button", "open the drawer"], states=torch.randn(2, 4, generator=gen),
+            task_descriptions=["press the button", "open the drawer"],
+            states=torch.randn(2, 4, generator=gen),
         )
         with torch.no_grad():
             record = policy.act(obs).record

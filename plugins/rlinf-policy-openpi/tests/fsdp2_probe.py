@@ -22,7 +22,9 @@ def check(path: str) -> int:
     for m in reversed(list(sharded.modules())):
         if type(m).__name__ in names:
             fully_shard(m)
-    fully_shard(sharded)  # the root unit, as rlinf_core.distributed.strategies shards a policy (whose act / evaluate are registered)
+    fully_shard(
+        sharded
+    )  # the root unit, as rlinf_core.distributed.strategies shards a policy (whose act / evaluate are registered)
     for name in ("prefix_cache", "suffix_forward"):
         register_fsdp_forward_method(sharded, name)
     inputs = make_inputs(model.config)

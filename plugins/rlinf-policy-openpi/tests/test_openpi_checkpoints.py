@@ -50,8 +50,18 @@ def test_files_are_in_the_released_form(tiny):
 def test_make_tiny_cli(tmp_path, capsys):
     from rlinf_policy_openpi.make_tiny import main
 
-    main([str(tmp_path / "t"), "--pi05", "--layout", "rlinf", "--asset-id", "physical-intelligence/libero",
-          "--action-horizon", "10"])
+    main(
+        [
+            str(tmp_path / "t"),
+            "--pi05",
+            "--layout",
+            "rlinf",
+            "--asset-id",
+            "physical-intelligence/libero",
+            "--action-horizon",
+            "10",
+        ]
+    )
     assert "π0.5" in capsys.readouterr().out
     ckpt = read_checkpoint(tmp_path / "t", weights=False)
     assert ckpt.config.pi05 and ckpt.config.action_horizon == 10 and ckpt.layout == "rlinf"
@@ -121,12 +131,17 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
     assert next(meta_model.parameters()).is_meta
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda s: s.pop("action_out_proj.bias"), r"missing key 'action_out_proj.bias' \(1 missing"),
-    (lambda s: s.__setitem__("action_out_proj.extra", torch.zeros(1)), r"unexpected key 'action_out_proj.extra'"),
-    (lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)),
-     r"'action_in_proj.weight' has shape \[64, 7\]"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda s: s.pop("action_out_proj.bias"), r"missing key 'action_out_proj.bias' \(1 missing"),
+        (lambda s: s.__setitem__("action_out_proj.extra", torch.zeros(1)), r"unexpected key 'action_out_proj.extra'"),
+        (
+            lambda s: s.__setitem__("action_in_proj.weight", torch.zeros(64, 7)),
+            r"'action_in_proj.weight' has shape \[64, 7\]",
+        ),
+    ],
+)
 def test_bad_keys_are_one_line_errors(tiny, tmp_path, change, match):
     shutil.copytree(tiny(layout="openpi"), tmp_path / "ckpt")
     f = tmp_path / "ckpt" / "model.safetensors"
@@ -189,8 +204,11 @@ def test_norm_stats_locations(tiny, tmp_path):
     rlinf = read_norm_stats(tiny(layout="rlinf"), "lerobot/metaworld_mt50")  # <dir>/lerobot/metaworld_mt50/
     lerobot = read_norm_stats(tiny(layout="lerobot"))  # policy_preprocessor_step_3_normalizer_processor
     for stats in (rlinf, lerobot):
-        assert all(torch.equal(getattr(stats[k], s), getattr(openpi[k], s))
-                   for k in ("state", "actions") for s in ("mean", "std", "q01", "q99"))
+        assert all(
+            torch.equal(getattr(stats[k], s), getattr(openpi[k], s))
+            for k in ("state", "actions")
+            for s in ("mean", "std", "q01", "q99")
+        )
     with pytest.raises(CheckpointError, match="no norm stats found: expected .*/assets/physical-intelligence/libero"):
         read_norm_stats(tiny(layout="openpi"), "physical-intelligence/libero")
     shutil.copytree(tiny(layout="openpi"), tmp_path / "ckpt")

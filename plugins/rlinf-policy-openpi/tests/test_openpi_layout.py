@@ -50,9 +50,9 @@ def test_unused_prefixes_are_a_model_method_not_a_patch(tiny):
 
     last = "paligemma_with_expert.paligemma.model.language_model.layers.1.mlp."
     for after_vlm in (False, True):
-        policy = OpenPIPolicy(str(tiny(pi05=True)), add_value_head=True,
-                              critic=CriticConfig(after_vlm=after_vlm),
-                              train_expert_only=False)
+        policy = OpenPIPolicy(
+            str(tiny(pi05=True)), add_value_head=True, critic=CriticConfig(after_vlm=after_vlm), train_expert_only=False
+        )
         model = policy.openpi
         assert "unused_parameter_prefixes" not in vars(model)  # the class's method, not an instance attribute
         assert (last in model.unused_parameter_prefixes()) is not after_vlm
@@ -84,11 +84,23 @@ def test_directories_saved_with_flat_names_still_load(tiny, tmp_path):
     path = tmp_path / "old"
     shutil.copytree(tiny(pi05=True, layout="rlinf"), path)
     cfg = json.loads((path / "config.json").read_text())
-    cfg["rlinf"] = {"policy": "OpenPIPolicy", "num_action_chunks": 2, "noise_method": "flow_cps", "noise_level": 0.3,
-                    "add_value_head": True, "value_after_vlm": True, "value_vlm_mode": "last_token",
-                    "noise_params": [0.6, 0.2, 10], "num_images_in_input": 1}
+    cfg["rlinf"] = {
+        "policy": "OpenPIPolicy",
+        "num_action_chunks": 2,
+        "noise_method": "flow_cps",
+        "noise_level": 0.3,
+        "add_value_head": True,
+        "value_after_vlm": True,
+        "value_vlm_mode": "last_token",
+        "noise_params": [0.6, 0.2, 10],
+        "num_images_in_input": 1,
+    }
     (path / "config.json").write_text(json.dumps(cfg))
     policy = OpenPIPolicy.from_pretrained(path)
     assert (policy.num_action_chunks, policy.noise_method, policy.noise_level, policy.noise_params) == (
-        2, "flow_cps", 0.3, (0.6, 0.2, 10))
+        2,
+        "flow_cps",
+        0.3,
+        (0.6, 0.2, 10),
+    )
     assert (policy.has_value_head, policy.value_after_vlm, policy.value_vlm_mode) == (True, True, "last_token")

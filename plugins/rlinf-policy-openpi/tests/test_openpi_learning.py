@@ -17,17 +17,16 @@ the full-speed expert reach a greedy-action cosine of 0.17 (π0: 0.92) and RL ga
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import pytest
-
+from rlinf_core.builtin.reach_demos import reach_expert
+from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.rl.algorithms import GRPO, PPO
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
 from rlinf_core.rl.module import RLModule
-from rlinf_core.builtin.reach_demos import reach_expert
-from rlinf_core.builtin.toy_env import ReachEnv
 
 
 def _scalars(trainer, tag):
@@ -54,10 +53,16 @@ def _imitate_weak_expert(policy, steps: int = 80, speed: float = 0.3, lr: float 
 
 # PPO as tests/core/test_rl_loop.py; GRPO on its wider-step env (groups of 8 need mixed outcomes)
 SETUPS = {
-    "ppo": dict(env=dict(num_envs=32, max_episode_steps=24, auto_reset=True), steps=24, critic=True, batch=96,
-                epochs=60),
-    "grpo": dict(env=dict(num_envs=64, group_size=8, max_episode_steps=12, auto_reset=False, step_size=0.15,
-                          radius=0.15), steps=12, critic=False, batch=192, epochs=60),
+    "ppo": dict(
+        env=dict(num_envs=32, max_episode_steps=24, auto_reset=True), steps=24, critic=True, batch=96, epochs=60
+    ),
+    "grpo": dict(
+        env=dict(num_envs=64, group_size=8, max_episode_steps=12, auto_reset=False, step_size=0.15, radius=0.15),
+        steps=12,
+        critic=False,
+        batch=192,
+        epochs=60,
+    ),
 }
 
 
@@ -66,15 +71,26 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
     checks the critic learned (explained variance) when there is one."""
     algorithm = PPO(update_epoch=4) if algo == "ppo" else GRPO(update_epoch=4, clip_ratio_high=0.28)
     module = RLModule(
-        env=env, policy=policy, algorithm=algorithm,
+        env=env,
+        policy=policy,
+        algorithm=algorithm,
         rollout=RolloutConfig(max_steps_per_rollout_epoch=setup["steps"], show_progress=False),
-        optim=OptimConfig(lr=3e-4, value_lr=1e-2, clip_grad=1.0), global_batch_size=setup["batch"],
+        optim=OptimConfig(lr=3e-4, value_lr=1e-2, clip_grad=1.0),
+        global_batch_size=setup["batch"],
         micro_batch_size=setup["batch"],
     )
     trainer = pl.Trainer(
-        max_epochs=setup["epochs"], accelerator="cpu", devices=1, logger=TensorBoardLogger(str(tmp_path), name="t"),
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        use_distributed_sampler=False, log_every_n_steps=1, check_val_every_n_epoch=1000,
+        max_epochs=setup["epochs"],
+        accelerator="cpu",
+        devices=1,
+        logger=TensorBoardLogger(str(tmp_path), name="t"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        log_every_n_steps=1,
+        check_val_every_n_epoch=1000,
     )
     trainer.fit(module)
     success = _scalars(trainer, "env/success_once")
@@ -94,8 +110,13 @@ def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     path = tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=12, value_head=False)
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
-    policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2,
-                          add_value_head=setup["critic"], critic=CriticConfig(detach_input=True))
+    policy = OpenPIPolicy(
+        str(path),
+        num_steps=3,
+        num_action_chunks=2,
+        add_value_head=setup["critic"],
+        critic=CriticConfig(detach_input=True),
+    )
     _imitate_weak_expert(policy, step_size=env.step_size, radius=env.radius)
     start, end = _rl_success(policy, env, setup, algo, tmp_path)
     assert end > start + 0.1, (start, end)
@@ -119,8 +140,9 @@ def pi05_sft_checkpoint(tiny, tmp_path_factory):
         if not done.is_file():
             path = tiny(pi05=True, layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False)
             torch.manual_seed(0)
-            policy = OpenPIPolicy(str(path), num_steps=3, num_action_chunks=2, add_value_head=False,
-                                  train_expert_only=False)
+            policy = OpenPIPolicy(
+                str(path), num_steps=3, num_action_chunks=2, add_value_head=False, train_expert_only=False
+            )
             _imitate_weak_expert(policy, steps=600, lr=3e-3)
             out.mkdir(parents=True, exist_ok=True)
             policy.save_pretrained(out)
@@ -142,8 +164,10 @@ def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_pat
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM
-        pi05_sft_checkpoint, train_expert_only=True,
-        add_value_head=setup["critic"], critic=CriticConfig(after_vlm=setup["critic"], detach_input=True),
+        pi05_sft_checkpoint,
+        train_expert_only=True,
+        add_value_head=setup["critic"],
+        critic=CriticConfig(after_vlm=setup["critic"], detach_input=True),
     )
     assert policy.is_pi05
     start, end = _rl_success(policy, env, setup, algo, tmp_path)

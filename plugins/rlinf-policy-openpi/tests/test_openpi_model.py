@@ -32,8 +32,9 @@ def test_prefix_cache_plus_suffix_equals_joint_forward(model):
     assert v.shape == (3, model.config.action_horizon, 32) and s.shape == (3, model.config.action_horizon, 64)
     torch.testing.assert_close(v, v_joint, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(s, s_joint, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(_valid(cache.prefix_out, cache.pad_mask), _valid(p_joint, cache.pad_mask),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        _valid(cache.prefix_out, cache.pad_mask), _valid(p_joint, cache.pad_mask), atol=1e-5, rtol=1e-5
+    )
     assert cache.valid_len.tolist() == cache.pad_mask.sum(1).tolist()
 
 
@@ -72,8 +73,9 @@ def test_suffix_positions_start_at_the_valid_prefix_count(model, monkeypatch):
     # the same sample with 7 more padding tokens and without the always-missing camera slot: same velocity
     pad = torch.zeros(3, 7, dtype=torch.long)
     with torch.no_grad():
-        longer = model.prefix_cache(images[:2], masks[:2], torch.cat([tokens, pad], 1),
-                                    torch.cat([token_masks, pad.bool()], 1), state)
+        longer = model.prefix_cache(
+            images[:2], masks[:2], torch.cat([tokens, pad], 1), torch.cat([token_masks, pad.bool()], 1), state
+        )
         v_longer, _ = model.suffix_forward(longer, None, x_t, t)
     torch.testing.assert_close(v_longer, v, atol=1e-5, rtol=1e-5)
 
@@ -178,19 +180,23 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny):
 def test_fsdp2_units(tiny):
     """Every layer an FSDP2 unit (the model's ``_no_split_modules``): same outputs and gradients as unsharded."""
     import os
+    import socket
     import subprocess
     import sys
     from pathlib import Path
-
-    import socket
 
     probe = Path(__file__).with_name("fsdp2_probe.py")
     with socket.socket() as s:  # a free port: pytest-xdist workers run this test side by side
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_PORT": str(port)}
-    out = subprocess.run([sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
-                         capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, str(probe), str(tiny(pi05=False)), str(tiny(pi05=True))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
@@ -205,8 +211,13 @@ def test_folded_and_repeated_grouped_attention_agree(kv_heads, slen):
     mask = additive_mask(allowed, torch.float32)
     out = attention(q, k, v, mask, 0.25)  # slen < 2·16 folds the heads, 40 repeats k / v
     g = 8 // kv_heads
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=mask,
-                                         scale=0.25).transpose(1, 2).reshape(2, slen, -1)
+    ref = (
+        F.scaled_dot_product_attention(
+            q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=mask, scale=0.25
+        )
+        .transpose(1, 2)
+        .reshape(2, slen, -1)
+    )
     torch.testing.assert_close(out, ref)
 
 

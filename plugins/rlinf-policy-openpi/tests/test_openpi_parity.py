@@ -22,17 +22,36 @@ def _hf_model(config):
     vlm, ex, vis = config.vlm, config.expert, config.vision
 
     def gemma(d):
-        return {"model_type": "gemma", "hidden_size": d.width, "num_hidden_layers": d.depth,
-                "intermediate_size": d.mlp_dim, "num_attention_heads": d.num_heads,
-                "num_key_value_heads": d.num_kv_heads, "head_dim": d.head_dim}
+        return {
+            "model_type": "gemma",
+            "hidden_size": d.width,
+            "num_hidden_layers": d.depth,
+            "intermediate_size": d.mlp_dim,
+            "num_attention_heads": d.num_heads,
+            "num_key_value_heads": d.num_kv_heads,
+            "head_dim": d.head_dim,
+        }
 
-    vision = {"model_type": "siglip_vision_model", "intermediate_size": vis.mlp_dim, "hidden_size": vis.width,
-              "patch_size": vis.patch_size, "image_size": vis.image_size, "num_hidden_layers": vis.depth,
-              "num_attention_heads": vis.num_heads, "vision_use_head": False}
+    vision = {
+        "model_type": "siglip_vision_model",
+        "intermediate_size": vis.mlp_dim,
+        "hidden_size": vis.width,
+        "patch_size": vis.patch_size,
+        "image_size": vis.image_size,
+        "num_hidden_layers": vis.depth,
+        "num_attention_heads": vis.num_heads,
+        "vision_use_head": False,
+    }
     cfg = PI0Config(
-        vlm_config={"model_type": "paligemma", "text_config": {**gemma(vlm), "vocab_size": config.vocab_size},
-                    "vision_config": vision, "projection_dim": vlm.width, "image_token_id": config.vocab_size},
-        dit_config=gemma(ex), chunk_size=config.action_horizon,
+        vlm_config={
+            "model_type": "paligemma",
+            "text_config": {**gemma(vlm), "vocab_size": config.vocab_size},
+            "vision_config": vision,
+            "projection_dim": vlm.width,
+            "image_token_id": config.vocab_size,
+        },
+        dit_config=gemma(ex),
+        chunk_size=config.action_horizon,
     )
     return PI0ForConditionalGeneration(cfg).eval()
 
@@ -61,12 +80,24 @@ def test_pi0_velocity_equals_transformers_pi0(tiny):
     attention = torch.cat([torch.ones(bsz, n_img, dtype=torch.long), token_masks.long()], 1)
     with torch.no_grad():
         ours, _ = model.suffix_forward(model.prefix_cache(images, masks, tokens, token_masks, state_in), None, x_t, t)
-        theirs = hf(state=state_in, noise=x_t, timestep=t, input_ids=input_ids, pixel_values=torch.stack(images, 1),
-                    pixel_attention_mask=torch.ones(bsz, config.num_images, dtype=torch.bool),
-                    attention_mask=attention).logits
+        theirs = hf(
+            state=state_in,
+            noise=x_t,
+            timestep=t,
+            input_ids=input_ids,
+            pixel_values=torch.stack(images, 1),
+            pixel_attention_mask=torch.ones(bsz, config.num_images, dtype=torch.bool),
+            attention_mask=attention,
+        ).logits
         ours_sampled = model.sample_actions(images, masks, tokens, token_masks, state_in, num_steps=3, noise=x_t)
-        theirs_sampled = hf.sample_actions(state=state_in, input_ids=input_ids, pixel_values=torch.stack(images, 1),
-                                           noise=x_t.clone(), attention_mask=attention, num_steps=3,
-                                           pixel_attention_mask=torch.ones(bsz, config.num_images, dtype=torch.bool))
+        theirs_sampled = hf.sample_actions(
+            state=state_in,
+            input_ids=input_ids,
+            pixel_values=torch.stack(images, 1),
+            noise=x_t.clone(),
+            attention_mask=attention,
+            num_steps=3,
+            pixel_attention_mask=torch.ones(bsz, config.num_images, dtype=torch.bool),
+        )
     torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=1e-4)
     torch.testing.assert_close(ours_sampled, theirs_sampled, atol=5e-4, rtol=1e-4)

@@ -59,8 +59,13 @@ class TestPi05FlowNoiseConformance(PolicyPluginTests):
 
 
 CASES = [
-    ("flow_sde", {}), ("flow_sde", {"ignore_last": True}), ("flow_cps", {}), ("flow_noise", {}),
-    ("flow_noise", {"joint_logprob": True}), ("flow_sde", {"joint_logprob": True}), ("flow_ode", {}),
+    ("flow_sde", {}),
+    ("flow_sde", {"ignore_last": True}),
+    ("flow_cps", {}),
+    ("flow_noise", {}),
+    ("flow_noise", {"joint_logprob": True}),
+    ("flow_sde", {"joint_logprob": True}),
+    ("flow_ode", {}),
 ]
 
 
@@ -100,8 +105,9 @@ def test_greedy_is_the_model_sampler_from_a_fixed_noise(ckpt):
     out = policy.act(obs, do_sample=False)
     batch = policy.inputs(obs, 1, policy.device)
     noise = policy._initial_noise(3, do_sample=False)
-    ref = policy.openpi.sample_actions(batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state,
-                                       num_steps=3, noise=noise)
+    ref = policy.openpi.sample_actions(
+        batch.images, batch.image_masks, batch.tokens, batch.token_masks, batch.state, num_steps=3, noise=noise
+    )
     torch.testing.assert_close(out.record["chains"][:, -1], ref, rtol=1e-5, atol=1e-5)
 
 
@@ -129,7 +135,7 @@ def test_vlm_critic_reads_the_prefix_output(ckpt):
     T, L = policy.config.num_image_tokens, policy.config.max_token_len
     P = T * 3 + L  # the critic reads the prefix output: openpi's three camera slots (two masked) + all language
     assert cache.prefix_out.shape[1] == P
-    fed = torch.cat([cache.prefix_out[:, :T], cache.prefix_out[:, 3 * T:]], dim=1)  # the masked slots left out
+    fed = torch.cat([cache.prefix_out[:, :T], cache.prefix_out[:, 3 * T :]], dim=1)  # the masked slots left out
     expected = policy.openpi.value_head(fed.float().mean(1))
     torch.testing.assert_close(policy.value(obs), expected)
     for mode, pos in (("first_token", 0), ("last_token", P - 1)):
@@ -159,8 +165,11 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
         ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
         one_slot = model.prefix_cache([base], [on], tokens, token_masks, state).prefix_out.float().mean(1)
     rlinf_mask = [True] * T * 1 + [False] * T * 2 + [True] * L  # get_value_from_vlm, mean_token
-    reference = {"mean_token": ref_cache.prefix_out[:, rlinf_mask].float().mean(1),
-                 "first_token": ref_cache.prefix_out[:, 0].float(), "last_token": ref_cache.prefix_out[:, -1].float()}
+    reference = {
+        "mean_token": ref_cache.prefix_out[:, rlinf_mask].float().mean(1),
+        "first_token": ref_cache.prefix_out[:, 0].float(),
+        "last_token": ref_cache.prefix_out[:, -1].float(),
+    }
     assert not torch.allclose(one_slot, reference["mean_token"], atol=1e-4)  # the slots matter to padded positions
     seen = []
     hook = model.value_head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].float()))
@@ -170,10 +179,12 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
         torch.testing.assert_close(seen[-1], ref, rtol=1e-5, atol=1e-5)
     hook.remove()
     with torch.no_grad():  # valid tokens never attend to masked slots: the same actions as one fed slot
-        ref_actions = model.sample_actions([base], [on], tokens, token_masks, state, num_steps=3,
-                                           noise=policy._initial_noise(B, do_sample=False))
-    torch.testing.assert_close(policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
-                               rtol=1e-5, atol=1e-5)
+        ref_actions = model.sample_actions(
+            [base], [on], tokens, token_masks, state, num_steps=3, noise=policy._initial_noise(B, do_sample=False)
+        )
+    torch.testing.assert_close(
+        policy.act(obs, do_sample=False).record["chains"][:, -1], ref_actions, rtol=1e-5, atol=1e-5
+    )
     # nothing reads the prefix output (expert critic): only the fed slot, the same actions and expert values
     expert = _policy(ckpt(True), add_value_head=True, discrete_state_input=False)
     assert expert.num_prefix_slots == 1 and policy.num_prefix_slots == 3
@@ -181,10 +192,12 @@ def test_vlm_critic_input_equals_rlinf_three_slot_reference(ckpt):
         ref_cache = model.prefix_cache([base, black, black], [on, off, off], tokens, token_masks, state)
         x = torch.zeros(B, cfg.action_horizon, cfg.action_dim)
         _, suffix = expert.openpi.suffix_forward(ref_cache, None, x, torch.ones(B))
-    torch.testing.assert_close(expert.value(obs), expert.openpi.value_head(suffix.float().mean(1)).float(),
-                               rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(expert.act(obs, do_sample=False).record["chains"][:, -1], ref_actions,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        expert.value(obs), expert.openpi.value_head(suffix.float().mean(1)).float(), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        expert.act(obs, do_sample=False).record["chains"][:, -1], ref_actions, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_image_resize_follows_the_checkpoint_kind(ckpt, tiny, tmp_path):
@@ -195,12 +208,16 @@ def test_image_resize_follows_the_checkpoint_kind(ckpt, tiny, tmp_path):
     policy = _policy(ckpt(False))
     assert policy.image_resize == "pil"
     gen = torch.Generator().manual_seed(3)
-    obs = Observation(main_images=torch.randint(0, 256, (2, 48, 40, 3), generator=gen, dtype=torch.uint8),
-                      task_descriptions=["push the block"] * 2, states=torch.zeros(2, 4))
+    obs = Observation(
+        main_images=torch.randint(0, 256, (2, 48, 40, 3), generator=gen, dtype=torch.uint8),
+        task_descriptions=["push the block"] * 2,
+        states=torch.zeros(2, 4),
+    )
     S = policy.config.vision.image_size
     openpi = torch.from_numpy(image_tools.resize_with_pad(obs.main_images.numpy(), S, S))
-    assert torch.equal(policy.inputs(obs, 1, policy.device).images[0],
-                       openpi.permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0)
+    assert torch.equal(
+        policy.inputs(obs, 1, policy.device).images[0], openpi.permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0
+    )
     lerobot = _policy(tiny(pi05=False, layout="lerobot", max_token_len=24))
     assert lerobot.image_resize == "lerobot"
     assert not torch.equal(lerobot.inputs(obs, 1, lerobot.device).images[0], policy.inputs(obs, 1, "cpu").images[0])

@@ -8,16 +8,16 @@ from safetensors import safe_open
 
 from rlinf_core.models.meta import meta_init, parameter_count
 from rlinf_policy_openpi.checkpoint import EMBED_KEY, UNUSED_KEYS, load_model, read_norm_stats, to_openpi_names
-from rlinf_policy_openpi.transforms import PromptTokenizer, find_tokenizer
 from rlinf_policy_openpi.released import (
     EXPERT_LM_HEAD_PARAMETERS,
-    PI05_PARAMETERS,
     PI0_FILE_PARAMETERS,
     PI0_PARAMETERS,
+    PI05_PARAMETERS,
     RELEASED,
     released_tensor_shapes,
     write_released_dir,
 )
+from rlinf_policy_openpi.transforms import PromptTokenizer, find_tokenizer
 
 
 def test_derived_counts():
@@ -40,7 +40,12 @@ def test_released_dir_builds_on_meta_with_real_key_names(tmp_path, name):
         model, ckpt = load_model(path)
     cfg = ckpt.config
     assert (cfg.pi05, cfg.action_horizon, cfg.vlm_width, cfg.expert_width, cfg.num_image_tokens) == (
-        spec.pi05, spec.action_horizon, 2048, 1024, 256)
+        spec.pi05,
+        spec.action_horizon,
+        2048,
+        1024,
+        256,
+    )
     assert cfg.max_token_len == (200 if spec.pi05 else 48) and ckpt.layout in (spec.layout, "openpi")
     state = model.state_dict()
     assert all(t.is_meta for t in state.values())

@@ -34,8 +34,13 @@ def _setup(seed=0):
 
 
 CASES = [
-    ("flow_sde", False, False), ("flow_sde", False, True), ("flow_cps", False, False), ("flow_noise", False, False),
-    ("flow_noise", True, False), ("flow_sde", True, False), ("flow_ode", False, False),
+    ("flow_sde", False, False),
+    ("flow_sde", False, True),
+    ("flow_cps", False, False),
+    ("flow_noise", False, False),
+    ("flow_noise", True, False),
+    ("flow_sde", True, False),
+    ("flow_ode", False, False),
 ]
 
 
@@ -51,8 +56,9 @@ def test_rollout_logprobs_equal_recompute(method, joint, ignore_last):
         assert (out.denoise_inds == out.denoise_inds[0]).all(), "one denoise index per batch"
         if ignore_last:
             assert int(out.denoise_inds[0]) <= 2
-        logp, ent = sampler.logprob(net, out.chains, out.denoise_inds, temperature=1.3,
-                                    noise_level=torch.full((B,), 0.6), noise_std_fn=noise)
+        logp, ent = sampler.logprob(
+            net, out.chains, out.denoise_inds, temperature=1.3, noise_level=torch.full((B,), 0.6), noise_std_fn=noise
+        )
         torch.testing.assert_close(logp, out.logprobs, rtol=1e-5, atol=1e-5)
         assert logp.requires_grad and ent.shape == logp.shape
         torch.testing.assert_close(out.actions, out.chains[:, -1])

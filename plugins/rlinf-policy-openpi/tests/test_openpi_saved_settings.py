@@ -23,14 +23,20 @@ def _from_yaml(model_path, *extra: str) -> OpenPIPolicy:
 
 def _obs(B=2):
     gen = torch.Generator().manual_seed(1)
-    return Observation(main_images=torch.randint(0, 256, (B, 32, 32, 3), generator=gen, dtype=torch.uint8),
-                       task_descriptions=["press the button"] * B, states=torch.randn(B, 4, generator=gen))
+    return Observation(
+        main_images=torch.randint(0, 256, (B, 32, 32, 3), generator=gen, dtype=torch.uint8),
+        task_descriptions=["press the button"] * B,
+        states=torch.randn(B, 4, generator=gen),
+    )
 
 
 def test_every_route_to_a_saved_directory_gives_the_same_policy(tiny, tmp_path):
     base = tiny(pi05=True, layout="rlinf", max_token_len=48)
     trained = OpenPIPolicy.from_pretrained(
-        base, num_action_chunks=2, num_steps=3, add_value_head=True,
+        base,
+        num_action_chunks=2,
+        num_steps=3,
+        add_value_head=True,
         noise=NoiseConfig(method="flow_noise", logvar_range=(0.1, 0.2)),
         critic=CriticConfig(after_vlm=True, vlm_mode="last_token", detach_input=True),
     )

@@ -32,8 +32,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlinf_core.testing.multirank import check_ranks, exported_weights, reach_config, run_fit, weight_distance
 from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.testing.multirank import check_ranks, exported_weights, reach_config, run_fit, weight_distance
 
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"critic": {"after_vlm": True}, "train_expert_only": False}),
@@ -50,15 +50,24 @@ ZERO_GRAD = ".self_attn.k_proj.bias"  # SigLIP key biases: gradient 0 up to roun
 
 
 def _checkpoint(tiny, variant: str):
-    return tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False,
-                **VARIANTS[variant][0])
+    return tiny(
+        layout="rlinf", action_dim=2, action_horizon=2, max_token_len=48, value_head=False, **VARIANTS[variant][0]
+    )
 
 
 def _fit(tmp_path, tiny, variant: str, strategy) -> list[dict]:
-    policy = {"class_path": "OpenPIPolicy", "init_args": {
-        "model_path": str(_checkpoint(tiny, variant)), "action_dim": 2, "num_action_chunks": 2, "num_steps": 3,
-        "add_value_head": True, "noise": {"method": "flow_sde"}, **VARIANTS[variant][1],
-    }}
+    policy = {
+        "class_path": "OpenPIPolicy",
+        "init_args": {
+            "model_path": str(_checkpoint(tiny, variant)),
+            "action_dim": 2,
+            "num_action_chunks": 2,
+            "num_steps": 3,
+            "add_value_head": True,
+            "noise": {"method": "flow_sde"},
+            **VARIANTS[variant][1],
+        },
+    }
     extra = {"optim": OPTIM, "micro_batch_size": MICRO_BATCH[variant]}
     records = run_fit(tmp_path, reach_config(tmp_path, strategy, "PPO", policy, model_extra=extra))
     check_ranks(records)

@@ -11,11 +11,11 @@ from rlinf_policy_openpi.transforms import (
     TOKENIZER_FILE,
     PromptTokenizer,
     camera_slots,
+    default_image_resize,
     discretize_state,
     find_tokenizer,
     normalize,
     pad_to_dim,
-    default_image_resize,
     resize_with_pad,
     to_model_image,
     unnormalize,
@@ -86,8 +86,12 @@ def test_camera_slots_mask_missing_cameras():
 
 
 def _stats(d=4):
-    return NormStats(mean=torch.tensor([0.1, -0.2, 0.3, 0.0][:d]), std=torch.tensor([0.5, 2.0, 1.0, 0.0][:d]),
-                     q01=torch.tensor([-1.0, -3.0, 0.0, 0.5][:d]), q99=torch.tensor([1.0, 5.0, 2.0, 0.5][:d]))
+    return NormStats(
+        mean=torch.tensor([0.1, -0.2, 0.3, 0.0][:d]),
+        std=torch.tensor([0.5, 2.0, 1.0, 0.0][:d]),
+        q01=torch.tensor([-1.0, -3.0, 0.0, 0.5][:d]),
+        q99=torch.tensor([1.0, 5.0, 2.0, 0.5][:d]),
+    )
 
 
 @pytest.mark.parametrize("quantile", [False, True], ids=["zscore-pi0", "quantile-pi05"])
@@ -132,7 +136,7 @@ def test_prompt_format_and_pad_lengths(tiny):
         expected = [2] + sp.encode("push the puck to the goal") + sp.encode("\n")
         assert ids.shape == mask.shape == (2, max_len) and ids.dtype == torch.long and mask.dtype == torch.bool
         assert ids[0, : len(expected)].tolist() == expected and mask[0].sum() == len(expected)
-        assert not ids[0, len(expected):].any() and not mask[0, len(expected):].any()
+        assert not ids[0, len(expected) :].any() and not mask[0, len(expected) :].any()
     with pytest.warns(UserWarning, match=r"prompt of \d+ tokens truncated to max_token_len=4 .*raise max_token_len"):
         short = PromptTokenizer(path / TOKENIZER_FILE, 4)(["pick up the cube and lift it"])
     assert short[1].all() and short[0][0, 0] == 2  # truncated, bos kept

@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 from rlinf_core import Observation
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
-from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
+from rlinf_policy_openvla.settings import ActionConfig
 
 
 class Loss(nn.Module):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_core.models.norm_stats import resolve_unnorm_key
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
+from rlinf_policy_openvla.settings import ActionConfig
 
 STATS = {"q01": [-0.5, -2.0, 0.1, 0.0], "q99": [0.5, 3.0, 0.2, 1.0], "mask": [True, True, True, False]}
 
@@ -85,7 +85,10 @@ def test_dataset_statistics_json_is_merged(tmp_path, tiny_oft):
     assert policy.action_dim == 4
     assert set(policy.spec.norm_stats) == {"libero_spatial_no_noops", "metaworld_ml45"}
     # the original key still works via the _no_noops fallback
-    assert OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(unnorm_key="libero_spatial")).unnorm_key == "libero_spatial_no_noops"
+    assert (
+        OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(unnorm_key="libero_spatial")).unnorm_key
+        == "libero_spatial_no_noops"
+    )
 
 
 def test_invert_gripper(tiny_oft, obs):

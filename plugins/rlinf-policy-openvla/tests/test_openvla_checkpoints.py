@@ -8,15 +8,21 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.settings import ActionConfig, InputConfig
-from rlinf_core.models.weights import CheckpointError, load_weights
 from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.models.weights import CheckpointError, load_weights
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.make_tiny import main as make_tiny_main
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.vit import TIMM_PRESETS
 
-TOKENIZER_FILES = ["tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
+TOKENIZER_FILES = [
+    "tokenizer.model",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+]
 PRISMATIC_KEYS = [
     "vision_backbone.featurizer.cls_token",
     "vision_backbone.featurizer.reg_token",
@@ -50,16 +56,38 @@ def _edit_config(path, fn):
 
 
 def test_tiny_checkpoint_has_the_real_layout(tmp_path):
-    make_tiny_main([str(tmp_path / "t"), "--kind", "openvla", "--norm-key", "bridge_orig", "--norm-key", "fractal", "--num-shards", "3"])
+    make_tiny_main(
+        [
+            str(tmp_path / "t"),
+            "--kind",
+            "openvla",
+            "--norm-key",
+            "bridge_orig",
+            "--norm-key",
+            "fractal",
+            "--num-shards",
+            "3",
+        ]
+    )
     path = tmp_path / "t"
-    for name in ["config.json", "model.safetensors.index.json", "preprocessor_config.json", "generation_config.json", *TOKENIZER_FILES]:
+    for name in [
+        "config.json",
+        "model.safetensors.index.json",
+        "preprocessor_config.json",
+        "generation_config.json",
+        *TOKENIZER_FILES,
+    ]:
         assert (path / name).is_file(), name
     index = json.loads((path / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     assert shards == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
     assert set(PRISMATIC_KEYS) <= set(index["weight_map"])
     cfg = json.loads((path / "config.json").read_text())
-    assert cfg["model_type"] == "openvla" and cfg["n_action_bins"] == 256 and set(cfg["norm_stats"]) == {"bridge_orig", "fractal"}
+    assert (
+        cfg["model_type"] == "openvla"
+        and cfg["n_action_bins"] == 256
+        and set(cfg["norm_stats"]) == {"bridge_orig", "fractal"}
+    )
     # the tokenizer loads with plain transformers; the action ids are the last 256 of the text vocabulary
     from transformers import AutoTokenizer
 
@@ -145,11 +173,24 @@ def test_v4_style_text_config_and_timm_presets(tmp_path, tiny_oft):
     def v4(cfg):
         tc = cfg["text_config"]
         tc.pop("rope_parameters", None)
-        tc.update({"rope_theta": 10000.0, "rope_scaling": None, "torch_dtype": "bfloat16", "model_type": "llama",
-                   "_name_or_path": "meta-llama/Llama-2-7b-hf", "architectures": ["LlamaForCausalLM"]})
+        tc.update(
+            {
+                "rope_theta": 10000.0,
+                "rope_scaling": None,
+                "torch_dtype": "bfloat16",
+                "model_type": "llama",
+                "_name_or_path": "meta-llama/Llama-2-7b-hf",
+                "architectures": ["LlamaForCausalLM"],
+            }
+        )
 
     _edit_config(model, v4)
-    assert OpenVLAOFTPolicy(model_path=str(model), actions=ActionConfig(num_action_chunks=1)).vla.text_config.rope_parameters["rope_theta"] == 10000.0
+    assert (
+        OpenVLAOFTPolicy(
+            model_path=str(model), actions=ActionConfig(num_action_chunks=1)
+        ).vla.text_config.rope_parameters["rope_theta"]
+        == 10000.0
+    )
 
     def real_ids(cfg):
         cfg.pop("timm_model_configs")
@@ -160,7 +201,9 @@ def test_v4_style_text_config_and_timm_presets(tmp_path, tiny_oft):
     spec = read_spec(model)
     assert [v.width for v in spec.vision] == [1024, 1152] and spec.vision_dim == 2176 and spec.num_patches == 256
     assert spec.vision[0] == TIMM_PRESETS["vit_large_patch14_reg4_dinov2.lvd142m"]
-    with pytest.raises(CheckpointError, match=r"in the checkpoint but \([\d, ]+\) in the model built from config.json \(\d+ mismatches"):
+    with pytest.raises(
+        CheckpointError, match=r"in the checkpoint but \([\d, ]+\) in the model built from config.json \(\d+ mismatches"
+    ):
         OpenVLAOFTPolicy(model_path=str(model))
 
 
@@ -170,11 +213,17 @@ def test_official_proprio_projector_file(tmp_path, obs):
     src = tiny_checkpoint(kind="oft", proprio_dim=8)
     model = _copy(src, tmp_path)
     state = load_weights(model)
-    proprio = {f"module.{k.removeprefix('proprio_projector.')}": v for k, v in state.items() if k.startswith("proprio_projector.")}
+    proprio = {
+        f"module.{k.removeprefix('proprio_projector.')}": v
+        for k, v in state.items()
+        if k.startswith("proprio_projector.")
+    }
     assert proprio
     for f in model.glob("model*.safetensors*"):
         f.unlink()
-    save_file({k: v for k, v in state.items() if not k.startswith("proprio_projector.")}, str(model / "model.safetensors"))
+    save_file(
+        {k: v for k, v in state.items() if not k.startswith("proprio_projector.")}, str(model / "model.safetensors")
+    )
     torch.save(proprio, model / "proprio_projector--50000_checkpoint.pt")
     a = OpenVLAOFTPolicy(
         model_path=str(src),
@@ -196,16 +245,30 @@ def test_official_proprio_projector_file(tmp_path, obs):
 
 
 FLAT_SETTINGS = {  # config.json's rlinf_policy as save_pretrained wrote it before the config groups
-    "policy": "OpenVLAOFTPolicy", "unnorm_key": "libero_spatial_no_noops", "num_action_chunks": 3,
-    "num_images_in_input": 2, "add_value_head": True, "value_type": "action_level", "use_proprio": False,
-    "proprio_dim": None, "max_prompt_length": 40, "image_resize": "pil", "attention_mode": "causal",
+    "policy": "OpenVLAOFTPolicy",
+    "unnorm_key": "libero_spatial_no_noops",
+    "num_action_chunks": 3,
+    "num_images_in_input": 2,
+    "add_value_head": True,
+    "value_type": "action_level",
+    "use_proprio": False,
+    "proprio_dim": None,
+    "max_prompt_length": 40,
+    "image_resize": "pil",
+    "attention_mode": "causal",
 }
 
 
 def test_directories_saved_with_flat_names_still_load(tmp_path, tiny_oft):
     policy = OpenVLAOFTPolicy.from_pretrained(  # flat overrides are grouped, as the flat YAML names were
-        tiny_oft, num_action_chunks=3, num_images_in_input=2, add_value_head=True, value_type="action_level",
-        max_prompt_length=40, image_resize="pil", attention_mode="causal",
+        tiny_oft,
+        num_action_chunks=3,
+        num_images_in_input=2,
+        add_value_head=True,
+        value_type="action_level",
+        max_prompt_length=40,
+        image_resize="pil",
+        attention_mode="causal",
     )
     policy.save_pretrained(tmp_path / "grouped")
     grouped = json.loads((tmp_path / "grouped" / "config.json").read_text())["rlinf_policy"]
@@ -215,8 +278,16 @@ def test_directories_saved_with_flat_names_still_load(tmp_path, tiny_oft):
     _edit_config(tmp_path / "flat", lambda cfg: cfg.update(rlinf_policy=FLAT_SETTINGS))
 
     def settings(p):
-        return (p.unnorm_key, p.num_action_chunks, p.num_images_in_input, p.has_value_head, p.value_type,
-                p.prompts.max_prompt_length, p.image_resize, p.attention_mode)
+        return (
+            p.unnorm_key,
+            p.num_action_chunks,
+            p.num_images_in_input,
+            p.has_value_head,
+            p.value_type,
+            p.prompts.max_prompt_length,
+            p.image_resize,
+            p.attention_mode,
+        )
 
     expected = ("libero_spatial_no_noops", 3, 2, True, "action_level", 40, "pil", "causal")
     assert settings(policy) == expected
@@ -298,8 +369,11 @@ def test_wrong_settings_are_explained(tmp_path, tiny_oft, obs):
 def test_shape_mismatch_names_the_parameter(tmp_path, tiny_oft):
     model = _copy(tiny_oft, tmp_path)
     _edit_config(model, lambda cfg: cfg["text_config"].update(intermediate_size=96))
-    with pytest.raises(CheckpointError, match=r"'language_model.model.layers.0.mlp.gate_proj.weight' has shape \(128, 64\) "
-                       r"in the checkpoint but \(96, 64\)") as e:
+    with pytest.raises(
+        CheckpointError,
+        match=r"'language_model.model.layers.0.mlp.gate_proj.weight' has shape \(128, 64\) "
+        r"in the checkpoint but \(96, 64\)",
+    ) as e:
         OpenVLAOFTPolicy(model_path=str(model))
     _one_line(e)
     model = _copy(tiny_oft, tmp_path, "extra")

@@ -66,8 +66,11 @@ def test_pixel_values_match_prismatic_processor_math_in_pil_mode():
     ref = []
     for im in images:
         x = torch.from_numpy(_pil_reference(im.numpy(), 224, "resize-naive", (0, 0, 0))).permute(2, 0, 1).float() / 255
-        ref.append(torch.cat([(x - torch.tensor(m).view(3, 1, 1)) / torch.tensor(s).view(3, 1, 1)
-                              for m, s in zip(means, stds)]))
+        ref.append(
+            torch.cat(
+                [(x - torch.tensor(m).view(3, 1, 1)) / torch.tensor(s).view(3, 1, 1) for m, s in zip(means, stds)]
+            )
+        )
     torch.testing.assert_close(got, torch.stack(ref), atol=1e-6, rtol=0)
 
 
@@ -102,8 +105,17 @@ def test_letterbox_checkpoint_is_honoured(tmp_path, obs):
     policy.vla.build_prefix = spy
     policy.act(wide, do_sample=False)
     size = spec.vision[0].image_size
-    x = torch.stack([torch.from_numpy(_pil_reference(im.numpy(), size, "letterbox", (127, 127, 127)))
-                     for im in wide.main_images]).permute(0, 3, 1, 2).float() / 255
+    x = (
+        torch.stack(
+            [
+                torch.from_numpy(_pil_reference(im.numpy(), size, "letterbox", (127, 127, 127)))
+                for im in wide.main_images
+            ]
+        )
+        .permute(0, 3, 1, 2)
+        .float()
+        / 255
+    )
     m, s = (torch.tensor(v).view(1, 3, 1, 1) for v in (spec.image_means[0], spec.image_stds[0]))
     torch.testing.assert_close(captured["pixels"][:, :3], (x - m) / s, atol=1e-6, rtol=0)
 
@@ -141,7 +153,9 @@ def test_a_guessed_image_resize_is_said_in_one_line(tmp_path, tiny_oft, capsys):
     OpenVLAOFTPolicy(model_path=str(tiny_oft))
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "image_resize=" in ln]
     assert len(lines) == 1 and "image_resize=pil" in lines[0] and "set inputs.image_resize: tensor" in lines[0]
-    OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="tensor")).save_pretrained(tmp_path / "s")
+    OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="tensor")).save_pretrained(
+        tmp_path / "s"
+    )
     capsys.readouterr()
     assert OpenVLAOFTPolicy(model_path=str(tmp_path / "s")).image_resize == "tensor"  # recorded: no guess, no line
     assert "image_resize=" not in capsys.readouterr().err

@@ -49,7 +49,10 @@ def test_recompute_with_fixed_prompt_length_and_microbatches(tiny_oft, obs):
     """Micro-batches of the rollout batch give the same log-probs as the whole batch."""
     policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), actions=ActionConfig(num_action_chunks=2))
     out = _act(policy, obs, do_sample=True, temperature=1.0)
-    parts = [policy.evaluate(obs.index([i]), {"action_tokens": out.record["action_tokens"][i : i + 1]}).logprobs for i in range(3)]
+    parts = [
+        policy.evaluate(obs.index([i]), {"action_tokens": out.record["action_tokens"][i : i + 1]}).logprobs
+        for i in range(3)
+    ]
     torch.testing.assert_close(torch.cat(parts), out.logprobs, rtol=0, atol=1e-5)
 
 

@@ -9,8 +9,8 @@ from safetensors.torch import load_file
 
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.lora import default_target_modules
+from rlinf_policy_openvla.settings import ActionConfig
 
 
 def _lora_policy(path, lora_path=None, **kw):

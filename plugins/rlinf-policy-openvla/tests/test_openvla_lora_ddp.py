@@ -11,8 +11,8 @@ import torch
 
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy
-from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
+from rlinf_policy_openvla.settings import ActionConfig
 
 HERE = Path(__file__).parent
 
@@ -48,8 +48,14 @@ def test_targets_only_off_the_forward_path_fail_in_one_line(tiny_oft):
 def test_two_rank_ddp_lora_update_with_rlinf_targets(tiny_oft, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(HERE / "ddp_lora_probe.py"), str(tiny_oft), str(tmp_path),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(HERE / "ddp_lora_probe.py"),
+        str(tiny_oft),
+        str(tmp_path),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -3,7 +3,6 @@ CPU)."""
 
 import pytest
 import torch
-from rlinf_core.models.lora import LoRAConfig
 
 from rlinf_core import Observation
 from rlinf_core.memory.estimate import activation_bytes, stack_activation_bytes

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from rlinf_core.models.meta import meta_init, parameter_count
-from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_core.models.weights import INDEX_NAME
+from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.checkpoint import read_spec
 from rlinf_policy_openvla.released import (
     OPENVLA_7B_INDEX_BYTES,
@@ -17,6 +16,7 @@ from rlinf_policy_openvla.released import (
     released_tensor_shapes,
     write_released_dir,
 )
+from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 
 _DIRS: dict = {}
 
@@ -40,12 +40,20 @@ def test_reconstructed_index_matches_the_published_total():
 def test_minimal_text_config_reads_llama2_7b_defaults(released):
     path = released("openvla-7b")
     cfg = json.loads((path / "config.json").read_text())
-    assert cfg["text_config"] == {"model_type": "llama", "pad_token_id": 32000, "torch_dtype": "bfloat16",
-                                  "vocab_size": 32064}
+    assert cfg["text_config"] == {
+        "model_type": "llama",
+        "pad_token_id": 32000,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 32064,
+    }
     spec = read_spec(path)  # KeyError: 'hidden_size' before
     llama = spec.llama_config
     assert (spec.llm_dim, llama.num_hidden_layers, llama.num_attention_heads, llama.intermediate_size) == (
-        4096, 32, 32, 11008)
+        4096,
+        32,
+        32,
+        11008,
+    )
     assert spec.action_vocab_size == 32000 and spec.vision_dim == 2176
 
 

@@ -21,15 +21,27 @@ def test_constructor_is_a_small_schema(cls):
 def test_flat_names_map_onto_every_group_field():
     assert {FLAT_KEYS[f.name] for f in fields(ActionConfig)} == {("actions", f.name) for f in fields(ActionConfig)}
     assert {FLAT_KEYS[f.name] for f in fields(InputConfig)} == {("inputs", f.name) for f in fields(InputConfig)}
-    old = {"unnorm_key": "bridge_orig", "num_action_chunks": 4, "center_crop": True, "top_k": 50,
-           "inputs": {"max_prompt_length": 30}}
+    old = {
+        "unnorm_key": "bridge_orig",
+        "num_action_chunks": 4,
+        "center_crop": True,
+        "top_k": 50,
+        "inputs": {"max_prompt_length": 30},
+    }
     args = grouped(old)
-    assert args == {"top_k": 50, "actions": ActionConfig(unnorm_key="bridge_orig", num_action_chunks=4),
-                    "inputs": InputConfig(max_prompt_length=30, center_crop=True)}
+    assert args == {
+        "top_k": 50,
+        "actions": ActionConfig(unnorm_key="bridge_orig", num_action_chunks=4),
+        "inputs": InputConfig(max_prompt_length=30, center_crop=True),
+    }
     assert grouped({"inputs": InputConfig(use_proprio=True), "proprio_dim": 8})["inputs"] == InputConfig(
-        use_proprio=True, proprio_dim=8)
+        use_proprio=True, proprio_dim=8
+    )
     assert flat({"actions": {"unnorm_key": "k"}, "inputs": {"image_resize": "pil"}, "value_type": "x"}) == {
-        "unnorm_key": "k", "image_resize": "pil", "value_type": "x"}
+        "unnorm_key": "k",
+        "image_resize": "pil",
+        "value_type": "x",
+    }
 
 
 def test_group_values_are_checked_when_parsed():
@@ -44,10 +56,18 @@ def test_group_values_are_checked_when_parsed():
 def _warmup_warnings(policy_args: dict) -> list[str]:
     from rlinf_core.cli.combos import check_combinations
 
-    cfg = {"trainer": {"max_epochs": 1}, "model": {"class_path": "RLModule", "init_args": {
-        "policy": {"class_path": "OpenVLAOFTPolicy", "init_args": policy_args},
-        "env": {"class_path": "ReachEnv", "init_args": {"num_envs": 64}},
-        "rollout": {"max_steps_per_rollout_epoch": 100}, "optim": {"lr_warmup_steps": 10}}}}
+    cfg = {
+        "trainer": {"max_epochs": 1},
+        "model": {
+            "class_path": "RLModule",
+            "init_args": {
+                "policy": {"class_path": "OpenVLAOFTPolicy", "init_args": policy_args},
+                "env": {"class_path": "ReachEnv", "init_args": {"num_envs": 64}},
+                "rollout": {"max_steps_per_rollout_epoch": 100},
+                "optim": {"lr_warmup_steps": 10},
+            },
+        },
+    }
     warnings = []
     check_combinations(cfg, warnings.append)
     return [w for w in warnings if "lr_warmup_steps" in w]
@@ -66,5 +86,7 @@ def test_serve_overrides_reach_the_groups():
     _check_overrides(OpenVLAOFTPolicy, overrides)  # rlinf serve --unnorm-key / --chunk: no "has no setting"
     run_args = {"model_path": "/m", "actions": {"unnorm_key": "libero_spatial", "invert_gripper": True}}
     assert _with_overrides(OpenVLAOFTPolicy, run_args, overrides) == {
-        "model_path": "/m", "precision": "bf16",
-        "actions": {"unnorm_key": "bridge_orig", "invert_gripper": True, "num_action_chunks": 4}}
+        "model_path": "/m",
+        "precision": "bf16",
+        "actions": {"unnorm_key": "bridge_orig", "invert_gripper": True, "num_action_chunks": 4},
+    }

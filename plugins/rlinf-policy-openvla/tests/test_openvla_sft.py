@@ -4,10 +4,10 @@ exports a checkpoint the RL config loads through ``model_path``."""
 import lightning.pytorch as pl
 import torch
 
-from rlinf_core.rl.config import OptimConfig
-from rlinf_core.datasets.demos import DemoDataset
-from rlinf_core.supervised.sft import SFTModule
 from rlinf_core.builtin.reach_demos import collect_reach_demos
+from rlinf_core.datasets.demos import DemoDataset
+from rlinf_core.rl.config import OptimConfig
+from rlinf_core.supervised.sft import SFTModule
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.testing import tiny_checkpoint

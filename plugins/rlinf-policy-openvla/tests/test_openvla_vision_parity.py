@@ -111,9 +111,15 @@ def test_dinov2_tower_matches_transformers_dinov2_with_registers(dtype):
 
     spec = _tiny(DINO_ID)
     config = Dinov2WithRegistersConfig(
-        hidden_size=spec.width, num_hidden_layers=spec.depth, num_attention_heads=spec.heads,
-        mlp_ratio=spec.mlp_dim // spec.width, image_size=spec.image_size, patch_size=spec.patch_size,
-        num_register_tokens=spec.num_reg_tokens, layer_norm_eps=spec.eps, hidden_act="gelu",
+        hidden_size=spec.width,
+        num_hidden_layers=spec.depth,
+        num_attention_heads=spec.heads,
+        mlp_ratio=spec.mlp_dim // spec.width,
+        image_size=spec.image_size,
+        patch_size=spec.patch_size,
+        num_register_tokens=spec.num_reg_tokens,
+        layer_norm_eps=spec.eps,
+        hidden_act="gelu",
         attn_implementation="sdpa",
     )
     hf = Dinov2WithRegistersModel(config).eval()
@@ -137,9 +143,15 @@ def test_siglip_tower_matches_transformers_siglip_with_timm_0_9_10_exact_gelu(dt
 
     spec = _tiny(SIGLIP_ID)
     config = SiglipVisionConfig(
-        hidden_size=spec.width, intermediate_size=spec.mlp_dim, num_hidden_layers=spec.depth,
-        num_attention_heads=spec.heads, image_size=spec.image_size, patch_size=spec.patch_size,
-        layer_norm_eps=spec.eps, hidden_act="gelu", attn_implementation="sdpa",
+        hidden_size=spec.width,
+        intermediate_size=spec.mlp_dim,
+        num_hidden_layers=spec.depth,
+        num_attention_heads=spec.heads,
+        image_size=spec.image_size,
+        patch_size=spec.patch_size,
+        layer_norm_eps=spec.eps,
+        hidden_act="gelu",
+        attn_implementation="sdpa",
     )
     hf = SiglipVisionModel(config).eval()
     _randomise(hf, seed=2)
@@ -160,7 +172,9 @@ def test_siglip_tower_matches_transformers_siglip_with_timm_0_9_10_exact_gelu(dt
         pooled = ours.attn_pool(ours.norm(tokens))
     assert got.shape == ref.shape == (2, spec.num_patches, spec.width)
     torch.testing.assert_close(got, ref, atol=TOL[dtype] * ref.abs().max().item(), rtol=0)
-    torch.testing.assert_close(pooled, out.pooler_output, atol=TOL[dtype] * out.pooler_output.abs().max().item(), rtol=0)
+    torch.testing.assert_close(
+        pooled, out.pooler_output, atol=TOL[dtype] * out.pooler_output.abs().max().item(), rtol=0
+    )
 
 
 def test_tanh_gelu_siglip_would_not_match():
@@ -169,8 +183,13 @@ def test_tanh_gelu_siglip_would_not_match():
 
     spec = _tiny(SIGLIP_ID, act="gelu_tanh")
     config = SiglipVisionConfig(
-        hidden_size=spec.width, intermediate_size=spec.mlp_dim, num_hidden_layers=spec.depth,
-        num_attention_heads=spec.heads, image_size=spec.image_size, patch_size=spec.patch_size, hidden_act="gelu",
+        hidden_size=spec.width,
+        intermediate_size=spec.mlp_dim,
+        num_hidden_layers=spec.depth,
+        num_attention_heads=spec.heads,
+        image_size=spec.image_size,
+        patch_size=spec.patch_size,
+        hidden_act="gelu",
     )
     hf = SiglipVisionModel(config).eval().double()
     _randomise(hf, seed=2)

@@ -17,8 +17,13 @@ def test_gpu_config_world_model_settings(suite):
     wm = env["world_model"]["init_args"]
     root = f"/path/to/RLinf-OpenSora-LIBERO-{suite.capitalize()}"
     assert cfg["env"]["class_path"] == "WorldModelEnv" and env["world_model"]["class_path"] == "OpenSoraWorldModel"
-    assert wm == {"model_path": root, "chunk": 8, "num_sampling_steps": 10, "use_timestep_transform": True,
-                  "inference_dtype": "auto"}
+    assert wm == {
+        "model_path": root,
+        "chunk": 8,
+        "num_sampling_steps": 10,
+        "use_timestep_transform": True,
+        "inference_dtype": "auto",
+    }
     rm = {"class_path": "ResnetRewardModel", "init_args": {"checkpoint": f"{root}/resnet_rm.pth"}}
     assert env["reward_model"] == rm
     assert env["init_data_path"] == f"{root}/dataset"
@@ -26,4 +31,6 @@ def test_gpu_config_world_model_settings(suite):
     assert cfg["eval_env"]["class_path"] == "LiberoEnv"  # evaluation in the real simulator, as the seeds
     assert cfg["eval_env"]["init_args"]["task_suite_name"] == f"libero_{suite}"
     policy = cfg["policy"]["init_args"]
-    assert policy["model_path"].endswith(f"Openvla-oft-SFT-libero-{suite}-traj1") and policy["actions"]["invert_gripper"]
+    assert (
+        policy["model_path"].endswith(f"Openvla-oft-SFT-libero-{suite}-traj1") and policy["actions"]["invert_gripper"]
+    )

@@ -3,8 +3,8 @@ from a placeholder path."""
 
 import torch
 
-from rlinf_core.models.meta import meta_init
 from rlinf_core.memory.meta_peak import module_bytes, peak_bytes
+from rlinf_core.models.meta import meta_init
 from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 

@@ -18,19 +18,48 @@ WEIGHTS = "model-00001.safetensors"
 
 # config.json as STDiT3_XL_2 saves it for the released checkpoint (Hugging Face PretrainedConfig fields included)
 RELEASED_CONFIG = {
-    "architectures": ["STDiT3"], "model_type": "STDiT3", "input_size": [12, 32, 32], "input_sq_size": 512,
-    "in_channels": 4, "patch_size": [1, 2, 2], "hidden_size": 1152, "depth": 28, "num_heads": 16, "mlp_ratio": 4.0,
-    "class_dropout_prob": 0.1, "pred_sigma": True, "drop_path": 0.0, "caption_channels": 4096,
-    "model_max_length": 300, "qk_norm": True, "enable_flash_attn": True, "enable_layernorm_kernel": True,
-    "enable_sequence_parallelism": False, "only_train_temporal": False, "freeze_y_embedder": False,
-    "skip_y_embedder": False, "cfg": False, "training": False, "action_dim": 7, "pad_action_num": 4,
-    "torch_dtype": "float32", "transformers_version": "4.36.2",
+    "architectures": ["STDiT3"],
+    "model_type": "STDiT3",
+    "input_size": [12, 32, 32],
+    "input_sq_size": 512,
+    "in_channels": 4,
+    "patch_size": [1, 2, 2],
+    "hidden_size": 1152,
+    "depth": 28,
+    "num_heads": 16,
+    "mlp_ratio": 4.0,
+    "class_dropout_prob": 0.1,
+    "pred_sigma": True,
+    "drop_path": 0.0,
+    "caption_channels": 4096,
+    "model_max_length": 300,
+    "qk_norm": True,
+    "enable_flash_attn": True,
+    "enable_layernorm_kernel": True,
+    "enable_sequence_parallelism": False,
+    "only_train_temporal": False,
+    "freeze_y_embedder": False,
+    "skip_y_embedder": False,
+    "cfg": False,
+    "training": False,
+    "action_dim": 7,
+    "pad_action_num": 4,
+    "torch_dtype": "float32",
+    "transformers_version": "4.36.2",
 }
 # stabilityai/sdxl-vae's vae/config.json
 SDXL_VAE = {
-    "_class_name": "AutoencoderKL", "act_fn": "silu", "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4, "in_channels": 3,
-    "latent_channels": 4, "layers_per_block": 2, "norm_num_groups": 32, "out_channels": 3, "sample_size": 1024,
+    "_class_name": "AutoencoderKL",
+    "act_fn": "silu",
+    "block_out_channels": [128, 256, 512, 512],
+    "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "in_channels": 3,
+    "latent_channels": 4,
+    "layers_per_block": 2,
+    "norm_num_groups": 32,
+    "out_channels": 3,
+    "sample_size": 1024,
     "scaling_factor": 0.13025,
 }
 
@@ -54,11 +83,22 @@ def test_released_key_names_load_strict():
     model = OpenSoraWorldModel(str(tiny_world_model()))
     keys = set(load_file(str(tiny_world_model() / WEIGHTS)))
     assert keys == set(model.dit.state_dict())
-    for key in ("spatial_blocks.0.attn.q_norm.weight", "temporal_blocks.1.attn.qkv.bias", "rope.freqs",
-                "action_embedder.fc.0.weight", "action_embedder.none_action.weight", "t_block.1.weight",
-                "final_layer.scale_shift_table", "y_embedder.y_proj.fc1.weight", "y_embedder.y_embedding",
-                "spatial_blocks.0.cross_attn.kv_linear.weight", "fps_embedder.mlp.0.weight",
-                "x_embedder.proj.weight", "t_embedder.mlp.2.bias", "spatial_blocks.1.mlp.fc2.weight"):
+    for key in (
+        "spatial_blocks.0.attn.q_norm.weight",
+        "temporal_blocks.1.attn.qkv.bias",
+        "rope.freqs",
+        "action_embedder.fc.0.weight",
+        "action_embedder.none_action.weight",
+        "t_block.1.weight",
+        "final_layer.scale_shift_table",
+        "y_embedder.y_proj.fc1.weight",
+        "y_embedder.y_embedding",
+        "spatial_blocks.0.cross_attn.kv_linear.weight",
+        "fps_embedder.mlp.0.weight",
+        "x_embedder.proj.weight",
+        "t_embedder.mlp.2.bias",
+        "spatial_blocks.1.mlp.fc2.weight",
+    ):
         assert key in keys, key
 
 
@@ -109,8 +149,13 @@ def test_vae_files_with_legacy_attention_names_load(tmp_path):
     path = _copy(tmp_path)
     vae = path / "vae" / "diffusion_pytorch_model.safetensors"
     state = load_file(str(vae))
-    legacy = {k.replace(".to_q.", ".query.").replace(".to_k.", ".key.").replace(".to_v.", ".value.")
-               .replace(".to_out.0.", ".proj_attn."): v for k, v in state.items()}
+    legacy = {
+        k.replace(".to_q.", ".query.")
+        .replace(".to_k.", ".key.")
+        .replace(".to_v.", ".value.")
+        .replace(".to_out.0.", ".proj_attn."): v
+        for k, v in state.items()
+    }
     assert any(".proj_attn." in k for k in legacy)
     save_file(legacy, str(vae))
     model = OpenSoraWorldModel(str(path))
@@ -143,8 +188,14 @@ def test_released_size_builds_on_meta(tmp_path):
     assert model.dit.final_layer.linear.weight.shape == (32, 1152)  # 2x2 patch x 8 channels (pred_sigma)
     # the released shapes run through the forward: 256² frames → 4 x 32 x 32 latents, 4 + 8 frames, 7-D actions
     meta = dict(device="meta")
-    out = model.dit(torch.empty(2, 4, 12, 32, 32, **meta), torch.empty(2, **meta), torch.empty(2, 8, 7, **meta),
-                    x_mask=torch.empty(2, 12, dtype=torch.bool, **meta), height=256, width=256)
+    out = model.dit(
+        torch.empty(2, 4, 12, 32, 32, **meta),
+        torch.empty(2, **meta),
+        torch.empty(2, 8, 7, **meta),
+        x_mask=torch.empty(2, 12, dtype=torch.bool, **meta),
+        height=256,
+        width=256,
+    )
     assert out.shape == (2, 8, 12, 32, 32)
 
 

@@ -77,8 +77,15 @@ def test_reset_encodes_frame_zero_repeated_and_the_queue_rolls(model):
     from rlinf_core.world_models.reward_models import ResnetRewardModel
 
     root = tiny_world_model()
-    env = WorldModelEnv(model, ResnetRewardModel(checkpoint=str(root / "resnet_rm.pth")), str(root / "dataset"),
-                        num_envs=2, group_size=2, max_episode_steps=24, reward_coef=5.0)
+    env = WorldModelEnv(
+        model,
+        ResnetRewardModel(checkpoint=str(root / "resnet_rm.pth")),
+        str(root / "dataset"),
+        num_envs=2,
+        group_size=2,
+        max_episode_steps=24,
+        reward_coef=5.0,
+    )
     obs = env.reset()
     first = np.load(sorted((root / "dataset").glob("traj*.npy"))[env.reset_state_ids[0]], allow_pickle=True)[0]
     assert torch.equal(obs.main_images[0], torch.from_numpy(first["image"]))  # the first observation is frame 0

@@ -68,15 +68,24 @@ def test_save_pretrained_loads_unchanged(tmp_path):
         model.dit.t_block[1].bias.add_(0.5)  # "trained"
     model.save_pretrained(tmp_path / "export")
     names = {p.name for p in (tmp_path / "export").iterdir()}
-    assert {"config.json", "model-00001.safetensors", "model.safetensors.index.json", "vae", "resnet_rm.pth",
-            "dataset_statistics.json", "dataset"} <= names
+    assert {
+        "config.json",
+        "model-00001.safetensors",
+        "model.safetensors.index.json",
+        "vae",
+        "resnet_rm.pth",
+        "dataset_statistics.json",
+        "dataset",
+    } <= names
     again = OpenSoraWorldModel(str(tmp_path / "export"), num_sampling_steps=2).eval()
     for k, v in model.dit.state_dict().items():
         assert torch.equal(v, again.dit.state_dict()[k]), k
     frames = torch.randint(0, 256, (1, 4, 32, 32, 3), dtype=torch.uint8)
     with torch.no_grad():
-        a, _ = model.predict(model.init_state(frames, torch.zeros(1, 4, 7)), torch.zeros(1, 8, 7),
-                             torch.Generator().manual_seed(0))
-        b, _ = again.predict(again.init_state(frames, torch.zeros(1, 4, 7)), torch.zeros(1, 8, 7),
-                             torch.Generator().manual_seed(0))
+        a, _ = model.predict(
+            model.init_state(frames, torch.zeros(1, 4, 7)), torch.zeros(1, 8, 7), torch.Generator().manual_seed(0)
+        )
+        b, _ = again.predict(
+            again.init_state(frames, torch.zeros(1, 4, 7)), torch.zeros(1, 8, 7), torch.Generator().manual_seed(0)
+        )
     assert torch.equal(a, b)

@@ -14,8 +14,12 @@ from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "opensora"
-QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false",
-         "--trainer.enable_model_summary=false", "--trainer.accelerator=cpu"]
+QUIET = [
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.accelerator=cpu",
+]
 
 
 def _episodes(root: Path, n: int = 4, T: int = 14) -> Path:
@@ -46,10 +50,23 @@ def _scalars(run: Path, tag: str) -> list[float]:
 
 def test_world_model_fit_config_trains_and_exports_a_loadable_directory(tmp_path):
     wm, data = tiny_world_model(), _episodes(tmp_path / "episodes")
-    main(["fit", "--config", str(CONFIGS / "world_model_fit.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}",
-          f"--model.init_args.world_model.init_args.model_path={wm}", f"--model.init_args.data_path={data}",
-          "--model.init_args.image_size=32", "--model.init_args.batch_size=8", "--model.init_args.val_fraction=0.25",
-          "--model.init_args.optim.lr=3e-3", "--model.init_args.stride=2", "--trainer.max_epochs=4", *QUIET])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "world_model_fit.yaml"),
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            f"--model.init_args.world_model.init_args.model_path={wm}",
+            f"--model.init_args.data_path={data}",
+            "--model.init_args.image_size=32",
+            "--model.init_args.batch_size=8",
+            "--model.init_args.val_fraction=0.25",
+            "--model.init_args.optim.lr=3e-3",
+            "--model.init_args.stride=2",
+            "--trainer.max_epochs=4",
+            *QUIET,
+        ]
+    )
     run = next(tmp_path.glob("opensora_world_model/version_*"))
     val = _scalars(run, "val/loss")
     assert len(val) == 4 and val[-1] < val[0], val
@@ -57,17 +74,34 @@ def test_world_model_fit_config_trains_and_exports_a_loadable_directory(tmp_path
     trained = OpenSoraWorldModel(str(export), num_sampling_steps=2)
     base = OpenSoraWorldModel(str(wm))
     assert not torch.equal(trained.dit.t_block[1].weight, base.dit.t_block[1].weight)
-    env = WorldModelEnv(trained, ResnetRewardModel(checkpoint=str(export / "resnet_rm.pth")), str(export / "dataset"),
-                        num_envs=2, max_episode_steps=8)
+    env = WorldModelEnv(
+        trained,
+        ResnetRewardModel(checkpoint=str(export / "resnet_rm.pth")),
+        str(export / "dataset"),
+        num_envs=2,
+        max_episode_steps=8,
+    )
     env.reset()
     assert env.chunk_step(torch.zeros(2, 8, 7)).valid.all()
 
 
 def test_reward_model_fit_config_exports_resnet_rm(tmp_path):
     data = _episodes(tmp_path / "episodes")
-    main(["fit", "--config", str(CONFIGS / "reward_model_fit.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}",
-          f"--model.init_args.data_path={data}", "--model.init_args.image_size=32", "--model.init_args.batch_size=16",
-          "--model.init_args.val_fraction=0", "--model.init_args.optim.lr=1e-3", "--trainer.max_epochs=2", *QUIET])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "reward_model_fit.yaml"),
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            f"--model.init_args.data_path={data}",
+            "--model.init_args.image_size=32",
+            "--model.init_args.batch_size=16",
+            "--model.init_args.val_fraction=0",
+            "--model.init_args.optim.lr=1e-3",
+            "--trainer.max_epochs=2",
+            *QUIET,
+        ]
+    )
     ckpt = next(tmp_path.glob("opensora_reward_model/version_*")) / "reward_model" / "resnet_rm.pth"
     rm = ResnetRewardModel(checkpoint=str(ckpt)).eval()
     frames = torch.from_numpy(np.stack([f["image"] for f in np.load(data / "traj0.npy", allow_pickle=True)]))

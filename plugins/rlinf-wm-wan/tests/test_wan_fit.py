@@ -22,17 +22,24 @@ def _scalars(run: Path, tag: str) -> list[float]:
 def test_grpo_fit_with_tiny_oft_inside_tiny_wan(tiny_wan, tmp_path):
     oft = tiny_checkpoint(kind="oft", norm_keys=["libero_goal_no_noops"])
     wm = "--model.init_args.env.init_args"
-    main([
-        "fit", "--config", str(CONFIG),
-        f"{wm}.world_model.init_args.model_path={tiny_wan}",
-        f"{wm}.reward_model.init_args.checkpoint={tiny_wan / 'resnet_rm.pth'}",
-        f"{wm}.init_data_path={tiny_wan / 'dataset'}",
-        f"--model.init_args.policy.init_args.model_path={oft}",
-        "--model.init_args.rollout.recompute_logprobs=true", "--model.init_args.rollout.show_progress=false",
-        "--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=2",
-        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIG),
+            f"{wm}.world_model.init_args.model_path={tiny_wan}",
+            f"{wm}.reward_model.init_args.checkpoint={tiny_wan / 'resnet_rm.pth'}",
+            f"{wm}.init_data_path={tiny_wan / 'dataset'}",
+            f"--model.init_args.policy.init_args.model_path={oft}",
+            "--model.init_args.rollout.recompute_logprobs=true",
+            "--model.init_args.rollout.show_progress=false",
+            "--trainer.max_epochs=2",
+            "--trainer.check_val_every_n_epoch=2",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+        ]
+    )
     run = next(tmp_path.glob("*/version_*"))
     mismatch = _scalars(run, "rollout/logprob_mismatch")
     assert mismatch and max(mismatch) < 1e-5  # rollout log-probs == the training recompute

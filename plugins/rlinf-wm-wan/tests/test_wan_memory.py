@@ -2,8 +2,8 @@
 
 import torch
 
-from rlinf_core.models.meta import meta_init
 from rlinf_core.memory.meta_peak import module_bytes, peak_bytes
+from rlinf_core.models.meta import meta_init
 from rlinf_wm_wan import WanWorldModel
 
 
@@ -19,8 +19,10 @@ def test_meta_peak_equals_the_real_cpu_run(tiny_wan):
     step = peak_bytes(lambda: real.predict(state, torch.zeros(B, C, 7), generator=torch.Generator().manual_seed(0)))
     measured = dict(prof.peaks)[f"chunk of {C}, {B} envs"]
     assert step > 0 and abs(measured - step) <= 1024  # same ops, same live bytes (up to a few lazily built tables)
-    assert dict(prof.weights) == {"WanActionTransformer (fp32)": module_bytes(real.dit),
-                                  "AutoencoderKLWan (fp32)": module_bytes(real.vae)}
+    assert dict(prof.weights) == {
+        "WanActionTransformer (fp32)": module_bytes(real.dit),
+        "AutoencoderKLWan (fp32)": module_bytes(real.vae),
+    }
 
 
 def test_released_size_runs_in_bf16_on_cuda():

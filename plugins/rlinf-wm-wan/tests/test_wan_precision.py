@@ -30,8 +30,9 @@ def test_bf16_weights_give_frames_close_to_fp32(tiny_wan):
 def test_auto_precision_runs_bf16_on_cuda_inside_the_env(tiny_wan):
     model = WanWorldModel(model_path=str(tiny_wan), num_inference_steps=5)
     rm = ResnetRewardModel(str(tiny_wan / "resnet_rm.pth"))
-    env = WorldModelEnv(model, rm, str(tiny_wan / "dataset"), num_envs=4, max_episode_steps=16, enable_kir=True,
-                        device="cuda")
+    env = WorldModelEnv(
+        model, rm, str(tiny_wan / "dataset"), num_envs=4, max_episode_steps=16, enable_kir=True, device="cuda"
+    )
     assert model.dit.dtype == torch.bfloat16 and model.device.type == "cuda"
     env.reset(reset_state_ids=np.array([0, 1, 2, 3]))
     out = env.chunk_step(torch.rand(4, 8, 7) * 2 - 1)

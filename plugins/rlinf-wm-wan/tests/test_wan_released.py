@@ -164,6 +164,9 @@ def test_a_whole_chunk_matches_diffsynths_pipeline(tiny_wan):
     actions = torch.rand(2, 13, 7, generator=gen) * 2 - 1
     video = model.generate(frames, actions)
     assert video.shape == (2, 13, 64, 64, 3) and abs(video.long().sum().item() - 40885676) <= 50
-    for (b, t, y, x), want in {(0, 7, 10, 20): [134, 128, 121], (1, 12, 40, 5): [119, 125, 138],
-                               (0, 5, 33, 33): [116, 129, 139]}.items():
+    for (b, t, y, x), want in {
+        (0, 7, 10, 20): [134, 128, 121],
+        (1, 12, 40, 5): [119, 125, 138],
+        (0, 5, 33, 33): [116, 129, 139],
+    }.items():
         assert (video[b, t, y, x].int() - torch.tensor(want)).abs().max() <= 1

@@ -123,6 +123,9 @@ def test_goal_release_with_the_task_conditioned_reward_model(tmp_path):
     model = WanWorldModel(model_path=str(root), num_inference_steps=1)
     env = WorldModelEnv(model, rm, str(root / "dataset"), num_envs=2, max_episode_steps=8, enable_kir=True)
     obs = env.reset(reset_state_ids=np.array([1, 3]))
-    assert obs.task_descriptions == ["open the middle drawer of the cabinet", "open the top drawer and put the bowl inside"]
+    assert obs.task_descriptions == [
+        "open the middle drawer of the cabinet",
+        "open the top drawer and put the bowl inside",
+    ]
     out = env.chunk_step(torch.zeros(2, 8, 7))
     assert out.rewards.shape == (2, 8) and np.isfinite(out.rewards).all()

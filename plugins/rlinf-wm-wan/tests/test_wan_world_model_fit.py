@@ -33,13 +33,19 @@ def _episodes(root: Path, n: int = 4, length: int = 20, size: int = 64) -> Path:
 
 def test_world_model_fit_exports_a_release_that_loads(tiny_wan, tmp_path):
     data = _episodes(tmp_path / "rollouts")
-    main([
-        "fit", "--config", str(CONFIGS / "wan_world_model_fit_cpu_smoke.yaml"),
-        f"--model.init_args.world_model.init_args.model_path={tiny_wan}",
-        f"--model.init_args.data_path={data}",
-        "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "wan_world_model_fit_cpu_smoke.yaml"),
+            f"--model.init_args.world_model.init_args.model_path={tiny_wan}",
+            f"--model.init_args.data_path={data}",
+            "--trainer.max_epochs=1",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
+        ]
+    )
     export = next((tmp_path / "runs").glob("*/version_*/world_model"))
     assert (export / "model-00001.safetensors").is_file() and (export / "Wan2.2_VAE.pth").is_file()
     assert (export / "resnet_rm.pth").is_file() and (export / "dataset").is_dir()  # a complete release directory

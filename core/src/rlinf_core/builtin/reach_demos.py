@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlinf_core.datasets.demos import DemoWriter
-from rlinf_core.contracts.observation import Observation
 from rlinf_core.builtin.toy_env import ReachEnv
+from rlinf_core.contracts.observation import Observation
+from rlinf_core.datasets.demos import DemoWriter
 
 
 def reach_expert(obs: Observation) -> np.ndarray:

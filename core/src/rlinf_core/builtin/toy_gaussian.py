@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlinf_core.builtin.toy_policy import TinyTrunkPolicy
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, EvaluateOutput
-from rlinf_core.builtin.toy_policy import TinyTrunkPolicy
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

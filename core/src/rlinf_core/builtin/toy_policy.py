@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from rlinf_core.foundation.checks import check_number
-from rlinf_core.run.checkpoint_files import load_safetensors
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.foundation.checks import check_number
+from rlinf_core.run.checkpoint_files import load_safetensors
 
 
 def _hash_words(texts: list[str], buckets: int) -> torch.Tensor:
@@ -52,9 +52,12 @@ class TinyTrunkPolicy(Policy):
         self.has_value_head = add_value_head
         self.text_buckets = 64
         self.vision = nn.Sequential(
-            nn.Conv2d(3, 8, 5, stride=2, padding=2), nn.ReLU(),
-            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+            nn.Conv2d(3, 8, 5, stride=2, padding=2),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
         )
         in_dim = 16 * 4 + self.text_buckets + state_dim
         self.trunk = nn.Sequential(
@@ -97,7 +100,7 @@ class TinyTrunkPolicy(Policy):
         }
 
     @classmethod
-    def from_pretrained(cls, path, **overrides: Any) -> "TinyTrunkPolicy":
+    def from_pretrained(cls, path, **overrides: Any) -> TinyTrunkPolicy:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
@@ -156,8 +159,13 @@ class TinyVLAPolicy(TinyTrunkPolicy):
             cfg = _read_config(Path(model_path))
             action_dim, num_action_chunks, num_bins = cfg["action_dim"], cfg["num_action_chunks"], cfg["num_bins"]
             hidden_size, state_dim, add_value_head = cfg["hidden_size"], cfg["state_dim"], cfg["add_value_head"]
-        for key, value, low in (("action_dim", action_dim, 1), ("num_action_chunks", num_action_chunks, 1),
-                                ("num_bins", num_bins, 2), ("hidden_size", hidden_size, 1), ("state_dim", state_dim, 0)):
+        for key, value, low in (
+            ("action_dim", action_dim, 1),
+            ("num_action_chunks", num_action_chunks, 1),
+            ("num_bins", num_bins, 2),
+            ("hidden_size", hidden_size, 1),
+            ("state_dim", state_dim, 0),
+        ):
             check_number(f"policy.{key}", value, low=low, high=65536)
         self._build_trunk(action_dim, num_action_chunks, hidden_size, state_dim, add_value_head)
         self.num_bins = num_bins
@@ -198,10 +206,14 @@ class TinyVLAPolicy(TinyTrunkPolicy):
         tokens = record["action_tokens"].to(logp_all.device)
         logprobs = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1) if compute_entropy else None
-        return EvaluateOutput(logprobs=logprobs, entropy=entropy, values=self._values(feats) if compute_values else None)
+        return EvaluateOutput(
+            logprobs=logprobs, entropy=entropy, values=self._values(feats) if compute_values else None
+        )
 
     def sft_loss(self, obs: Observation, actions: torch.Tensor) -> torch.Tensor:
-        tokens = torch.bucketize(actions.clamp(-1, 1).to(self.bin_centers.device), (self.bin_centers[1:] + self.bin_centers[:-1]) / 2)
+        tokens = torch.bucketize(
+            actions.clamp(-1, 1).to(self.bin_centers.device), (self.bin_centers[1:] + self.bin_centers[:-1]) / 2
+        )
         logits = self._logits(self._features(obs))
         return F.cross_entropy(logits.reshape(-1, self.num_bins), tokens.reshape(-1))
 
@@ -212,9 +224,11 @@ def _check_shapes(module: nn.Module, state: dict[str, torch.Tensor], path: Path)
     own = module.state_dict()
     for key, tensor in state.items():
         if key in own and tuple(own[key].shape) != tuple(tensor.shape):
-            raise ValueError(f"{path / 'model.safetensors'}: {key} has shape {tuple(tensor.shape)} but the sizes in "
-                             f"{path / 'config.json'} build {tuple(own[key].shape)}: config.json does not match the "
-                             "weights (re-export the policy, or fix config.json)")
+            raise ValueError(
+                f"{path / 'model.safetensors'}: {key} has shape {tuple(tensor.shape)} but the sizes in "
+                f"{path / 'config.json'} build {tuple(own[key].shape)}: config.json does not match the "
+                "weights (re-export the policy, or fix config.json)"
+            )
 
 
 _CONFIG_KEYS = ("action_dim", "num_action_chunks", "num_bins", "hidden_size", "state_dim", "add_value_head")
@@ -234,6 +248,7 @@ def _read_config(model_path: Path) -> dict[str, Any]:
     for key in _CONFIG_KEYS:
         expected = bool if key == "add_value_head" else int
         if not isinstance(cfg.get(key), expected) or (expected is int and isinstance(cfg.get(key), bool)):
-            raise ValueError(f"{path}: {key} must be {'a boolean' if expected is bool else 'an integer'}, "
-                             f"got {cfg.get(key)!r}")
+            raise ValueError(
+                f"{path}: {key} must be {'a boolean' if expected is bool else 'an integer'}, got {cfg.get(key)!r}"
+            )
     return cfg

@@ -15,10 +15,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
 from rlinf_core.run.checkpoint_files import load_safetensors
-
-from rlinf_core.contracts.world_model import RewardModel, WorldModel
-from rlinf_core.contracts.world_model import ConditionSpec
 
 
 class ToyWorldModel(WorldModel):
@@ -70,9 +68,12 @@ class ToyWorldModel(WorldModel):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         cfg = {
-            "action_dim": self.action_dim, "pixels_per_unit": self.pixels_per_unit,
-            "num_condition_frames": self.condition.num_frames, "condition_frames": self.condition.frames,
-            "pad_gripper": self.condition.pad_gripper, "num_target_frames": self.clip_frames[1],
+            "action_dim": self.action_dim,
+            "pixels_per_unit": self.pixels_per_unit,
+            "num_condition_frames": self.condition.num_frames,
+            "condition_frames": self.condition.frames,
+            "pad_gripper": self.condition.pad_gripper,
+            "num_target_frames": self.clip_frames[1],
         }
         (path / "config.json").write_text(json.dumps(cfg, indent=2))
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}

@@ -12,8 +12,9 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
@@ -193,8 +194,9 @@ class RLProgressBar(ProgressBar):
         self._step_t0 = time.perf_counter()
         self.set_phase("rollout" if self._unit == "step" else "training", force=True)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._unit == "step":  # RLModule: the step's micro-batch count is known once the rollout is in
             self.set_phase(f"update {batch_idx + 1}/{pl_module.steps_per_epoch} micro-batches")
             return
@@ -202,18 +204,29 @@ class RLProgressBar(ProgressBar):
         of = f"/{int(total)}" if math.isfinite(total) else ""
         self.set_phase(f"training {batch_idx + 1}{of} batches")
         now = time.perf_counter()
-        if self.timestamped and self.is_enabled and (self._steps_done == 0 and batch_idx == 0
-                                                     or now - self._last_history >= self.history_s):
+        if (
+            self.timestamped
+            and self.is_enabled
+            and (self._steps_done == 0 and batch_idx == 0 or now - self._last_history >= self.history_s)
+        ):
             # a log file hears from a long epoch: after its first batch (the cost of one), then every history_s
             self._last_history = now
             per_batch = (now - self._step_t0) / (batch_idx + 1)
             of_epochs = f"/{trainer.max_epochs}" if (trainer.max_epochs or 0) > 0 else ""
             step = f"epoch {trainer.current_epoch + 1}{of_epochs}"
-            self.print_lines([f"{step} | training {batch_idx + 1}{of} batches | {per_batch:.2f} s/batch"],
-                             stamp_first=True)
+            self.print_lines(
+                [f"{step} | training {batch_idx + 1}{of} batches | {per_batch:.2f} s/batch"], stamp_first=True
+            )
 
-    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if self._unit == "epoch":
             self.set_phase(f"validation {batch_idx + 1} batches")
 

@@ -255,7 +255,9 @@ class RolloutRecorder(Callback):
             root, n = self.root / split / f"lerobot_rank{self.rank}", 0
             while (root.with_name(f"{root.name}_{n}") if n else root).exists():  # never overwrite an earlier run's
                 n += 1
-            self._sinks[split] = LeRobotEpisodeSink(root.with_name(f"{root.name}_{n}") if n else root, self.fps, self.video)
+            self._sinks[split] = LeRobotEpisodeSink(
+                root.with_name(f"{root.name}_{n}") if n else root, self.fps, self.video
+            )
         return self._sinks[split]
 
     def _claim_path(self, split: str) -> Path | None:

@@ -60,8 +60,9 @@ class RunSummary(Callback):
             log_dir = getattr(trainer.logger, "log_dir", None) or trainer.default_root_dir
             self._summarise(trainer, pl_module, log_dir, interrupted=True)
 
-    def _summarise(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None,
-                   interrupted: bool) -> None:
+    def _summarise(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str | None, interrupted: bool
+    ) -> None:
         if not trainer.is_global_zero:
             return
         steps = trainer.current_epoch  # RL steps (epochs) completed, counting a resumed run's earlier ones

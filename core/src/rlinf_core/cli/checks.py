@@ -66,8 +66,10 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in seen:
-            raise _DuplicateKey(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
-                             f"{seen[key] + 1}): the last one would silently win; keep one")
+            raise _DuplicateKey(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+                f"{seen[key] + 1}): the last one would silently win; keep one"
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -107,22 +109,27 @@ def read_config_file(path: str | Path) -> dict:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1})" if mark is not None else ""
         if "python/" in str(exc.problem):
-            raise ValueError(f"{name}{where}: YAML tag {str(exc.problem).split()[-1]} refused: a config cannot "
-                             "construct Python objects; write the value plainly or use class_path") from None
+            raise ValueError(
+                f"{name}{where}: YAML tag {str(exc.problem).split()[-1]} refused: a config cannot "
+                "construct Python objects; write the value plainly or use class_path"
+            ) from None
         raise ValueError(f"{name}{where}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ValueError(f"{name}{where}: invalid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{name}: the top level is a {type(data).__name__}, expected a mapping of sections "
-                         "(trainer:, model:, ...)")
+        raise ValueError(
+            f"{name}: the top level is a {type(data).__name__}, expected a mapping of sections (trainer:, model:, ...)"
+        )
     for section in ("trainer", "model", "checkpoint"):
         if section in data and data[section] is not None and not isinstance(data[section], (dict, str)):
             raise ValueError(f"{name}: {section}: is a {type(data[section]).__name__}, expected a mapping")
     if isinstance(data.get("seed_everything"), bool) and data["seed_everything"]:
-        raise ValueError(f"{name}: seed_everything: true would pick a random seed that no config records: give "
-                         "an integer seed (e.g. seed_everything: 0)")
+        raise ValueError(
+            f"{name}: seed_everything: true would pick a random seed that no config records: give "
+            "an integer seed (e.g. seed_everything: 0)"
+        )
     _check_class_nodes(data, "", name)
     return data
 
@@ -138,8 +145,9 @@ def _check_class_nodes(node: Any, path: str, name: str) -> None:
     if "class_path" in node:
         extra = sorted(map(str, set(node) - {"class_path", "init_args", "dict_kwargs", "__path__"}))
         if extra:
-            raise ValueError(f"{name}: {path}.{extra[0]}: unknown key beside class_path / init_args (move it "
-                             f"under {path}.init_args)")
+            raise ValueError(
+                f"{name}: {path}.{extra[0]}: unknown key beside class_path / init_args (move it under {path}.init_args)"
+            )
         cp = node["class_path"]
         if isinstance(cp, str) and "." in cp and path.rpartition(".")[2].split("[")[0] not in _PLUGIN_KEYS:
             _check_dotted(cp, f"{path}.class_path", name)
@@ -170,12 +178,15 @@ def check_config_files(argv: list[str]) -> None:
     WARNINGS.clear()
     _PENDING.clear()
     if "core" in {n.strip() for n in os.environ.get("RLINF_BLOCK_PLUGINS", "").split(",")}:
-        warn("RLINF_BLOCK_PLUGINS=core is ignored: the built-in core plugin (ReachEnv, TinyVLAPolicy, the toy "
-             "world model) is always loaded; remove core from it")
+        warn(
+            "RLINF_BLOCK_PLUGINS=core is ignored: the built-in core plugin (ReachEnv, TinyVLAPolicy, the toy "
+            "world model) is always loaded; remove core from it"
+        )
     for arg in argv:
         if arg.split("=", 1)[0] == "--seed_everything" and arg.partition("=")[2].lower() in ("true", "yes", "on"):
-            raise ValueError("--seed_everything true would pick a random seed that no config records: give an "
-                             "integer seed")
+            raise ValueError(
+                "--seed_everything true would pick a random seed that no config records: give an integer seed"
+            )
     _ARGV[:] = argv
     from rlinf_core.cli.configs import missing_config_message
 
@@ -183,14 +194,14 @@ def check_config_files(argv: list[str]) -> None:
         if path.endswith((".yaml", ".yml", ".json")) and "\n" not in path and not Path(path).exists():  # not YAML text
             raise ValueError(missing_config_message(path))
     given = any(a.split("=")[0] in ("--model", "--model.class_path") for a in argv)
-    files = [(path, read_config_file(path)) for path in _config_paths(argv)
-             if Path(path).is_file()]
+    files = [(path, read_config_file(path)) for path in _config_paths(argv) if Path(path).is_file()]
     models = [(path, data["model"]) for path, data in files if isinstance(data.get("model"), dict)]
     # layered configs (--config base.yaml --config overrides.yaml): one file naming model.class_path is enough
     if models and not given and not any("class_path" in model for _, model in models):
         _unknown_plugin_classes_first()
-        raise ValueError(f"config {models[0][0]}: model: has no class_path (e.g. class_path: RLModule with its "
-                         "init_args)")
+        raise ValueError(
+            f"config {models[0][0]}: model: has no class_path (e.g. class_path: RLModule with its init_args)"
+        )
 
 
 _ARGV: list[str] = []
@@ -219,8 +230,10 @@ def _check_config(config: Any, training: bool = True) -> None:
     cfg = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     seed = cfg.get("seed_everything")
     if isinstance(seed, bool) and seed is not False:
-        raise ValueError("seed_everything: true would pick a random seed that no config records: give an "
-                         "integer seed (e.g. seed_everything: 0)")
+        raise ValueError(
+            "seed_everything: true would pick a random seed that no config records: give an "
+            "integer seed (e.g. seed_everything: 0)"
+        )
     trainer = cfg.get("trainer") or {}
     for key in ("default_root_dir",):
         if trainer.get(key) and Path(str(trainer[key])).is_file():
@@ -253,21 +266,27 @@ def check_memory(cfg: dict) -> None:
     host = sum(v for _, v in est.host)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     if host > ram:
-        raise ValueError(f"the rollout buffer needs about {host:,.0f} GiB of host RAM per node, this machine has "
-                         f"{ram:,.0f} GiB: lower env.num_envs / rollout.max_steps_per_rollout_epoch / "
-                         "rollout_epoch (`rlinf memory --config ...` shows the estimate)")
+        raise ValueError(
+            f"the rollout buffer needs about {host:,.0f} GiB of host RAM per node, this machine has "
+            f"{ram:,.0f} GiB: lower env.num_envs / rollout.max_steps_per_rollout_epoch / "
+            "rollout_epoch (`rlinf memory --config ...` shows the estimate)"
+        )
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto"))
     import torch
 
     if accelerator == "cpu" and est.peak + host > ram:
-        raise ValueError(f"the run needs about {est.peak + host:,.0f} GiB of RAM (model, optimizer, activations and "
-                         f"rollout buffer), this machine has {ram:,.0f} GiB: lower the sizes (`rlinf memory "
-                         "--config ...` shows the rows)")
+        raise ValueError(
+            f"the run needs about {est.peak + host:,.0f} GiB of RAM (model, optimizer, activations and "
+            f"rollout buffer), this machine has {ram:,.0f} GiB: lower the sizes (`rlinf memory "
+            "--config ...` shows the rows)"
+        )
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         gpu = torch.cuda.get_device_properties(0).total_memory / 1024**3
         if est.peak > gpu:
-            raise ValueError(f"the run needs about {est.peak:,.1f} GiB per GPU, this GPU has {gpu:,.1f} GiB: "
-                             "see `rlinf memory --config ...` for the rows and lower the sizes")
+            raise ValueError(
+                f"the run needs about {est.peak:,.1f} GiB per GPU, this GPU has {gpu:,.1f} GiB: "
+                "see `rlinf memory --config ...` for the rows and lower the sizes"
+            )
 
 
 def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:

@@ -28,16 +28,17 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import string
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-import re
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
 from jsonargparse.typing import NonNegativeInt
@@ -114,7 +115,8 @@ def _one_line(exc: Exception, keys_of: type) -> str:
     unknown = re.match(r"Option '(.+)' is not accepted", text)
     if unknown:
         return f"unknown key {unknown.group(1)!r}; {keys_of.__name__.removesuffix('Spec').lower()} keys: " + ", ".join(
-            _fields(keys_of))
+            _fields(keys_of)
+        )
     choice = re.match(r"Expected a typing.Literal\[(.*)\]. Got value: (.*)", text)
     if choice:
         text = f"must be one of {choice.group(1).replace(chr(39), '')}, got {choice.group(2)!r}"
@@ -206,8 +208,11 @@ def stage_argv(stage: StageSpec, ctx: dict[str, Any], where: str) -> list[str]:
     for key, value in stage.args.items():
         argv.append(f"--{str(key).lstrip('-')}={substitute(value, ctx, f'{where} args.{key}')}")
     run_dir = Path(ctx["run_dir"])  # last: the stage's run directory is the loop's, whatever the config says
-    argv += [f"--trainer.logger.init_args.save_dir={run_dir.parents[1]}",
-             f"--trainer.logger.init_args.name={run_dir.parent.name}", "--trainer.logger.init_args.version=0"]
+    argv += [
+        f"--trainer.logger.init_args.save_dir={run_dir.parents[1]}",
+        f"--trainer.logger.init_args.name={run_dir.parent.name}",
+        "--trainer.logger.init_args.version=0",
+    ]
     return argv
 
 
@@ -275,8 +280,9 @@ def run_loop(
     else:
         launch = functools.partial(_launch_in_process, main=rlinf_main or installed_rlinf_main())
     values: dict[str, Any] = dict(spec.vars)
-    plan = [(0, s) for s in spec.prelude] + [(r, s) for r in range(1, spec.rounds + 1) for s in spec.stages
-                                             if r < spec.rounds or not s.feeds_next_round]
+    plan = [(0, s) for s in spec.prelude] + [
+        (r, s) for r in range(1, spec.rounds + 1) for s in spec.stages if r < spec.rounds or not s.feeds_next_round
+    ]
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     try:
@@ -290,8 +296,10 @@ def run_loop(
             if marker.is_file():
                 rec = json.loads(marker.read_text())
                 if rec.get("argv") != argv:
-                    log(f"coevolve: {where}: finished earlier with other arguments; kept (delete {stage_dir} "
-                        "to redo it)")
+                    log(
+                        f"coevolve: {where}: finished earlier with other arguments; kept (delete {stage_dir} "
+                        "to redo it)"
+                    )
                 else:
                     log(f"coevolve: {where}: done earlier, skipped")
                 values.update(rec["outputs"])
@@ -330,8 +338,12 @@ def run_loop(
 
 def results_table(records: list[dict[str, Any]], seconds: float) -> str:
     """Markdown: every stage that evaluated (round, stage, success, return), and the time of each stage."""
-    lines = ["# rlinf coevolve", "", "| round | stage | eval/success_once | eval/return | episodes |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "# rlinf coevolve",
+        "",
+        "| round | stage | eval/success_once | eval/return | episodes |",
+        "|---|---|---|---|---|",
+    ]
     for r in records:
         m = r.get("eval") or {}
         if m:
@@ -347,8 +359,9 @@ def results_table(records: list[dict[str, Any]], seconds: float) -> str:
 def coevolve_command(argv: list[str]) -> int:
     """``rlinf coevolve``: parse, run the loop, print where the results are; bad input is one line, exit 2."""
     p = argparse.ArgumentParser(
-        prog="rlinf coevolve", description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
-        "model + reward model -> RL in the world model -> eval."
+        prog="rlinf coevolve",
+        description="Run (or continue) a co-evolution loop of rlinf stages: collect -> world "
+        "model + reward model -> RL in the world model -> eval.",
     )
     p.add_argument("--config", "-c", required=True, help="the loop file (or a shipped name, e.g. toy/coevolve.yaml)")
     p.add_argument("--rounds", type=int, default=None, help="rounds (overrides the file; larger continues a loop)")

@@ -27,22 +27,44 @@ BUILTIN_COMMANDS = (
     BuiltinCommand("validate", "Evaluate a policy (e.g. a checkpoint) on the config's eval env; no training."),
     BuiltinCommand("test", "Run the config's test loop (LightningModules that define one)."),
     BuiltinCommand("predict", "Run the config's predict loop (LightningModules that define one)."),
-    BuiltinCommand("plugins", "List installed plugins and the envs, policies, world models and commands they add.",
-                   "rlinf_core.cli.main:plugins_command"),
-    BuiltinCommand("configs", "List the configs shipped inside installed packages (for `--config NAME`).",
-                   "rlinf_core.cli.main:configs_command"),
-    BuiltinCommand("plot", "Draw a run's learning curves as a PNG from its TensorBoard events.",
-                   "rlinf_core.cli.main:plot_command"),
-    BuiltinCommand("memory", "Estimate a config's GPU memory per rank, without loading weights.",
-                   "rlinf_core.cli.memory:memory_command"),
-    BuiltinCommand("coevolve", "Run (or continue) a co-evolution loop: collect, world model, reward model, RL.",
-                   "rlinf_core.cli.coevolve:coevolve_command"),
-    BuiltinCommand("wm-score", "Score a world model: action response, reward on imagined frames, policy ranking.",
-                   "rlinf_core.cli.wm_score:wm_score_command"),
-    BuiltinCommand("new", "Start a plugin: write an env, policy or world-model package that passes its tests.",
-                   "rlinf_core.cli.new:new_command"),
-    BuiltinCommand("serve", "Serve a trained policy over openpi's websocket or OpenVLA's REST protocol (docs/serving.md).",
-                   "rlinf_core.serve.command:serve_command"),
+    BuiltinCommand(
+        "plugins",
+        "List installed plugins and the envs, policies, world models and commands they add.",
+        "rlinf_core.cli.main:plugins_command",
+    ),
+    BuiltinCommand(
+        "configs",
+        "List the configs shipped inside installed packages (for `--config NAME`).",
+        "rlinf_core.cli.main:configs_command",
+    ),
+    BuiltinCommand(
+        "plot", "Draw a run's learning curves as a PNG from its TensorBoard events.", "rlinf_core.cli.main:plot_command"
+    ),
+    BuiltinCommand(
+        "memory",
+        "Estimate a config's GPU memory per rank, without loading weights.",
+        "rlinf_core.cli.memory:memory_command",
+    ),
+    BuiltinCommand(
+        "coevolve",
+        "Run (or continue) a co-evolution loop: collect, world model, reward model, RL.",
+        "rlinf_core.cli.coevolve:coevolve_command",
+    ),
+    BuiltinCommand(
+        "wm-score",
+        "Score a world model: action response, reward on imagined frames, policy ranking.",
+        "rlinf_core.cli.wm_score:wm_score_command",
+    ),
+    BuiltinCommand(
+        "new",
+        "Start a plugin: write an env, policy or world-model package that passes its tests.",
+        "rlinf_core.cli.new:new_command",
+    ),
+    BuiltinCommand(
+        "serve",
+        "Serve a trained policy over openpi's websocket or OpenVLA's REST protocol (docs/serving.md).",
+        "rlinf_core.serve.command:serve_command",
+    ),
 )
 
 

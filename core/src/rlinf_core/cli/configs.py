@@ -96,10 +96,16 @@ def find_shipped_config(name: str) -> Path:
 # which distribution ships the configs under a name prefix (longest prefix first), for an install hint when the
 # package is not installed; tests/core/test_shipped_configs.py checks it against every installed package's configs
 CONFIG_PROVIDERS = {
-    "metaworld/mt50_ppo_openpi": "rlinf-policy-openpi", "metaworld/ml45_ppo_openpi": "rlinf-policy-openpi",
-    "libero/": "rlinf-env-libero", "maniskill/": "rlinf-env-maniskill", "metaworld/": "rlinf-env-metaworld",
-    "openvla/": "rlinf-policy-openvla", "opensora/": "rlinf-wm-opensora", "wan/": "rlinf-wm-wan",
-    "toy/": "rlinf-core", "scale/": "rlinf-core",
+    "metaworld/mt50_ppo_openpi": "rlinf-policy-openpi",
+    "metaworld/ml45_ppo_openpi": "rlinf-policy-openpi",
+    "libero/": "rlinf-env-libero",
+    "maniskill/": "rlinf-env-maniskill",
+    "metaworld/": "rlinf-env-metaworld",
+    "openvla/": "rlinf-policy-openvla",
+    "opensora/": "rlinf-wm-opensora",
+    "wan/": "rlinf-wm-wan",
+    "toy/": "rlinf-core",
+    "scale/": "rlinf-core",
 }
 
 
@@ -121,13 +127,16 @@ def missing_config_message(value: str) -> str:
         try:
             distribution(dist)
         except PackageNotFoundError:
-            return (f"config '{value}' is shipped by {dist}, which is not installed: pip install -e plugins/{dist} "
-                    f"(or pip install {dist})")
+            return (
+                f"config '{value}' is shipped by {dist}, which is not installed: pip install -e plugins/{dist} "
+                f"(or pip install {dist})"
+            )
     shipped = {c.name for c in shipped_configs()}
     path = Path(value)
     beside = [str(p) for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
     close = difflib.get_close_matches(value, beside, n=1, cutoff=0.6) or difflib.get_close_matches(
-        name, sorted(shipped), n=1, cutoff=0.6)
+        name, sorted(shipped), n=1, cutoff=0.6
+    )
     hint = f"; did you mean {close[0]}?" if close else ""
     return f"config '{value}' is neither a file nor a shipped config{hint} (`rlinf configs` lists the shipped ones)"
 

@@ -20,18 +20,49 @@ from __future__ import annotations
 import os
 import sys
 from argparse import ArgumentError
-from typing import Callable
+from collections.abc import Callable
 
 # errors that describe bad input (config values, files, plugins); anything else is a bug and keeps its traceback
-INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-                KeyError, ImportError, ArgumentError)
-_NOISE = ("Given value", "Expected a ", "- Expected a ", "Does not validate against any of the types",
-          "Problem with given class_path", "Not a valid subclass", "Parser key", "tip: For details")
+INPUT_ERRORS = (
+    ValueError,
+    TypeError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    KeyError,
+    ImportError,
+    ArgumentError,
+)
+_NOISE = (
+    "Given value",
+    "Expected a ",
+    "- Expected a ",
+    "Does not validate against any of the types",
+    "Problem with given class_path",
+    "Not a valid subclass",
+    "Parser key",
+    "tip: For details",
+)
 MAX_LEN = 400
 PHASE = "config"  # "run" between on_fit_start and on_train_end (rlinf_core.cli.checks)
 # frames of these packages are not where a bug is reported (the deepest frame outside them is)
-_LIBRARIES = ("torch", "lightning", "numpy", "jsonargparse", "pluggy", "importlib", "threading", "concurrent",
-              "contextlib", "functools", "typing", "abc", "runpy", "rlinf_core.cli")
+_LIBRARIES = (
+    "torch",
+    "lightning",
+    "numpy",
+    "jsonargparse",
+    "pluggy",
+    "importlib",
+    "threading",
+    "concurrent",
+    "contextlib",
+    "functools",
+    "typing",
+    "abc",
+    "runpy",
+    "rlinf_core.cli",
+)
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -54,15 +85,23 @@ def one_line(message: str, context: str = "") -> str:
     text = useful[-1] if useful else (lines[0] if lines else "unknown error")
     if "Given value" in text:
         text = text.split("Given value")[0].rstrip(" :")
-    keys = [ln.split('"')[1] for ln in (lines + context.splitlines())
-            if ln.startswith('Parser key "') and ln.count('"') >= 2]
+    keys = [
+        ln.split('"')[1]
+        for ln in (lines + context.splitlines())
+        if ln.startswith('Parser key "') and ln.count('"') >= 2
+    ]
     if keys and keys[-1] not in text:
         text = f"{keys[-1]}: {text}"
     return text if len(text) <= MAX_LEN else text[: MAX_LEN - 3] + "..."
 
 
-PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "NCCL communicator was aborted",
-             "Broken pipe", "ProcessGroupNCCL's watchdog")
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "NCCL communicator was aborted",
+    "Broken pipe",
+    "ProcessGroupNCCL's watchdog",
+)
 
 
 def _peer_lost(exc: BaseException) -> str | None:
@@ -75,8 +114,10 @@ def _peer_lost(exc: BaseException) -> str | None:
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 0)
     others = [r for r in range(world) if r != rank]
     who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {others}" if others else "another rank"
-    return (f"rank {rank} stopped: {who} died or was killed during a collective (connection lost); "
-            "its own log has the cause; resume with --ckpt_path <run dir>")
+    return (
+        f"rank {rank} stopped: {who} died or was killed during a collective (connection lost); "
+        "its own log has the cause; resume with --ckpt_path <run dir>"
+    )
 
 
 def _input_error(cause: BaseException) -> bool:
@@ -96,13 +137,13 @@ def bug_location(exc: BaseException) -> str:
     while tb is not None:
         names.append(str(tb.tb_frame.f_globals.get("__name__", "?")))
         tb = tb.tb_next
-    ours = [n for n in names if not n.split(".")[0] in _LIBRARIES and not n.startswith(_LIBRARIES[-1])]
+    ours = [n for n in names if n.split(".")[0] not in _LIBRARIES and not n.startswith(_LIBRARIES[-1])]
     return (ours or names or ["?"])[-1]
 
 
 def _mismatch_in_chain(exc: BaseException | None) -> BaseException | None:
-    """The :class:`~rlinf_core.contracts.observation_mismatch.ObservationMismatch` in ``exc``'s chain (its own cause, the
-    policy's error, stays in the chain for ``RLINF_TRACEBACK=1``)."""
+    """The :class:`~rlinf_core.contracts.observation_mismatch.ObservationMismatch` in ``exc``'s chain (its own
+    cause, the policy's error, stays in the chain for ``RLINF_TRACEBACK=1``)."""
     from rlinf_core.contracts.observation_mismatch import ObservationMismatch
 
     for _ in range(20):
@@ -128,8 +169,11 @@ def describe(exc: BaseException) -> str | None:
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     text = one_line(str(cause) or type(cause).__name__, "\n".join(chain))
     if isinstance(cause, KeyError):  # str(KeyError) quotes its message: print the message itself
-        text = one_line(cause.args[0], "\n".join(chain)) if cause.args and isinstance(cause.args[0], str) else \
-            text.strip("'\"")
+        text = (
+            one_line(cause.args[0], "\n".join(chain))
+            if cause.args and isinstance(cause.args[0], str)
+            else text.strip("'\"")
+        )
     elif isinstance(cause, (ImportError, FileNotFoundError, PermissionError)) and type(cause).__name__ not in text:
         text = f"{type(cause).__name__}: {text}"
     return text
@@ -148,8 +192,11 @@ def run_cli(fn: Callable[[], object]) -> object:
         if text is None:
             where = "training" if PHASE == "run" else "setup"
             first = (str(exc).strip().splitlines() or [""])[0][:200]
-            print(f"rlinf: bug in {bug_location(exc)} during {where} (not a config error): "
-                  f"{type(exc).__name__}: {first}; traceback follows", file=sys.stderr)
+            print(
+                f"rlinf: bug in {bug_location(exc)} during {where} (not a config error): "
+                f"{type(exc).__name__}: {first}; traceback follows",
+                file=sys.stderr,
+            )
             raise
         if os.environ.get("RLINF_TRACEBACK") == "1":
             raise

@@ -57,8 +57,13 @@ class RLinfCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         trainer = config.get("trainer")
         if trainer is not None:
-            check_number("trainer.check_val_every_n_epoch", trainer.get("check_val_every_n_epoch"), low=1,
-                         optional=True, hint="null: never evaluate")
+            check_number(
+                "trainer.check_val_every_n_epoch",
+                trainer.get("check_val_every_n_epoch"),
+                low=1,
+                optional=True,
+                hint="null: never evaluate",
+            )
         from rlinf_core.cli.checks import check_config
 
         check_config(config, self.subcommand)
@@ -86,13 +91,21 @@ class RLinfCLI(LightningCLI):
             check(self.trainer.world_size)
         from rlinf_core.cli.checks import check_before_fit
 
-        check_before_fit(self.trainer, self.model, (self.config[self.subcommand] if self.subcommand else self.config)
-                         .get("ckpt_path"))
+        check_before_fit(
+            self.trainer,
+            self.model,
+            (self.config[self.subcommand] if self.subcommand else self.config).get("ckpt_path"),
+        )
         target = (self.config_init[self.subcommand] if self.subcommand else self.config_init).get("memory")
         samples = getattr(self.model, "samples_per_rank", None)
         if isinstance(target, MemoryTarget) and samples is not None and rank_zero_only.rank == 0:
-            note = world_size_note(target.world_size, self.trainer.world_size, self.model.env.num_envs, samples(),
-                                   self.model.global_batch_size)
+            note = world_size_note(
+                target.world_size,
+                self.trainer.world_size,
+                self.model.env.num_envs,
+                samples(),
+                self.model.global_batch_size,
+            )
             if note:
                 print(note, file=sys.stderr, flush=True)
 
@@ -100,9 +113,11 @@ class RLinfCLI(LightningCLI):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer_config = config.get("trainer") or {}
         given = _as_list(trainer_config.get("callbacks"))
-        own = [] if trainer_config.get("enable_checkpointing") is False or any(
-            isinstance(c, ModelCheckpoint) for c in given
-        ) else [config["checkpoint"]]
+        own = (
+            []
+            if trainer_config.get("enable_checkpointing") is False or any(isinstance(c, ModelCheckpoint) for c in given)
+            else [config["checkpoint"]]
+        )
         kwargs["callbacks"] = given + default_callbacks(given, trainer_config.get("enable_progress_bar") is not False)
         kwargs["callbacks"] += own
         return super().instantiate_trainer(**kwargs)

@@ -10,11 +10,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-TORCHRUN = ("torchrun --nnodes N --nproc-per-node D --node-rank $NODE_RANK --rdzv-backend c10d "
-            "--rdzv-endpoint $MASTER_ADDR:29500 -m rlinf_core.cli.main fit ... on every node, or srun rlinf fit "
-            "... under SLURM (docs/scaling.md, Multi-node)")
+TORCHRUN = (
+    "torchrun --nnodes N --nproc-per-node D --node-rank $NODE_RANK --rdzv-backend c10d "
+    "--rdzv-endpoint $MASTER_ADDR:29500 -m rlinf_core.cli.main fit ... on every node, or srun rlinf fit "
+    "... under SLURM (docs/scaling.md, Multi-node)"
+)
 LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
 PROFILERS = ("simple", "advanced", "pytorch", "xla")
 # Lightning's automatic-optimization flags: RLModule optimizes manually, so Lightning would refuse them (or,
@@ -53,8 +56,10 @@ def check_machine(trainer: dict[str, Any], warn: Callable[[str], None], training
     if accelerator == "auto":
         accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ValueError(f"trainer.accelerator: {trainer.get('accelerator')} but this machine has no CUDA GPU "
-                         "(or this torch build has no CUDA): use accelerator: cpu")
+        raise ValueError(
+            f"trainer.accelerator: {trainer.get('accelerator')} but this machine has no CUDA GPU "
+            "(or this torch build has no CUDA): use accelerator: cpu"
+        )
     if accelerator == "mps" and not torch.backends.mps.is_available():
         raise ValueError("trainer.accelerator: mps but MPS (Apple GPU) is not available here: use accelerator: cpu")
     if accelerator == "tpu":
@@ -70,23 +75,31 @@ def check_machine(trainer: dict[str, Any], warn: Callable[[str], None], training
             raise ValueError(f"trainer.devices: {devices} asks for no device: give a number >= 1, -1 (all) or auto")
         if count is not None and devices > count:
             what = "CPU cores" if accelerator == "cpu" else f"{accelerator.upper()} devices"
-            raise ValueError(f"trainer.devices: {devices} but this machine has {count} {what}: use at most "
-                             f"{count} per node; for more, run on several nodes: {TORCHRUN}")
+            raise ValueError(
+                f"trainer.devices: {devices} but this machine has {count} {what}: use at most "
+                f"{count} per node; for more, run on several nodes: {TORCHRUN}"
+            )
     elif isinstance(devices, list) and count is not None and any(int(d) >= count for d in devices):
         raise ValueError(f"trainer.devices: {devices} names a device this machine lacks (it has {count})")
     nodes = trainer.get("num_nodes", 1)
     if isinstance(nodes, int) and nodes > 1 and launcher() is None:
-        raise ValueError(f"trainer.num_nodes: {nodes} needs a launcher that starts every node (this process "
-                         f"would wait forever for the others): {TORCHRUN}")
+        raise ValueError(
+            f"trainer.num_nodes: {nodes} needs a launcher that starts every node (this process "
+            f"would wait forever for the others): {TORCHRUN}"
+        )
     _check_precision_and_strategy(trainer, accelerator, warn, training)
     for key, instead in IGNORED_FLAGS.items():
         if trainer.get(key) not in (None, 1) if key == "accumulate_grad_batches" else trainer.get(key) is not None:
-            raise ValueError(f"trainer.{key}: rlinf's RL loop optimizes manually and does not use Lightning's "
-                             f"{key}: set {instead} instead")
+            raise ValueError(
+                f"trainer.{key}: rlinf's RL loop optimizes manually and does not use Lightning's "
+                f"{key}: set {instead} instead"
+            )
     profiler = trainer.get("profiler")
     if isinstance(profiler, str) and profiler not in PROFILERS:
-        raise ValueError(f"trainer.profiler: unknown profiler {profiler!r}: use one of {', '.join(PROFILERS)}, "
-                         "or a class_path of a lightning.pytorch.profilers class")
+        raise ValueError(
+            f"trainer.profiler: unknown profiler {profiler!r}: use one of {', '.join(PROFILERS)}, "
+            "or a class_path of a lightning.pytorch.profilers class"
+        )
 
 
 def _check_precision_and_strategy(
@@ -94,11 +107,15 @@ def _check_precision_and_strategy(
 ) -> None:
     precision = str(trainer.get("precision") or "32-true")
     if precision in ("64", "64-true", "double"):
-        raise ValueError(f"trainer.precision: {precision} is not supported: policies and envs compute in float32 "
-                         "(or bf16): use 32-true or bf16-mixed")
+        raise ValueError(
+            f"trainer.precision: {precision} is not supported: policies and envs compute in float32 "
+            "(or bf16): use 32-true or bf16-mixed"
+        )
     if accelerator == "cpu" and precision in ("16", "16-mixed"):
-        warn(f"trainer.precision: {precision} on CPU: Lightning has no fp16 autocast on CPU and runs in bf16; "
-             "say bf16-mixed (or 32-true) to get what you ask for")
+        warn(
+            f"trainer.precision: {precision} on CPU: Lightning has no fp16 autocast on CPU and runs in bf16; "
+            "say bf16-mixed (or 32-true) to get what you ask for"
+        )
     strategy = trainer.get("strategy")
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy or "")
     if training:
@@ -106,8 +123,10 @@ def _check_precision_and_strategy(
     # rlinf's own DeepSpeedStrategy also runs on CPU (gloo; CI's equivalence tests use it), Lightning's does not
     ours = name.startswith("rlinf_core.") or name == "DeepSpeedStrategy"
     if "deepspeed" in name.lower() and not ours and accelerator not in ("gpu", "cuda"):
-        raise ValueError(f"trainer.strategy: {name} runs on CUDA GPUs only, not on {accelerator}: use ddp, or "
-                         "class_path: rlinf_core.distributed.strategies.DeepSpeedStrategy (also runs on CPU)")
+        raise ValueError(
+            f"trainer.strategy: {name} runs on CUDA GPUs only, not on {accelerator}: use ddp, or "
+            "class_path: rlinf_core.distributed.strategies.DeepSpeedStrategy (also runs on CPU)"
+        )
 
 
 def _check_training_precision(precision: str, strategy: str, warn: Callable[[str], None]) -> None:
@@ -116,15 +135,21 @@ def _check_training_precision(precision: str, strategy: str, warn: Callable[[str
     if "deepspeed" in strategy.lower():
         return
     if precision == "16-true":
-        raise ValueError("trainer.precision: 16-true trains fp16 weights with no loss scaling (small gradients "
-                         "underflow to 0, AdamW's state overflows): use 16-mixed (fp32 weights, fp16 autocast, "
-                         "a gradient scaler) or bf16-mixed")
+        raise ValueError(
+            "trainer.precision: 16-true trains fp16 weights with no loss scaling (small gradients "
+            "underflow to 0, AdamW's state overflows): use 16-mixed (fp32 weights, fp16 autocast, "
+            "a gradient scaler) or bf16-mixed"
+        )
     if precision in ("16", "16-mixed") and strategy.rsplit(".", 1)[-1] in ("FSDP2Strategy", "ModelParallelStrategy"):
-        raise ValueError(f"trainer.precision: {precision} with {strategy}: Lightning's ModelParallelStrategy has no "
-                         "gradient scaler for fp16: use bf16-mixed, or 16-mixed with ddp or DeepSpeedStrategy")
+        raise ValueError(
+            f"trainer.precision: {precision} with {strategy}: Lightning's ModelParallelStrategy has no "
+            "gradient scaler for fp16: use bf16-mixed, or 16-mixed with ddp or DeepSpeedStrategy"
+        )
     if precision == "bf16-true":
-        warn("trainer.precision: bf16-true stores every weight and AdamW's state in bf16: updates smaller than "
-             "1/256 of a weight round away; bf16-mixed keeps fp32 master weights")
+        warn(
+            "trainer.precision: bf16-true stores every weight and AdamW's state in bf16: updates smaller than "
+            "1/256 of a weight round away; bf16-mixed keeps fp32 master weights"
+        )
 
 
 def start_rendezvous_watchdog(trainer: Any, timeout_s: float | None = None) -> None:
@@ -144,9 +169,13 @@ def start_rendezvous_watchdog(trainer: Any, timeout_s: float | None = None) -> N
                 return
             time.sleep(0.2)
         addr = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-        print(f"rlinf: error: rendezvous of {world} ranks at {addr} did not complete within {timeout:g} s: start "
-              f"every node with the same MASTER_ADDR / MASTER_PORT and trainer.num_nodes x devices = {world} "
-              "(RLINF_RENDEZVOUS_TIMEOUT sets the wait)", file=sys.stderr, flush=True)
+        print(
+            f"rlinf: error: rendezvous of {world} ranks at {addr} did not complete within {timeout:g} s: start "
+            f"every node with the same MASTER_ADDR / MASTER_PORT and trainer.num_nodes x devices = {world} "
+            "(RLINF_RENDEZVOUS_TIMEOUT sets the wait)",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(2)
 
     threading.Thread(target=watch, name="rlinf-rendezvous-watchdog", daemon=True).start()

@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import Any
-
-import yaml
 
 from rlinf_core.cli.class_paths import check_config_class_paths
 from rlinf_core.cli.error_report import run_cli
-from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, Registry, load_plugins
+from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, load_plugins
+
 
 def plugins_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlinf plugins", description="List installed rlinf plugins and what they "
@@ -63,8 +60,9 @@ def configs_command(argv: list[str]) -> int:
     from rlinf_core.cli.configs import shipped_configs
 
     parser = argparse.ArgumentParser(
-        prog="rlinf configs", description="List the configs shipped inside installed rlinf packages; pass a "
-        "name to `rlinf fit --config NAME`."
+        prog="rlinf configs",
+        description="List the configs shipped inside installed rlinf packages; pass a "
+        "name to `rlinf fit --config NAME`.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     opts = parser.parse_args(argv)
@@ -177,10 +175,10 @@ def main(args: list[str] | None = None) -> int | None:
         raise SystemExit(2) from None
     import lightning.pytorch as pl
 
+    import rlinf_core.callbacks.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
     import rlinf_core.rl.algorithms  # noqa: F401 - makes PPO / GRPO short names resolvable
     import rlinf_core.rl.module  # noqa: F401 - makes RLModule resolvable
     import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
-    import rlinf_core.callbacks.recorder  # noqa: F401 - makes the RolloutRecorder callback resolvable
     import rlinf_core.supervised.world_model_trainers  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
     from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
 
@@ -193,16 +191,21 @@ def main(args: list[str] | None = None) -> int | None:
 
     hold_startup_lines()  # Lightning's `Seed set to` / device lines come after the run's first line (its directory)
     try:
-        run_cli(with_key_suggestions(lambda: cli_class(
-            pl.LightningModule,
-            None,
-            subclass_mode_model=True,
-            args=argv,
-            save_config_kwargs={"overwrite": True},
-            seed_everything_default=0,
-            trainer_defaults=trainer_defaults(quiet=not verbose),
-            parser_kwargs=parser_kwargs,
-        ), argv))
+        run_cli(
+            with_key_suggestions(
+                lambda: cli_class(
+                    pl.LightningModule,
+                    None,
+                    subclass_mode_model=True,
+                    args=argv,
+                    save_config_kwargs={"overwrite": True},
+                    seed_everything_default=0,
+                    trainer_defaults=trainer_defaults(quiet=not verbose),
+                    parser_kwargs=parser_kwargs,
+                ),
+                argv,
+            )
+        )
     except BaseException:  # an error (or a finished run) before the header: its message is the last word
         release_startup_lines(drop=True)
         raise

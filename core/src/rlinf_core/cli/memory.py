@@ -75,8 +75,10 @@ def build_policy(model_args: dict):
     registry = load_plugins(warn=False)
     node = model_args.get("policy")
     if not isinstance(node, dict) or "class_path" not in node:
-        raise NoPolicyError("the config has no model.init_args.policy.class_path: rlinf memory estimates RL / SFT "
-                            "configs of a policy (world-model and reward-model fine-tuning are not estimated)")
+        raise NoPolicyError(
+            "the config has no model.init_args.policy.class_path: rlinf memory estimates RL / SFT "
+            "configs of a policy (world-model and reward-model fine-tuning are not estimated)"
+        )
     cls = registry.resolve("policy", node["class_path"])
     model_path = _init_args(node).get("model_path")
     if isinstance(model_path, str) and not Path(model_path).exists():
@@ -86,8 +88,11 @@ def build_policy(model_args: dict):
         atexit.register(shutil.rmtree, scratch, ignore_errors=True)
         path = cls.released_standin(model_path, scratch)
         if path is not None:
-            print(f"rlinf memory: {model_path} is not on disk; estimating the released checkpoint it names "
-                  f"({Path(path).name}, weightless stand-in)", file=sys.stderr)
+            print(
+                f"rlinf memory: {model_path} is not on disk; estimating the released checkpoint it names "
+                f"({Path(path).name}, weightless stand-in)",
+                file=sys.stderr,
+            )
             node = {**node, "init_args": {**_init_args(node), "model_path": path}}
     return _build_on_meta(cls, node, "policy")
 
@@ -118,12 +123,21 @@ def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
     env = _init_args(model_args.get("env"))
     if "world_model" not in env:
         return None
-    from rlinf_core.plugins.manager import load_plugins
     from rlinf_core.memory.meta_peak import world_model_env_memory
+    from rlinf_core.plugins.manager import load_plugins
 
     device_type = "cpu" if str(accelerator) == "cpu" else "cuda"
-    key = json.dumps([_architecture_key(env["world_model"]), _architecture_key(env.get("reward_model")),
-                      env.get("num_envs", 1), chunk, device_type], sort_keys=True, default=str)
+    key = json.dumps(
+        [
+            _architecture_key(env["world_model"]),
+            _architecture_key(env.get("reward_model")),
+            env.get("num_envs", 1),
+            chunk,
+            device_type,
+        ],
+        sort_keys=True,
+        default=str,
+    )
     if key not in _WM_CACHE:  # a meta run of a 1-5 B model's chunk takes seconds; configs often share one
         registry = load_plugins(warn=False)
         wm = _build_component(registry, env["world_model"], "world_model")
@@ -168,7 +182,9 @@ def config_stage(text: str) -> str:
 
 
 def estimate_config(
-    path: str | Path, gpu_memory_gb: float | None = None, policy_overrides: dict | None = None,
+    path: str | Path,
+    gpu_memory_gb: float | None = None,
+    policy_overrides: dict | None = None,
     stage: str | None = None,
 ) -> tuple[MemoryEstimate, dict]:
     """The estimate for a config file (``policy_overrides``: policy init args, e.g. ``model_path``;
@@ -248,12 +264,20 @@ def memory_command(argv: list[str]) -> int:
         prog="rlinf memory", description="Print the per-GPU memory estimate of a training config."
     )
     parser.add_argument("--config", "-c", required=True, help="training config (YAML)")
-    parser.add_argument("--gpu_memory_gb", type=float, default=None,
-                        help="memory of one GPU (default: the config's memory.gpu_memory_gb, else 80)")
+    parser.add_argument(
+        "--gpu_memory_gb",
+        type=float,
+        default=None,
+        help="memory of one GPU (default: the config's memory.gpu_memory_gb, else 80)",
+    )
     parser.add_argument("--model_path", default=None, help="override the policy's model_path (a checkpoint directory)")
-    parser.add_argument("--stage", choices=["fit", "validate"], default=None,
-                        help="fit (training) or validate (eval only); default: validate if the config's header "
-                        "runs it with `rlinf validate` only")
+    parser.add_argument(
+        "--stage",
+        choices=["fit", "validate"],
+        default=None,
+        help="fit (training) or validate (eval only); default: validate if the config's header "
+        "runs it with `rlinf validate` only",
+    )
     opts = parser.parse_args(argv)
     if not Path(opts.config).is_file():
         print(f"rlinf memory: error: config file {opts.config} not found", file=sys.stderr)

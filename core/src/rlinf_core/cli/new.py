@@ -30,13 +30,30 @@ class Kind:
 
 
 KINDS = {
-    "env": Kind("rlinf-env-", ("env",), ("Env",), "grpo.yaml", "an rlinf env plugin.",
-                "rlinf fit --config {name}/grpo.yaml  # a short GRPO run with core's TinyGaussianPolicy"),
-    "policy": Kind("rlinf-policy-", ("policy",), ("Policy",), "ppo.yaml", "an rlinf policy plugin.",
-                   "rlinf fit --config {name}/ppo.yaml   # a short PPO run on core's ReachEnv"),
-    "world-model": Kind("rlinf-wm-", ("world_model", "init_states"), ("WorldModel", "RewardModel"), "grpo.yaml",
-                        "an rlinf world-model plugin.",
-                        "rlinf {name}-init-states {name}_init_states && rlinf fit --config {name}/grpo.yaml"),
+    "env": Kind(
+        "rlinf-env-",
+        ("env",),
+        ("Env",),
+        "grpo.yaml",
+        "an rlinf env plugin.",
+        "rlinf fit --config {name}/grpo.yaml  # a short GRPO run with core's TinyGaussianPolicy",
+    ),
+    "policy": Kind(
+        "rlinf-policy-",
+        ("policy",),
+        ("Policy",),
+        "ppo.yaml",
+        "an rlinf policy plugin.",
+        "rlinf fit --config {name}/ppo.yaml   # a short PPO run on core's ReachEnv",
+    ),
+    "world-model": Kind(
+        "rlinf-wm-",
+        ("world_model", "init_states"),
+        ("WorldModel", "RewardModel"),
+        "grpo.yaml",
+        "an rlinf world-model plugin.",
+        "rlinf {name}-init-states {name}_init_states && rlinf fit --config {name}/grpo.yaml",
+    ),
 }
 
 
@@ -45,14 +62,20 @@ def plan(kind: str, name: str) -> dict[str, str]:
     spec = KINDS[kind]
     package = spec.prefix.replace("-", "_") + name
     values = {
-        "kind": kind, "name": name, "dist": spec.prefix + name.replace("_", "-"), "package": package,
-        "Class": "".join(part.capitalize() for part in name.split("_")), "description": "",
+        "kind": kind,
+        "name": name,
+        "dist": spec.prefix + name.replace("_", "-"),
+        "package": package,
+        "Class": "".join(part.capitalize() for part in name.split("_")),
+        "description": "",
     }
     values["description"] = f"{values['Class']}: {spec.description}"
     values["run"] = spec.run.format(name=name)
     files = {
-        "pyproject.toml": "common/pyproject.toml", "README.md": "common/README.md",
-        f"src/{package}/__init__.py": "common/__init__.py", f"src/{package}/plugin.py": f"{kind}/plugin.py",
+        "pyproject.toml": "common/pyproject.toml",
+        "README.md": "common/README.md",
+        f"src/{package}/__init__.py": "common/__init__.py",
+        f"src/{package}/plugin.py": f"{kind}/plugin.py",
         f"tests/test_{name}.py": f"{kind}/test.py",
         f"src/{package}/configs/{name}/{spec.config}": f"{kind}/config.yaml",
         **{f"src/{package}/{module}.py": f"{kind}/{module}.py" for module in spec.modules},
@@ -75,8 +98,10 @@ def class_names(kind: str, name: str) -> list[str]:
 def _refusal(kind: str, name: str, target: Path) -> str | None:
     """Why NAME cannot be used (one line), or None."""
     if not NAME.match(name):
-        return (f"NAME {name!r} must be lower case letters, digits and underscores, starting with a letter "
-                "(e.g. gridworld, my_robot)")
+        return (
+            f"NAME {name!r} must be lower case letters, digits and underscores, starting with a letter "
+            "(e.g. gridworld, my_robot)"
+        )
     if target.exists():
         return f"{target} already exists: choose another NAME or --dir (rlinf new overwrites nothing)"
     from rlinf_core.plugins.manager import load_plugins
@@ -85,8 +110,10 @@ def _refusal(kind: str, name: str, target: Path) -> str | None:
     taken = [c for c in class_names(kind, name) if c in registry.classes]
     if taken:
         owner = registry.classes[taken[0]].distribution
-        return f"the class name {taken[0]} is already registered by {owner} (short class names are unique): choose " \
-               "another NAME"
+        return (
+            f"the class name {taken[0]} is already registered by {owner} (short class names are unique): choose "
+            "another NAME"
+        )
     if name in registry.plugins:
         dist = registry.plugins[name].distribution
         return f"a plugin named {name!r} is already installed ({dist}): choose another NAME"
@@ -95,11 +122,14 @@ def _refusal(kind: str, name: str, target: Path) -> str | None:
 
 def new_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="rlinf new", description="Write a plugin package (pyproject, entry point, the class, conformance tests "
-        "and a config) that installs, is listed by `rlinf plugins`, passes its kit and trains with `rlinf fit`.")
+        prog="rlinf new",
+        description="Write a plugin package (pyproject, entry point, the class, conformance tests "
+        "and a config) that installs, is listed by `rlinf plugins`, passes its kit and trains with `rlinf fit`.",
+    )
     parser.add_argument("kind", choices=sorted(KINDS), help="what the plugin adds")
-    parser.add_argument("name", help="plugin name: lower case, e.g. gridworld (package rlinf_env_gridworld, class "
-                        "GridworldEnv)")
+    parser.add_argument(
+        "name", help="plugin name: lower case, e.g. gridworld (package rlinf_env_gridworld, class GridworldEnv)"
+    )
     parser.add_argument("--dir", default=".", help="directory to create the package in (default: here)")
     opts = parser.parse_args(argv)
     files = plan(opts.kind, opts.name) if NAME.match(opts.name) else {}

@@ -39,8 +39,10 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
         dirs = _checkpoint_dirs(trainer)
         if not any(d.is_dir() and any(d.glob("*.ckpt")) for d in dirs):
             where = ", ".join(map(str, dirs)) or "no checkpoint directory (the logger version is not pinned)"
-            raise ValueError(f"ckpt_path: last has no checkpoint to resume from ({where}); pass the run "
-                             "directory instead (--ckpt_path runs/<name>/version_N), or drop --ckpt_path")
+            raise ValueError(
+                f"ckpt_path: last has no checkpoint to resume from ({where}); pass the run "
+                "directory instead (--ckpt_path runs/<name>/version_N), or drop --ckpt_path"
+            )
         return
     if ckpt_path in ("best", "hpc", "registry"):
         return
@@ -52,8 +54,10 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
     if algorithm is not None:
         held, expected = _algorithm_of(path, ckpt), type(algorithm).__name__
         if held is not None and held != expected:
-            raise ValueError(f"checkpoint {path} holds a {held} run but the config trains with {expected}: resume "
-                             f"it with its own config (its run directory's config.yaml), or start fresh")
+            raise ValueError(
+                f"checkpoint {path} holds a {held} run but the config trains with {expected}: resume "
+                f"it with its own config (its run directory's config.yaml), or start fresh"
+            )
     state, own = ckpt["state_dict"], model.state_dict()
     from rlinf_core.run.checkpointing import FROZEN_KEY
 
@@ -62,14 +66,18 @@ def check_resume(trainer: Any, model: Any, ckpt_path: str | None) -> None:
     for key, value in state.items():
         mine = own.get(key)
         if mine is not None and tuple(mine.shape) != tuple(value.shape):
-            raise ValueError(f"checkpoint {path} holds {key} of shape {tuple(value.shape)}, the config builds "
-                             f"{tuple(mine.shape)}: it is a checkpoint of another model size (compare the "
-                             "policy's init_args with the run's config.yaml)")
+            raise ValueError(
+                f"checkpoint {path} holds {key} of shape {tuple(value.shape)}, the config builds "
+                f"{tuple(mine.shape)}: it is a checkpoint of another model size (compare the "
+                "policy's init_args with the run's config.yaml)"
+            )
     extra = [k for k in state if k not in own]
     if extra or missing:
         what = f"{extra[0]} which the config's model lacks" if extra else f"no {missing[0]}, which the config builds"
-        raise ValueError(f"checkpoint {path} holds {what} ({len(extra)} extra, {len(missing)} missing tensors): "
-                         "it is a checkpoint of another model; resume with its own config")
+        raise ValueError(
+            f"checkpoint {path} holds {what} ({len(extra)} extra, {len(missing)} missing tensors): "
+            "it is a checkpoint of another model; resume with its own config"
+        )
     stop_if_finished(trainer, model, path, ckpt)
 
 
@@ -88,8 +96,10 @@ def stop_if_finished(trainer: Any, model: Any, path: Path, ckpt: dict) -> None:
     else:
         return
     if trainer.is_global_zero:
-        print(f"rlinf: {path} has already finished: {done}, and the config stops at {key} = "
-              f"{getattr(trainer, key.split('.')[1])}. Nothing to run; to continue it, raise the limit, e.g. "
-              f"--{key}={more}", flush=True)
+        print(
+            f"rlinf: {path} has already finished: {done}, and the config stops at {key} = "
+            f"{getattr(trainer, key.split('.')[1])}. Nothing to run; to continue it, raise the limit, e.g. "
+            f"--{key}={more}",
+            flush=True,
+        )
     raise SystemExit(0)
-

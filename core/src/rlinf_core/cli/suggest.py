@@ -1,4 +1,4 @@
-""""Did you mean" for misspelled config keys: ``--model.init_args.optim.learning_rate`` -> ``lr``.
+""" "Did you mean" for misspelled config keys: ``--model.init_args.optim.learning_rate`` -> ``lr``.
 
 LightningCLI (jsonargparse) reports an unknown key as ``model: unrecognized arguments: --optim.learning_rate=0.1``
 without alternatives. On that error this module lists the keys the class accepts (the innermost class_path of the
@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import re
 from argparse import ArgumentError
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _UNRECOGNIZED = re.compile(r"(?:^|: )(?:(?P<group>[\w.]+): )?unrecognized arguments: (?P<args>.+)$")
 
@@ -82,8 +83,11 @@ def suggestion(exc: BaseException, argv: list[str]) -> str | None:
         match = _UNRECOGNIZED.search(text) or re.search(r"unrecognized arguments: (?P<args>.+)", text)
         if match and unknown is None:
             unknown = [a.split("=", 1)[0].removeprefix("--") for a in match.group("args").split() if a.startswith("--")]
-        option = re.search(r"Option '([\w.]+)' is not accepted|(?:Group '([\w.]+)' )?does not accept option "
-                           r"'([\w.]+)'", text)
+        option = re.search(
+            r"Option '([\w.]+)' is not accepted|(?:Group '([\w.]+)' )?does not accept option "
+            r"'([\w.]+)'",
+            text,
+        )
         if option and unknown is None:  # the second form: an unknown key in a --config file
             unknown = [option.group(1) or ".".join(k for k in option.group(2, 3) if k)]
         found = re.findall(r"Problem with given class_path '([^']+)'", text)
@@ -156,7 +160,8 @@ def _holds(node: Any, keys: list[str]) -> bool:
         if keys[0] in mapping and (len(keys) == 1 or _holds(mapping[keys[0]], keys[1:])):
             return True
     return any(_holds(v, keys) for k, v in node.items() if k != "init_args") or (
-        bool(inner) and any(_holds(v, keys) for v in inner.values()))
+        bool(inner) and any(_holds(v, keys) for v in inner.values())
+    )
 
 
 def with_key_suggestions(fn: Callable[[], Any], argv: list[str]) -> Callable[[], Any]:

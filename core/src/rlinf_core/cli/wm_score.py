@@ -45,8 +45,11 @@ def _windows(a, world_model):
     if a.horizon is None:  # the longest horizon (up to 24) that half of the episodes hold after the latest start
         lengths = sorted(len(e.frames) for e in episodes)
         a.horizon = max(1, min(24, lengths[len(lengths) // 2] - 1 - max(a.start))) if lengths else 24
-        print(f"horizon {a.horizon} frames (--horizon; the median episode has {lengths[len(lengths) // 2]} frames)"
-              if lengths else "horizon 24 frames (--horizon)")
+        print(
+            f"horizon {a.horizon} frames (--horizon; the median episode has {lengths[len(lengths) // 2]} frames)"
+            if lengths
+            else "horizon 24 frames (--horizon)"
+        )
     if a.chunk is None:
         a.chunk = min(8, a.horizon)
     return cut_windows(episodes, a.start, a.horizon)
@@ -81,14 +84,24 @@ def _reward(a) -> dict:
     rm = _build("reward_model", a.reward_model, a.reward_model_args)
     win = _windows(a, wm)
     res = reward_on_imagined(wm, rm, win, a.chunk, a.threshold, a.success_frames, seed=a.seed, batch=a.batch)
-    print(f"reward model on {res.windows} windows of {a.horizon} frames (p >= {a.threshold}, "
-          f"{a.success_frames} frame(s) in a row)")
-    for name, d in (("frames, real", res.frame_real), ("frames, imagined", res.frame_imagined),
-                    ("episodes, real frames", res.episode_real), ("episodes, imagined vs real", res.episode_imagined)):
-        print(f"{name:<28} precision {_fmt(d['precision'])}  recall {_fmt(d['recall'])}  "
-              f"positive rate {_fmt(d['positive_rate'])}")
-    print(f"success rate: real {_fmt(res.real_success_rate)}, classifier on real frames "
-          f"{_fmt(res.classifier_on_real_success_rate)}, imagined {_fmt(res.imagined_success_rate)}")
+    print(
+        f"reward model on {res.windows} windows of {a.horizon} frames (p >= {a.threshold}, "
+        f"{a.success_frames} frame(s) in a row)"
+    )
+    for name, d in (
+        ("frames, real", res.frame_real),
+        ("frames, imagined", res.frame_imagined),
+        ("episodes, real frames", res.episode_real),
+        ("episodes, imagined vs real", res.episode_imagined),
+    ):
+        print(
+            f"{name:<28} precision {_fmt(d['precision'])}  recall {_fmt(d['recall'])}  "
+            f"positive rate {_fmt(d['positive_rate'])}"
+        )
+    print(
+        f"success rate: real {_fmt(res.real_success_rate)}, classifier on real frames "
+        f"{_fmt(res.classifier_on_real_success_rate)}, imagined {_fmt(res.imagined_success_rate)}"
+    )
     return res.as_dict()
 
 
@@ -115,10 +128,19 @@ def _parser() -> argparse.ArgumentParser:
     rollout.add_argument("--world_model_args", default="{}", help="its __init__ arguments as a JSON object")
     rollout.add_argument("--episodes", required=True, help="directory of recorded traj*.npy episodes (held out)")
     rollout.add_argument("--start", type=int, nargs="+", default=[0], help="steps the windows start at")
-    rollout.add_argument("--horizon", type=int, default=None, help="frames predicted open loop (k = 1..horizon; "
-                         "default: up to 24, as many as the median episode holds after the latest --start)")
-    rollout.add_argument("--chunk", type=int, default=None, help="frames per predict call (the env's action chunk; "
-                         "default: 8, or the horizon when shorter)")
+    rollout.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="frames predicted open loop (k = 1..horizon; "
+        "default: up to 24, as many as the median episode holds after the latest --start)",
+    )
+    rollout.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="frames per predict call (the env's action chunk; default: 8, or the horizon when shorter)",
+    )
     rollout.add_argument("--max_episodes", type=int, default=0, help="use the first N episode files (0: all)")
     rollout.add_argument("--batch", type=int, default=16, help="windows per predict call")
     rollout.add_argument("--seed", type=int, default=0)

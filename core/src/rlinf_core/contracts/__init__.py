@@ -21,7 +21,23 @@ _LAZY = {
     "peak_bytes": "rlinf_core.memory.meta_peak",
 }
 
-__all__ = ['ActOutput', 'ChunkStepResult', 'ConditionSpec', 'Env', 'EvaluateOutput', 'MemoryProfile', 'Observation', 'Policy', 'RewardModel', 'Stack', 'VideoConfig', 'WorldModel', 'WorldModelMemory', 'module_bytes', 'peak_bytes']
+__all__ = [
+    "ActOutput",
+    "ChunkStepResult",
+    "ConditionSpec",
+    "Env",
+    "EvaluateOutput",
+    "MemoryProfile",
+    "Observation",
+    "Policy",
+    "RewardModel",
+    "Stack",
+    "VideoConfig",
+    "WorldModel",
+    "WorldModelMemory",
+    "module_bytes",
+    "peak_bytes",
+]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -166,7 +166,12 @@ class Env(EnvRuntime):
         self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
         self.reset_state_id_filter = list(reset_state_id_filter) if reset_state_id_filter is not None else None
         self._states = ResetStateSampler(
-            self._count_reset_states, self.task_ids, seed, is_eval, self.task_id_filter, self.reset_state_id_filter,
+            self._count_reset_states,
+            self.task_ids,
+            seed,
+            is_eval,
+            self.task_id_filter,
+            self.reset_state_id_filter,
             owner=type(self).__name__,
         )
         check_worker_split(num_envs, group_size, num_workers)

@@ -49,7 +49,6 @@ def observed(method):
     return wrapper
 
 
-
 class EnvRuntime:
     """The public API of :class:`rlinf_core.Env` (its base class): built on the env's hooks (``_reset_envs``,
     ``_chunk`` / ``_step``, ``_observe``, ...) and the state :meth:`Env.__init__` sets up."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Sequence
 
 import torch
 
@@ -27,9 +27,7 @@ class Observation:
     def __post_init__(self) -> None:
         img = self.main_images
         if img.dtype != torch.uint8 or img.dim() != 4 or img.shape[-1] != 3:
-            raise ValueError(
-                f"Observation.main_images must be uint8 [B, H, W, 3], got {img.dtype} {tuple(img.shape)}"
-            )
+            raise ValueError(f"Observation.main_images must be uint8 [B, H, W, 3], got {img.dtype} {tuple(img.shape)}")
         if len(self.task_descriptions) != img.shape[0]:
             raise ValueError(
                 f"Observation has {img.shape[0]} images but {len(self.task_descriptions)} task descriptions"

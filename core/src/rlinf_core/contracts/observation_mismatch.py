@@ -22,8 +22,10 @@ def first_act(policy: Any, env: Any, act: Any) -> Any:
         raise
     except ValueError as exc:
         env_name = type(getattr(env, "env", env)).__name__
-        raise ObservationMismatch(f"policy {type(policy).__name__} cannot read the observations of env {env_name}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (make the "
-                                  "policy's sizes, e.g. state_dim, match the env)") from exc
+        raise ObservationMismatch(
+            f"policy {type(policy).__name__} cannot read the observations of env {env_name}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (make the "
+            "policy's sizes, e.g. state_dim, match the env)"
+        ) from exc
     policy._rlinf_acted = True
     return out

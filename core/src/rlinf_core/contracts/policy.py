@@ -99,7 +99,7 @@ class Policy(nn.Module):
                 setattr(cls, name, under_compute_dtype(fn))
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides: Any) -> "Policy":
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> Policy:
         """Load what :meth:`save_pretrained` wrote to ``path``; ``overrides`` are constructor settings
         (e.g. ``add_value_head=True``). The one loading entry used by the conformance kit and tools."""
         raise NotImplementedError(f"{cls.__name__} does not implement Policy.from_pretrained(path, **overrides)")

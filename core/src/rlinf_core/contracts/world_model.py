@@ -64,7 +64,9 @@ class WorldModel(nn.Module):
         (``T = condition.num_frames``, built as :attr:`condition` says; on the model's device)."""
         raise NotImplementedError
 
-    def predict(self, state: Any, actions: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, Any]:
+    def predict(
+        self, state: Any, actions: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, Any]:
         """Predict ``uint8 [B, C, H, W, 3]`` frames for actions ``[B, C, D]``; return (frames, new state)."""
         raise NotImplementedError
 
@@ -128,9 +130,7 @@ class WorldModel(nn.Module):
         dtype = self.runtime_dtype(device_type)
         if dtype is not None:
             nn.Module.to(self, dtype)  # meta: no memory moves
-        weights = tuple(
-            (f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children()
-        )
+        weights = tuple((f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children())
         size = int(getattr(self, "image_size", 256))
         T = self.condition.num_frames
         frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
@@ -143,8 +143,10 @@ class WorldModel(nn.Module):
             step = peak_bytes(lambda: self.predict(state, actions))
         except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            note = (f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
-                    f"meta device: {cause}); override memory_profile to report it")
+            note = (
+                f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
+                f"meta device: {cause}); override memory_profile to report it"
+            )
             return WorldModelMemory(weights, (), (note,))
         return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
 

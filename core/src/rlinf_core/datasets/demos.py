@@ -23,8 +23,9 @@ repeating its last action, so one dataset serves policies of any ``num_action_ch
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,9 @@ class DemoWriter:
     ) -> None:
         self.root = Path(root)
         if (self.root / "meta.json").exists() and not overwrite:
-            raise FileExistsError(f"{self.root} already holds a dataset; pass overwrite=True (--overwrite) to replace it")
+            raise FileExistsError(
+                f"{self.root} already holds a dataset; pass overwrite=True (--overwrite) to replace it"
+            )
         (self.root / "episodes").mkdir(parents=True, exist_ok=True)
         for old in (self.root / "episodes").glob("episode_*.npz"):
             old.unlink()
@@ -116,7 +119,9 @@ def read_meta(root: str | Path) -> dict[str, Any]:
         )
     meta = json.loads(path.read_text())
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ValueError(f"{path}: expected format {FORMAT} version {VERSION}, got {meta.get('format')} {meta.get('version')}")
+        raise ValueError(
+            f"{path}: expected format {FORMAT} version {VERSION}, got {meta.get('format')} {meta.get('version')}"
+        )
     return meta
 
 
@@ -155,7 +160,9 @@ class DemoDataset(Dataset):
         for entry in entries:
             with np.load(self.root / entry["file"]) as z:
                 self.episodes.append({k: z[k] for k in z.files})
-        self.index = np.array([(i, t) for i, ep in enumerate(self.episodes) for t in range(len(ep["actions"]))], np.int64)
+        self.index = np.array(
+            [(i, t) for i, ep in enumerate(self.episodes) for t in range(len(ep["actions"]))], np.int64
+        )
 
     @property
     def action_dim(self) -> int:

@@ -12,7 +12,7 @@ _LAZY = {
     "vectorize": "rlinf_core.envs.vector",
 }
 
-__all__ = ['EnvWorkerError', 'WorkerEnv', 'WorldModelEnv', 'gl_import_error', 'setup_gl', 'vectorize']
+__all__ = ["EnvWorkerError", "WorkerEnv", "WorldModelEnv", "gl_import_error", "setup_gl", "vectorize"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

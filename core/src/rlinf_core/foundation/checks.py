@@ -44,4 +44,3 @@ def check_number(
         high is not None and (value > high or (high_open and value == high))
     ):
         raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
-

@@ -11,8 +11,8 @@ from collections.abc import Callable
 def lazy_getattr(package: str, names: dict[str, str]) -> Callable[[str], object]:
     """The module-level ``__getattr__`` of ``package`` for the lazily imported ``names``::
 
-        _LAZY = {"LiberoEnv": "rlinf_env_libero.env"}
-        __getattr__ = lazy_getattr(__name__, _LAZY)
+    _LAZY = {"LiberoEnv": "rlinf_env_libero.env"}
+    __getattr__ = lazy_getattr(__name__, _LAZY)
     """
 
     def __getattr__(name: str) -> object:

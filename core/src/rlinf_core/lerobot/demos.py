@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.lerobot.mapping import FeatureMap, resolve_mapping
 from rlinf_core.lerobot.reader import LeRobotFormatError, LeRobotReader
-from rlinf_core.datasets.demos import DemoDataset
 
 __all__ = ["LeRobotDemoDataset", "LeRobotDemos", "norm_stats_of"]
 

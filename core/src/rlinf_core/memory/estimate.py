@@ -227,8 +227,10 @@ class MemoryEstimate:
 
     def format(self, title: str = "") -> str:
         lines = [title] if title else []
-        for label, rows, total in (("training step", self.train, self.train_total),
-                                   ("rollout / eval", self.rollout, self.rollout_total)):
+        for label, rows, total in (
+            ("training step", self.train, self.train_total),
+            ("rollout / eval", self.rollout, self.rollout_total),
+        ):
             if not rows:
                 continue
             lines.append(f"per GPU, {label}:")

@@ -80,8 +80,10 @@ def module_bytes(module: nn.Module) -> int:
 
 def _dtype_name(module: nn.Module) -> str:
     dtypes = {p.dtype for p in module.parameters()}
-    return "/".join(sorted(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
-                           for d in dtypes)) or "no parameters"
+    return (
+        "/".join(sorted(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16") for d in dtypes))
+        or "no parameters"
+    )
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,9 @@ class WorldModelMemory:
 
 def require_meta(module: nn.Module, what: str) -> None:
     if any(not p.is_meta for p in module.parameters()):
-        raise ValueError(f"{what}.memory_profile measures a meta-built model; build it inside rlinf_core.models.meta.meta_init()")
+        raise ValueError(
+            f"{what}.memory_profile measures a meta-built model; build it inside rlinf_core.models.meta.meta_init()"
+        )
 
 
 def reward_model_memory(reward_model: nn.Module, num_frames: int, image_size: int) -> WorldModelMemory:

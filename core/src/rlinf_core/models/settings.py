@@ -62,8 +62,9 @@ class SavedSettings:
             raw = json.loads((Path(model_path) / "config.json").read_text())
         except (OSError, ValueError):
             return {}
-        found = next((raw[k] for k in SAVED_SETTINGS_KEYS if isinstance(raw, dict) and isinstance(raw.get(k), dict)),
-                     {})
+        found = next(
+            (raw[k] for k in SAVED_SETTINGS_KEYS if isinstance(raw, dict) and isinstance(raw.get(k), dict)), {}
+        )
         out = {k: v for k, v in found.items() if k != "policy" and k not in cls.FLAT_SETTINGS}
         for group in cls.SETTINGS_GROUPS:
             values = dict(out.get(group) or {})

@@ -111,7 +111,9 @@ def load_weights(model_path: str | Path, hint: str = "") -> dict[str, torch.Tens
     if index.is_file():
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise CheckpointError(f'{index} has no "weight_map" {{tensor name: shard file}}; re-download the checkpoint')
+            raise CheckpointError(
+                f'{index} has no "weight_map" {{tensor name: shard file}}; re-download the checkpoint'
+            )
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:

@@ -32,9 +32,11 @@ def moved_package_cause(exc: BaseException) -> str | None:
         return None
     if name.split(".")[0] != "rlinf":
         return None
-    return ("it imports the package `rlinf`, which is now `rlinf_core`: change "
-            "`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugins.md, \"Migrating from `rlinf`\", "
-            "maps every old module to its new place")
+    return (
+        "it imports the package `rlinf`, which is now `rlinf_core`: change "
+        '`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugins.md, "Migrating from `rlinf`", '
+        "maps every old module to its new place"
+    )
 
 
 @dataclass
@@ -124,5 +126,3 @@ def _load_base(kind: str) -> tuple[type, ...]:
     module, qualnames = KINDS[kind][1].split(":")
     mod = importlib.import_module(module)
     return tuple(getattr(mod, q) for q in qualnames.split(","))
-
-

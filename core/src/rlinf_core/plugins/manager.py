@@ -21,11 +21,19 @@ from typing import Any
 import pluggy
 
 from rlinf_core.plugins import hookspecs
-from rlinf_core.plugins.entries import KINDS, RESERVED_COMMANDS, Command, PluginError, Registered, _check_base
-from rlinf_core.plugins.entries import moved_package_cause
+from rlinf_core.plugins.entries import (
+    KINDS,
+    RESERVED_COMMANDS,
+    Command,
+    PluginError,
+    Registered,
+    _check_base,
+    moved_package_cause,
+)
 
 BUILTIN_PLUGINS = {"core": "rlinf_core.builtin.plugin"}
 CORE_DISTRIBUTION = "rlinf-core"
+
 
 @dataclass
 class PluginInfo:
@@ -42,9 +50,7 @@ class PluginInfo:
             "module": self.module,
             "distribution": self.distribution,
             "version": self.version,
-            "registered": {
-                kind: [r.name for r in self.registered if r.kind == kind] for kind in KINDS
-            },
+            "registered": {kind: [r.name for r in self.registered if r.kind == kind] for kind in KINDS},
             "error": self.error,
         }
 
@@ -139,10 +145,7 @@ class Registry:
                 self.pm.unregister(name=name)
                 return
             except Exception as exc:  # noqa: BLE001
-                info.error = (
-                    f"plugin '{name}' from {dist} {version} failed in {hook_name}: "
-                    f"{type(exc).__name__}: {exc}"
-                )
+                info.error = f"plugin '{name}' from {dist} {version} failed in {hook_name}: {type(exc).__name__}: {exc}"
                 self._forget(info)
                 self.pm.unregister(name=name)
                 return
@@ -164,7 +167,9 @@ class Registry:
                 raise PluginError(f"{where} registered the command '{name}', which is one of rlinf's own commands")
             module, sep, function = str(target).partition(":")
             if not sep or not module or not function.isidentifier():
-                raise PluginError(f"{where} registered command '{name}' as {target!r}: expected 'package.module:function'")
+                raise PluginError(
+                    f"{where} registered command '{name}' as {target!r}: expected 'package.module:function'"
+                )
             previous = self.commands.get(name)
             if previous is not None:
                 raise PluginError(
@@ -190,8 +195,11 @@ class Registry:
                 )
             if isinstance(cls, str):
                 module, sep, qualname = cls.partition(":")
-                if not sep or not module or not qualname or not all(
-                    p.isidentifier() for p in [*module.split("."), *qualname.split(".")]
+                if (
+                    not sep
+                    or not module
+                    or not qualname
+                    or not all(p.isidentifier() for p in [*module.split("."), *qualname.split(".")])
                 ):
                     raise PluginError(
                         f"plugin '{info.name}' from {info.distribution} registered {cls!r} as {kind}: expected "
@@ -310,9 +318,7 @@ def _misspelled_hooks(module: ModuleType) -> list[str]:
         if attr not in hookspecs.HOOK_NAMES:
             close = difflib.get_close_matches(attr, hookspecs.HOOK_NAMES, n=1)
             suggestion = f" Did you mean '{close[0]}'?" if close else ""
-            problems.append(
-                f"unknown hook '{attr}' (known: {', '.join(hookspecs.HOOK_NAMES)}).{suggestion}"
-            )
+            problems.append(f"unknown hook '{attr}' (known: {', '.join(hookspecs.HOOK_NAMES)}).{suggestion}")
     return problems
 
 

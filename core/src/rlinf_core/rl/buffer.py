@@ -142,7 +142,9 @@ class MicroBatch:
         """The micro-batch with what the policy evaluates (observations, action records) on ``device``; the
         loss moves the rest it reads."""
         samples = replace(
-            self.samples, obs=self.samples.obs.to(device), records={k: v.to(device) for k, v in self.samples.records.items()}
+            self.samples,
+            obs=self.samples.obs.to(device),
+            records={k: v.to(device) for k, v in self.samples.records.items()},
         )
         return replace(self, samples=samples)
 
@@ -170,8 +172,9 @@ class RolloutBuffer:
 
     def num_micro_batches(self, samples_per_rank: int, world: int) -> int:
         """Micro-batches (``training_step`` calls) of every RL step."""
-        return count_micro_batches(self.minibatch_sizes(samples_per_rank, world), self.micro_batch_size,
-                                   self.update_epoch)
+        return count_micro_batches(
+            self.minibatch_sizes(samples_per_rank, world), self.micro_batch_size, self.update_epoch
+        )
 
     def optimizer_steps(self, samples_per_rank: int, world: int) -> int:
         """Optimizer steps of every RL step."""
@@ -182,8 +185,9 @@ class RolloutBuffer:
         """Store RL step ``step``'s samples and shuffle them into micro-batches (a seed per step and rank)."""
         self.step, self.samples = step, samples
         sizes = self.minibatch_sizes(len(samples), world)
-        self.schedule = build_schedule(sizes, self.micro_batch_size, self.update_epoch,
-                                       schedule_seed(world, rank, step))
+        self.schedule = build_schedule(
+            sizes, self.micro_batch_size, self.update_epoch, schedule_seed(world, rank, step)
+        )
 
     def minibatch_rows(self) -> list[torch.Tensor]:
         """Per minibatch of the step, in order: the indices of its samples (what its loss averages over)."""

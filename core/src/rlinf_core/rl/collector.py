@@ -18,8 +18,8 @@ import torch
 
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
-from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.contracts.observation_mismatch import first_act
+from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.rl.algorithms.trajectory import Trajectory
 
 
@@ -99,8 +99,11 @@ class RolloutCollector:
 
     def _act(self, obs: Observation, do_sample: bool, temperature: float) -> ActOutput:
         t0 = time.perf_counter()
-        out = first_act(self.policy, self.envs[0], lambda: self.policy.act(obs.to(self.policy.device),
-                                                                          do_sample=do_sample, temperature=temperature))
+        out = first_act(
+            self.policy,
+            self.envs[0],
+            lambda: self.policy.act(obs.to(self.policy.device), do_sample=do_sample, temperature=temperature),
+        )
         self.times.policy += time.perf_counter() - t0
         return out
 
@@ -137,7 +140,9 @@ class RolloutCollector:
         return pending
 
     @torch.no_grad()
-    def collect(self, num_chunk_steps: int, do_sample: bool, temperature: float, reset: bool, progress=None) -> Trajectory:
+    def collect(
+        self, num_chunk_steps: int, do_sample: bool, temperature: float, reset: bool, progress=None
+    ) -> Trajectory:
         """One rollout epoch. ``reset``: start new episodes (else continue from the last obs)."""
         self.times = RolloutTimes()
         self.episodes_done = 0

@@ -45,8 +45,13 @@ class RolloutConfig:
         for key in ("rollout_epoch", "max_steps_per_rollout_epoch", "eval_rollout_epoch", "pipeline_stage_num"):
             check_number(f"rollout.{key}", getattr(self, key), low=1)
         for key in ("temperature_train", "temperature_eval"):
-            check_number(f"rollout.{key}", getattr(self, key), low=0, low_open=True,
-                         hint="logits are divided by it; use do_sample: false for greedy actions")
+            check_number(
+                f"rollout.{key}",
+                getattr(self, key),
+                low=0,
+                low_open=True,
+                hint="logits are divided by it; use do_sample: false for greedy actions",
+            )
 
 
 @dataclass
@@ -87,8 +92,14 @@ class OptimConfig:
         check_number("optim.adam_beta1", self.adam_beta1, low=0, high=1, high_open=True)
         check_number("optim.adam_beta2", self.adam_beta2, low=0, high=1, high_open=True)
         check_number("optim.adam_eps", self.adam_eps, low=0, low_open=True)
-        check_number("optim.clip_grad", self.clip_grad, low=0, low_open=True, optional=True,
-                     hint="the largest gradient norm; null turns clipping off")
+        check_number(
+            "optim.clip_grad",
+            self.clip_grad,
+            low=0,
+            low_open=True,
+            optional=True,
+            hint="the largest gradient norm; null turns clipping off",
+        )
         check_number("optim.lr_warmup_steps", self.lr_warmup_steps, low=0)
         check_number("optim.min_lr", self.min_lr, low=0, high=self.lr, hint="at most optim.lr")
         check_number("optim.critic_warmup_steps", self.critic_warmup_steps, low=0)

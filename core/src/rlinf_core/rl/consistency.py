@@ -57,5 +57,7 @@ def _check_filters(env, key: str) -> None:
     if states_wanted is not None:
         kept = ids[np.isin(ids, states_wanted)]
         if not len(kept):
-            raise ValueError(f"{key}.reset_state_id_filter {list(states_wanted)[:8]} leaves no initial state of {name} "
-                             f"({len(ids)} after task_id_filter, ids 0..{env.num_reset_states - 1})")
+            raise ValueError(
+                f"{key}.reset_state_id_filter {list(states_wanted)[:8]} leaves no initial state of {name} "
+                f"({len(ids)} after task_id_filter, ids 0..{env.num_reset_states - 1})"
+            )

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from rlinf_core.callbacks.eval_report import suite_columns
-from rlinf_core.rl.algorithms.base import Reducer
 from rlinf_core.contracts.env import Env
-from rlinf_core.contracts.policy import Policy
 from rlinf_core.contracts.observation_mismatch import first_act
+from rlinf_core.contracts.policy import Policy
+from rlinf_core.rl.algorithms.base import Reducer
 
 
 @torch.no_grad()
@@ -38,8 +38,9 @@ def eval_passes(
             for _ in range(max_chunks * max(1, len(env.pool))):
                 if not env.any_live:
                     break
-                out = first_act(policy, env, lambda: policy.act(obs.to(device), do_sample=do_sample,
-                                                                temperature=temperature))
+                out = first_act(
+                    policy, env, lambda: policy.act(obs.to(device), do_sample=do_sample, temperature=temperature)
+                )
                 obs = env.chunk_step(out.actions.cpu()).obs
                 records.extend(env.pop_episodes())
                 if progress is not None:

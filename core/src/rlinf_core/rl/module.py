@@ -24,27 +24,28 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from rlinf_core.rl.algorithms.base import Algorithm
-from rlinf_core.foundation.trainer import attached_trainer
-from rlinf_core.run.checkpoint_files import install_atomic_io
-from rlinf_core.run.checkpointing import restore_frozen
-from rlinf_core.rl.config import OptimConfig, RolloutConfig
-from rlinf_core.contracts.env import Env
-from rlinf_core.envs.vector import vectorize
-from rlinf_core.contracts.policy import Policy
-from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_states, rng_state
 from rlinf_core.callbacks.progress import phase_reporter
+from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.policy import Policy
+from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
+from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
+from rlinf_core.distributed.rollout_mode import rollout_mode
+from rlinf_core.envs.vector import vectorize
+from rlinf_core.foundation.trainer import attached_trainer
+from rlinf_core.models.weights import first_non_finite
+from rlinf_core.rl.algorithms.base import Algorithm
 from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer, batch_split_error
 from rlinf_core.rl.collector import RolloutCollector
-from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
-from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
-from rlinf_core.distributed.rollout_mode import rollout_mode
+from rlinf_core.rl.config import OptimConfig, RolloutConfig
+from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
 from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
 from rlinf_core.rl.update import GradientClip, optimizer_step, precision_context, recompute_old_logprobs
-from rlinf_core.models.weights import first_non_finite
-from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
+from rlinf_core.run.checkpoint_files import install_atomic_io
+from rlinf_core.run.checkpointing import restore_frozen
+from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_states, rng_state
+
 
 class RLModule(pl.LightningModule):
     """Fine-tunes a policy with PPO or GRPO in an env.
@@ -201,8 +202,13 @@ class RLModule(pl.LightningModule):
         env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
         with rollout_mode(self, self.offload_optimizer):
             trajs = self.collector.collect_epochs(  # in training_step's precision context: log-probs agree
-                ro.rollout_epoch, n_chunks, ro.do_sample, ro.temperature_train, self.env.auto_reset,
-                progress=lambda label: self._progress(label, env_steps_per_chunk), context=lambda: precision_context(self),
+                ro.rollout_epoch,
+                n_chunks,
+                ro.do_sample,
+                ro.temperature_train,
+                self.env.auto_reset,
+                progress=lambda label: self._progress(label, env_steps_per_chunk),
+                context=lambda: precision_context(self),
             )
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -213,8 +219,9 @@ class RLModule(pl.LightningModule):
         if ro.recompute_logprobs:
             self.policy.train()  # recompute in the mode the update runs in (dropout etc.)
             with precision_context(self):
-                worst = recompute_old_logprobs(self.policy, samples, self.micro_batch_size, self.device,
-                                               ro.temperature_train)
+                worst = recompute_old_logprobs(
+                    self.policy, samples, self.micro_batch_size, self.device, ro.temperature_train
+                )
             metrics["rollout/logprob_mismatch"] = float(self.reducer.max(torch.tensor(worst, dtype=torch.float64)))
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
@@ -264,8 +271,14 @@ class RLModule(pl.LightningModule):
         self._train_metrics.add_micro_batch(metrics, len(mb.idx), mb.minibatch_size)
         if mb.last:
             stepped = optimizer_step(
-                self.policy, self.trainer.strategy, self.optimizers(), self.lr_schedulers(),
-                self.optim_cfg.clip_grad, actor_on, self._train_metrics, self._grad_clip,
+                self.policy,
+                self.trainer.strategy,
+                self.optimizers(),
+                self.lr_schedulers(),
+                self.optim_cfg.clip_grad,
+                actor_on,
+                self._train_metrics,
+                self._grad_clip,
             )
             self.skipped_steps += not stepped
             self._train_metrics.last["train/actor/skipped_steps"] = float(self.skipped_steps)

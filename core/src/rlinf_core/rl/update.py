@@ -12,11 +12,10 @@ import torch
 from rlinf_core.distributed.grad_accumulation import deepspeed_engine, deepspeed_step
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.precision import compute_context
-from rlinf_core.rl.metrics import MetricSums
 from rlinf_core.rl.algorithms.trajectory import Samples
+from rlinf_core.rl.metrics import MetricSums
 
-_HALF = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16,
-         "16-true": torch.float16}
+_HALF = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16, "16-true": torch.float16}
 
 
 def precision_context(module):
@@ -88,7 +87,13 @@ def grad_scaler(strategy) -> Any:
 
 
 def optimizer_step(
-    policy, strategy, optimizer, scheduler, clip_grad: float | None, actor_on: bool, metrics: MetricSums,
+    policy,
+    strategy,
+    optimizer,
+    scheduler,
+    clip_grad: float | None,
+    actor_on: bool,
+    metrics: MetricSums,
     clip: GradientClip,
 ) -> bool:
     """One optimizer step after a minibatch's backward passes; returns ``False`` when it was skipped (a

@@ -81,8 +81,10 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", mma
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file; say which
-        raise CheckpointError(f"checkpoint {path} cannot be loaded safely (weights_only): {_unpickling_cause(exc)}; "
-                              "it is corrupt, or not a checkpoint torch.save wrote") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be loaded safely (weights_only): {_unpickling_cause(exc)}; "
+            "it is corrupt, or not a checkpoint torch.save wrote"
+        ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict)")
     return ckpt

@@ -113,7 +113,8 @@ def frozen_keys(module: torch.nn.Module) -> list[str]:
     """
     state = module.state_dict(keep_vars=True)
     return [
-        k for k, v in state.items()
+        k
+        for k, v in state.items()
         if isinstance(v, torch.nn.Parameter) and not v.requires_grad and "value_head" not in k
     ]
 

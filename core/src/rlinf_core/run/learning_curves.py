@@ -100,8 +100,9 @@ def learning_curve_figure(run_dir: str | Path, title: str | None = None, baselin
             panels.append((name, data, scale))
     if not panels:
         raise PlotError(f"{run_dir}: none of the plotted metrics were logged ({', '.join(sorted(scalars)[:8])} ...)")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 1.0 + 2.4 * len(panels)), sharex=True, squeeze=False,
-                             layout="constrained")  # constrained: labels and the title are never clipped
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(7, 1.0 + 2.4 * len(panels)), sharex=True, squeeze=False, layout="constrained"
+    )  # constrained: labels and the title are never clipped
     for ax, (name, data, scale) in zip(axes[:, 0], panels):
         _draw_panel(ax, name, data, scale, baseline)
     from matplotlib.ticker import MaxNLocator
@@ -119,9 +120,14 @@ def _draw_panel(ax, name: str, data: list, scale: float, baseline: dict[str, flo
     training return) gets its own y-axis on the right instead of flattening one of them."""
     train = [abs(scale * y) for tag, _, pts in data if not tag.startswith("eval/") for _, y in pts]
     evals = [abs(scale * y) for tag, _, pts in data if tag.startswith("eval/") for _, y in pts]
-    evals += [abs(scale * v) for tag, _, _ in data if tag.startswith("eval/") and tag in baseline for v in [baseline[tag]]]
-    own_axis = bool(train and evals) and not name.startswith("success") and (
-        max(max(train), max(evals)) > 3 * max(min(max(train), max(evals)), 1e-9))
+    evals += [
+        abs(scale * v) for tag, _, _ in data if tag.startswith("eval/") and tag in baseline for v in [baseline[tag]]
+    ]
+    own_axis = (
+        bool(train and evals)
+        and not name.startswith("success")
+        and (max(max(train), max(evals)) > 3 * max(min(max(train), max(evals)), 1e-9))
+    )
     handles = []
     for i, (tag, label, pts) in enumerate(data):
         target = ax

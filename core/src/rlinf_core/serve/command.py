@@ -23,14 +23,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a trained policy over openpi's websocket protocol (openpi-client's WebsocketClientPolicy) "
         "or OpenVLA's REST deploy protocol (POST /act). See docs/serving.md.",
     )
-    parser.add_argument("--policy", required=True, help="exported policy directory (config.json + safetensors), "
-                        "a run checkpoint (last.ckpt) or a run directory (its newest good checkpoint)")
+    parser.add_argument(
+        "--policy",
+        required=True,
+        help="exported policy directory (config.json + safetensors), "
+        "a run checkpoint (last.ckpt) or a run directory (its newest good checkpoint)",
+    )
     parser.add_argument("--protocol", choices=PROTOCOLS, default="openpi", help="wire protocol (default openpi)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine "
-                        "only; --host 0.0.0.0 serves the network, best with --api-key)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine "
+        "only; --host 0.0.0.0 serves the network, best with --api-key)",
+    )
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000, as openpi and OpenVLA)")
-    parser.add_argument("--mapping", default=None, help=f"request keys -> observation: a preset "
-                        f"({', '.join(PRESETS)}; default libero for openpi, openvla for openvla) or a YAML file")
+    parser.add_argument(
+        "--mapping",
+        default=None,
+        help=f"request keys -> observation: a preset "
+        f"({', '.join(PRESETS)}; default libero for openpi, openvla for openvla) or a YAML file",
+    )
     parser.add_argument("--image-size", default=None, help="refuse images that are not HxW (e.g. 224x224)")
     parser.add_argument("--default-prompt", default=None, help="instruction for requests that carry none")
     parser.add_argument("--policy-class", default=None, help="policy class (default: recorded in the checkpoint)")
@@ -43,10 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", default=None, help="the policy's precision setting (fp32, bf16, ...)")
     parser.add_argument("--max-batch", type=int, default=1, help="run up to N waiting requests as one batch")
     parser.add_argument("--max-message-mb", type=int, default=16, help="largest request accepted (MiB, default 16)")
-    parser.add_argument("--max-connections", type=int, default=64, help="clients connected at once; more are "
-                        "refused with HTTP 503 (default 64)")
-    parser.add_argument("--api-key", default=None, help=f"require this key (default: ${API_KEY_ENV}); clients send "
-                        "the header 'Authorization: Api-Key <key>' (openpi-client's api_key)")
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=64,
+        help="clients connected at once; more are refused with HTTP 503 (default 64)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require this key (default: ${API_KEY_ENV}); clients send "
+        "the header 'Authorization: Api-Key <key>' (openpi-client's api_key)",
+    )
     return parser
 
 
@@ -63,18 +83,29 @@ def make_server(opts: argparse.Namespace):
         raise ServeError("--max-batch and --chunk must be >= 1 and --temperature > 0")
     if opts.max_connections < 1 or opts.max_message_mb < 1:
         raise ServeError("--max-connections and --max-message-mb must be >= 1")
-    mapping = with_overrides(load_mapping(opts.mapping or DEFAULT_MAPPING[opts.protocol]), opts.image_size,
-                             opts.default_prompt)
-    for module, package in (("websockets", "websockets"), ("msgpack", "msgpack")) if opts.protocol == "openpi" \
-            else (("json_numpy", "json-numpy"),):
+    mapping = with_overrides(
+        load_mapping(opts.mapping or DEFAULT_MAPPING[opts.protocol]), opts.image_size, opts.default_prompt
+    )
+    for module, package in (
+        (("websockets", "websockets"), ("msgpack", "msgpack"))
+        if opts.protocol == "openpi"
+        else (("json_numpy", "json-numpy"),)
+    ):
         require(module, package)  # before the (slow) policy load
-    load = LoadOptions(policy_class=opts.policy_class, config=opts.config, unnorm_key=opts.unnorm_key,
-                       num_action_chunks=opts.chunk, precision=opts.precision, device=opts.device)
+    load = LoadOptions(
+        policy_class=opts.policy_class,
+        config=opts.config,
+        unnorm_key=opts.unnorm_key,
+        num_action_chunks=opts.chunk,
+        precision=opts.precision,
+        device=opts.device,
+    )
     loaded = load_policy(opts.policy, load)
     runner = PolicyRunner(loaded, mapping, InferenceSettings(opts.sample, opts.temperature, opts.max_batch))
     server_cls = OpenPIWebsocketServer if opts.protocol == "openpi" else OpenVLARestServer
-    limits = ServerLimits(max_message_mb=opts.max_message_mb, max_connections=opts.max_connections,
-                          api_key=api_key(opts))
+    limits = ServerLimits(
+        max_message_mb=opts.max_message_mb, max_connections=opts.max_connections, api_key=api_key(opts)
+    )
     try:
         return server_cls(runner, opts.host, opts.port, limits)
     except OSError as exc:
@@ -105,10 +136,14 @@ def serve_command(argv: list[str]) -> int:
     try:
         server = make_server(opts)
         policy, loaded = server.runner.policy, server.runner.loaded
-        print(f"rlinf serve: {type(policy).__name__} ({loaded.source} {loaded.path}), {opts.protocol} protocol on "
-              f"{opts.host}:{opts.port}, mapping {opts.mapping or DEFAULT_MAPPING[opts.protocol]}, actions "
-              f"[{policy.num_action_chunks}, {policy.action_dim}], {'sampled' if opts.sample else 'greedy'}; "
-              f"reachable from {exposure_note(opts.host, server.limits.api_key)}", file=sys.stderr, flush=True)
+        print(
+            f"rlinf serve: {type(policy).__name__} ({loaded.source} {loaded.path}), {opts.protocol} protocol on "
+            f"{opts.host}:{opts.port}, mapping {opts.mapping or DEFAULT_MAPPING[opts.protocol]}, actions "
+            f"[{policy.num_action_chunks}, {policy.action_dim}], {'sampled' if opts.sample else 'greedy'}; "
+            f"reachable from {exposure_note(opts.host, server.limits.api_key)}",
+            file=sys.stderr,
+            flush=True,
+        )
         if opts.protocol == "openpi":
             import asyncio
 

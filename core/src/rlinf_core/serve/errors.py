@@ -19,6 +19,4 @@ def require(module: str, package: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ServeError(
-            f"`rlinf serve` needs the {package!r} package: pip install 'rlinf-core[serve]'"
-        ) from None
+        raise ServeError(f"`rlinf serve` needs the {package!r} package: pip install 'rlinf-core[serve]'") from None

@@ -46,8 +46,11 @@ class LoadOptions:
     device: str = "cpu"
 
     def overrides(self) -> dict[str, Any]:
-        given = {"unnorm_key": self.unnorm_key, "num_action_chunks": self.num_action_chunks,
-                 "precision": self.precision}
+        given = {
+            "unnorm_key": self.unnorm_key,
+            "num_action_chunks": self.num_action_chunks,
+            "precision": self.precision,
+        }
         return {k: v for k, v in given.items() if v is not None}
 
 
@@ -124,8 +127,9 @@ def _load_export(path: Path, opts: LoadOptions) -> Policy:
     name = opts.policy_class or recorded_class(path)
     if name is None:
         names = ", ".join(_registry().names("policy"))
-        raise ServeError(f"{path}/config.json does not say which policy class wrote it; pass --policy-class "
-                         f"(one of: {names})")
+        raise ServeError(
+            f"{path}/config.json does not say which policy class wrote it; pass --policy-class (one of: {names})"
+        )
     cls = _resolve_class(name)
     overrides = opts.overrides()
     _check_overrides(cls, overrides)

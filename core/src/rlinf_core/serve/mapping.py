@@ -61,19 +61,27 @@ class ObsMapping:
 # payloads (openvla: vla-scripts/deploy.py:99-100; openvla-oft: vla-scripts/deploy.py:85-89).
 PRESETS: dict[str, ObsMapping] = {
     "libero": ObsMapping(
-        image="observation/image", wrist_images=("observation/wrist_image",), state=("observation/state",),
+        image="observation/image",
+        wrist_images=("observation/wrist_image",),
+        state=("observation/state",),
     ),
     "droid": ObsMapping(
-        image="observation/exterior_image_1_left", wrist_images=("observation/wrist_image_left",),
+        image="observation/exterior_image_1_left",
+        wrist_images=("observation/wrist_image_left",),
         state=("observation/joint_position", "observation/gripper_position"),
     ),
     "aloha": ObsMapping(
-        image="images.cam_high", wrist_images=("images.cam_left_wrist", "images.cam_right_wrist"), state=("state",),
+        image="images.cam_high",
+        wrist_images=("images.cam_left_wrist", "images.cam_right_wrist"),
+        state=("state",),
         channels_first=True,
     ),
     "openvla": ObsMapping(image="image", prompt="instruction"),
     "openvla-oft": ObsMapping(
-        image="full_image", prompt="instruction", wrist_images=("wrist_image",), state=("state",),
+        image="full_image",
+        prompt="instruction",
+        wrist_images=("wrist_image",),
+        state=("state",),
         optional=("wrist_images", "state"),
     ),
 }
@@ -207,8 +215,9 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
         raise BadRequest(f"send all of the state keys {list(mapping.state)} or none")
     state = np.concatenate(parts) if parts else None
     if state is not None and mapping.state_dim is not None and state.shape[0] != mapping.state_dim:
-        raise BadRequest(f"the state ({' + '.join(mapping.state)}) has {state.shape[0]} values, expected "
-                         f"{mapping.state_dim}")
+        raise BadRequest(
+            f"the state ({' + '.join(mapping.state)}) has {state.shape[0]} values, expected {mapping.state_dim}"
+        )
     raw_prompt = _lookup(request, mapping.prompt)
     if raw_prompt is _MISSING:
         if mapping.default_prompt is None:

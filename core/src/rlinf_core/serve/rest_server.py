@@ -47,8 +47,10 @@ class _CappedHTTPServer(ThreadingHTTPServer):
             body = json.dumps({"error": self.slots.full_message()}).encode()
             try:
                 request.settimeout(1.0)
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
             except OSError:
                 pass
             self.shutdown_request(request)
@@ -79,8 +81,9 @@ class OpenVLARestServer:
         limits: body size, connection cap, idle timeout and API key (default :class:`ServerLimits`).
     """
 
-    def __init__(self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000,
-                 limits: ServerLimits | None = None):
+    def __init__(
+        self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits | None = None
+    ):
         self.runner = runner
         self.limits = limits or ServerLimits()
         self.max_bytes = self.limits.max_bytes
@@ -107,8 +110,10 @@ class OpenVLARestServer:
             if not isinstance(given, str):
                 raise BadRequest(f"unnorm_key must be a string, got {type(given).__name__}")
             if given != have:
-                raise BadRequest(f"unnorm_key {clip(given, 80)!r}: this server un-normalises with {have!r} "
-                                 "(restart it with --unnorm-key to serve another dataset's statistics)")
+                raise BadRequest(
+                    f"unnorm_key {clip(given, 80)!r}: this server un-normalises with {have!r} "
+                    "(restart it with --unnorm-key to serve another dataset's statistics)"
+                )
         t1 = time.perf_counter()
         obs = to_observation(payload, self.runner.mapping)
         self.runner.check(obs)
@@ -119,8 +124,13 @@ class OpenVLARestServer:
         out = json_numpy_dumps(action)
         out = json.dumps(out) if double else out
         t4 = time.perf_counter()
-        ms = {"decode": (t1 - t0) * 1000, "preprocess": (t2 - t1) * 1000, "model": timing["model_ms"],
-              "infer": (t3 - t1) * 1000, "encode": (t4 - t3) * 1000}
+        ms = {
+            "decode": (t1 - t0) * 1000,
+            "preprocess": (t2 - t1) * 1000,
+            "model": timing["model_ms"],
+            "infer": (t3 - t1) * 1000,
+            "encode": (t4 - t3) * 1000,
+        }
         return out, ms
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -143,7 +153,7 @@ class OpenVLARestServer:
             def _reply(self, status: int, body: str, timing: dict[str, float] | None = None) -> None:
                 data = body.encode("utf-8")
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json" if body[:1] in "{[\"" else "text/plain")
+                self.send_header("Content-Type", "application/json" if body[:1] in '{["' else "text/plain")
                 self.send_header("Content-Length", str(len(data)))
                 if timing:
                     self.send_header("Server-Timing", ", ".join(f"{k};dur={v:.3f}" for k, v in timing.items()))
@@ -165,8 +175,11 @@ class OpenVLARestServer:
                 except TimeoutError:  # fewer body bytes than the Content-Length promised
                     self.close_connection = True
                     try:
-                        self._error(HTTPStatus.REQUEST_TIMEOUT, f"the body stopped arriving for "
-                                    f"{server.limits.idle_timeout_s:g} s before its Content-Length was reached")
+                        self._error(
+                            HTTPStatus.REQUEST_TIMEOUT,
+                            f"the body stopped arriving for "
+                            f"{server.limits.idle_timeout_s:g} s before its Content-Length was reached",
+                        )
                     except OSError:
                         pass
                 except ConnectionError:
@@ -190,8 +203,10 @@ class OpenVLARestServer:
                     length = -1
                 if length <= 0 or length > server.max_bytes:
                     self.close_connection = True
-                    self._error(HTTPStatus.BAD_REQUEST, f"send a JSON body of 1 byte to {server.max_bytes} bytes "
-                                                        "with its Content-Length")
+                    self._error(
+                        HTTPStatus.BAD_REQUEST,
+                        f"send a JSON body of 1 byte to {server.max_bytes} bytes with its Content-Length",
+                    )
                     return
                 body = self.rfile.read(length)
                 try:

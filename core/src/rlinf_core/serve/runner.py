@@ -147,8 +147,9 @@ class PolicyRunner:
     def _run(self, batch: list[_Job]) -> None:
         t0 = time.perf_counter()
         obs = Observation.cat([j.obs for j in batch]) if len(batch) > 1 else batch[0].obs
-        out = self.policy.act(obs.to(self.policy.device), do_sample=self.settings.do_sample,
-                              temperature=self.settings.temperature)
+        out = self.policy.act(
+            obs.to(self.policy.device), do_sample=self.settings.do_sample, temperature=self.settings.temperature
+        )
         actions = out.actions.detach().float().cpu().numpy().astype(np.float32)
         model_ms = (time.perf_counter() - t0) * 1000
         for i, job in enumerate(batch):

@@ -38,8 +38,9 @@ class OpenPIWebsocketServer:
         limits: message size, connection cap and API key (default :class:`ServerLimits`).
     """
 
-    def __init__(self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000,
-                 limits: ServerLimits | None = None):
+    def __init__(
+        self, runner: PolicyRunner, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits | None = None
+    ):
         self.runner = runner
         self.host = host
         self.port = port
@@ -114,9 +115,16 @@ class OpenPIWebsocketServer:
 
     async def _start(self) -> None:
         serve = require("websockets.asyncio.server", "websockets").serve
-        self._server = await serve(self._handle, self.host, self.port, compression=None, max_size=self.limits.max_bytes,
-                                   max_queue=1, open_timeout=self.limits.idle_timeout_s,
-                                   process_request=self._before_handshake)
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self.port,
+            compression=None,
+            max_size=self.limits.max_bytes,
+            max_queue=1,
+            open_timeout=self.limits.idle_timeout_s,
+            process_request=self._before_handshake,
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:

@@ -12,7 +12,7 @@ _LAZY = {
     "read_meta": "rlinf_core.datasets.demos",
 }
 
-__all__ = ['DemoDataset', 'DemoWriter', 'LeRobotDemoWriter', 'LeRobotDemos', 'SFTModule', 'read_meta']
+__all__ = ["DemoDataset", "DemoWriter", "LeRobotDemoWriter", "LeRobotDemos", "SFTModule", "read_meta"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

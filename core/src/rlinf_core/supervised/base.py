@@ -8,15 +8,15 @@ clips the gradient norm at ``optim.clip_grad`` and, at the end of fit, writes th
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import lightning.pytorch as pl
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from rlinf_core.rl.optim import configure_adamw
 from rlinf_core.foundation.trainer import attached_trainer
+from rlinf_core.rl.optim import configure_adamw
 
 __all__ = ["SupervisedModule"]
 

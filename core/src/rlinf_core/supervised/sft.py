@@ -12,12 +12,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from rlinf_core.rl.config import OptimConfig
-from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.supervised.base import SupervisedModule
+from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.lerobot.demos import LeRobotDemos
+from rlinf_core.rl.config import OptimConfig
+from rlinf_core.supervised.base import SupervisedModule
 
 
 class SFTModule(SupervisedModule):
@@ -110,7 +110,9 @@ class SFTModule(SupervisedModule):
     def training_step(self, batch: tuple[Observation, torch.Tensor], batch_idx: int) -> torch.Tensor:
         obs, actions = batch
         loss = self.policy.sft_loss(obs, actions)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(actions), sync_dist=True)
+        self.log(
+            "train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(actions), sync_dist=True
+        )
         return loss
 
     def validation_step(self, batch: tuple[Observation, torch.Tensor], batch_idx: int) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from rlinf_core.contracts.world_model import RewardModel, WorldModel
 from rlinf_core.rl.config import OptimConfig
 from rlinf_core.supervised.base import SupervisedModule
-from rlinf_core.contracts.world_model import RewardModel, WorldModel
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset, find_trajectories, split_episodes
 
 __all__ = ["RewardModelTrainer", "WorldModelTrainer"]
@@ -140,8 +140,14 @@ class WorldModelTrainer(_EpisodeTrainer):
         wm = self.world_model
         Nc, Nt = wm.clip_frames
         return ClipDataset(
-            self.data_path, Nc, Nt, stride=self.stride, anchor_first_frame=wm.condition.frames == "first_and_last",
-            pad_gripper=wm.condition.pad_gripper, image_size=self.image_size, episodes=episodes,
+            self.data_path,
+            Nc,
+            Nt,
+            stride=self.stride,
+            anchor_first_frame=wm.condition.frames == "first_and_last",
+            pad_gripper=wm.condition.pad_gripper,
+            image_size=self.image_size,
+            episodes=episodes,
             cache_dir=self.cache_dir,
         )
 

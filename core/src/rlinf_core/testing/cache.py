@@ -11,8 +11,8 @@ import atexit
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _CACHE: dict[tuple[str, str], Path] = {}
 _ROOTS: dict[str, Path] = {}

@@ -32,10 +32,10 @@ import torch
 
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.envs.vector import vectorize
 from rlinf_core.memory.estimate import MemoryProfile
 from rlinf_core.plugins.manager import Registry
-from rlinf_core.contracts.policy import ActOutput, Policy
 
 
 class _KitTests:
@@ -206,8 +206,9 @@ def _explain_empty_inputs(test):
                 raise
             fix = []
             if "states" in read:
-                fix.append(f"set `state_dim = S` on {type(self).__name__} (the size of Observation.states the "
-                           "policy reads)")
+                fix.append(
+                    f"set `state_dim = S` on {type(self).__name__} (the size of Observation.states the policy reads)"
+                )
             if "wrist_images" in read:
                 fix.append("override make_observation(batch_size) to add wrist_images")
             raise AssertionError(
@@ -245,7 +246,9 @@ class PolicyPluginTests(_KitTests):
     def make_observation(self, batch_size: int) -> Observation:
         """Seeded random ``uint8`` images ``image_size``², one instruction per row, states if ``state_dim``."""
         gen = torch.Generator().manual_seed(1)
-        imgs = torch.randint(0, 256, (batch_size, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
+        imgs = torch.randint(
+            0, 256, (batch_size, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8
+        )
         states = torch.randn(batch_size, self.state_dim, generator=gen) if self.state_dim else None
         tasks = [f"pick up the block number {i}" for i in range(batch_size)]
         return _KitObservation(main_images=imgs, task_descriptions=tasks, states=states)
@@ -276,8 +279,10 @@ class PolicyPluginTests(_KitTests):
             f"{cls.__name__}.model_path must name the directory the weights came from, got {policy.model_path!r}"
         )
         size = policy.image_size
-        assert size is None or isinstance(size, int) or (
-            isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) for s in size)
+        assert (
+            size is None
+            or isinstance(size, int)
+            or (isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) for s in size))
         ), f"{cls.__name__}.image_size must be None, an int or (height, width), got {size!r}"
         params = inspect.signature(cls.__init__).parameters
         for flat, (group, field) in cls.FLAT_SETTINGS.items():

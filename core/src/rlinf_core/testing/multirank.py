@@ -63,13 +63,15 @@ class ScaleProbe(pl.Callback):
         if batch_idx != 0:
             return
         envs = pl_module._stage_envs
-        self.record["epochs"].append({
-            "pools": [env.pool.tolist() for env in envs],
-            "reset_state_ids": [env.reset_state_ids.tolist() for env in envs],
-            "group_size": pl_module.env.group_size,
-            "num_samples": len(pl_module.buffer.samples),
-            "worker_pids": [getattr(env, "pids", []) for env in envs],
-        })
+        self.record["epochs"].append(
+            {
+                "pools": [env.pool.tolist() for env in envs],
+                "reset_state_ids": [env.reset_state_ids.tolist() for env in envs],
+                "group_size": pl_module.env.group_size,
+                "num_samples": len(pl_module.buffer.samples),
+                "worker_pids": [getattr(env, "pids", []) for env in envs],
+            }
+        )
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
@@ -134,7 +136,10 @@ def reach_config(
             },
             "enable_progress_bar": False,
             "callbacks": [
-                {"class_path": "rlinf_core.testing.multirank.ScaleProbe", "init_args": {"out_dir": str(tmp_path / "probe")}},
+                {
+                    "class_path": "rlinf_core.testing.multirank.ScaleProbe",
+                    "init_args": {"out_dir": str(tmp_path / "probe")},
+                },
                 *callbacks,
             ],
             **(trainer_extra or {}),
@@ -177,7 +182,11 @@ def run_fit(tmp_path: Path, config: dict, pythonpath: tuple[str | Path, ...] = (
     env.pop("MASTER_PORT", None)  # Lightning picks a free port
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("rlinf")), "fit", "--config", str(path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"rlinf fit failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     world = int(config["trainer"]["devices"])

@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlinf_core.plugins.manager import Registry
 from rlinf_core.builtin.toy_world_model import ToyRewardModel
-from rlinf_core.contracts.world_model import RewardModel, WorldModel
-from rlinf_core.contracts.world_model import ConditionSpec
+from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
+from rlinf_core.plugins.manager import Registry
 from rlinf_core.world_models.init_data import save_init_trajectory
 
 

@@ -15,7 +15,17 @@ _LAZY = {
     "save_init_trajectory": "rlinf_core.world_models.init_data",
 }
 
-__all__ = ['ConditionSpec', 'LIBERO_TASKS', 'ResnetRewardModel', 'TaskEmbedResnetRewardModel', 'UPSTREAM_SUCCESS_THRESHOLD', 'condition_inputs', 'instruction_of', 'load_init_trajectory', 'save_init_trajectory']
+__all__ = [
+    "ConditionSpec",
+    "LIBERO_TASKS",
+    "ResnetRewardModel",
+    "TaskEmbedResnetRewardModel",
+    "UPSTREAM_SUCCESS_THRESHOLD",
+    "condition_inputs",
+    "instruction_of",
+    "load_init_trajectory",
+    "save_init_trajectory",
+]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

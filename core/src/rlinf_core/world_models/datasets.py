@@ -143,8 +143,11 @@ class _EpisodeFiles(Dataset):
                 shutil.rmtree(tmp, ignore_errors=True)
         meta = json.loads((entry / "meta.json").read_text())
         return Episode(
-            np.load(entry / "frames.npy", mmap_mode="r"), np.load(entry / "actions.npy"),
-            np.load(entry / "success.npy"), meta["instruction"], meta["has_success"],
+            np.load(entry / "frames.npy", mmap_mode="r"),
+            np.load(entry / "actions.npy"),
+            np.load(entry / "success.npy"),
+            meta["instruction"],
+            meta["has_success"],
         )
 
     def episode(self, index: int) -> Episode:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 import numpy as np
 
 from rlinf_core.contracts.world_model import ConditionSpec

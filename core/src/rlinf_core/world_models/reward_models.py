@@ -36,9 +36,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rlinf_core.run.checkpoint_files import load_pth_state_dict
-from rlinf_core.models.meta import is_meta_init
 from rlinf_core.contracts.world_model import RewardModel
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.run.checkpoint_files import load_pth_state_dict
 
 __all__ = [
     "LIBERO_TASKS",
@@ -125,7 +125,9 @@ class Residual(nn.Module):
 def resnet18_trunk() -> list[nn.Module]:
     """The d2l ResNet-18 up to its 512-d pooled feature: ``[N, 3, H, W]`` → ``[N, 512]`` (7 modules)."""
     stem = nn.Sequential(
-        nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
         nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
     )
     stages = [nn.Sequential(Residual(64, 64), Residual(64, 64))]

@@ -17,8 +17,8 @@ init file gives it), then frames ``s + 1 .. s + K`` and the actions that produce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -28,8 +28,16 @@ from rlinf_core.world_models.datasets import Episode
 from rlinf_core.world_models.init_data import condition_inputs
 
 __all__ = [
-    "ActionResponse", "RewardOnImagined", "Windows", "action_response", "cut_windows", "precision_recall",
-    "reward_on_imagined", "spearman", "success_of", "verdict",
+    "ActionResponse",
+    "RewardOnImagined",
+    "Windows",
+    "action_response",
+    "cut_windows",
+    "precision_recall",
+    "reward_on_imagined",
+    "spearman",
+    "success_of",
+    "verdict",
 ]
 
 VARIANTS = ("recorded", "shuffled", "zero")
@@ -58,23 +66,31 @@ def cut_windows(episodes: Sequence[Episode], starts: Sequence[int], horizon: int
     picked = [(i, s) for i, e in enumerate(episodes) for s in starts if 0 <= s and s + horizon < len(e.frames)]
     if not picked:
         lengths = sorted({len(e.frames) for e in episodes})
-        raise ValueError(f"no window of {horizon} frames after steps {list(starts)} fits in the episodes "
-                         f"(lengths {lengths[:5]}); use smaller --start / --horizon")
+        raise ValueError(
+            f"no window of {horizon} frames after steps {list(starts)} fits in the episodes "
+            f"(lengths {lengths[:5]}); use smaller --start / --horizon"
+        )
     ep = [episodes[i] for i, _ in picked]
     return Windows(
         start=np.stack([e.frames[s] for e, (_, s) in zip(ep, picked)]),
         actions=np.stack([e.actions[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]).astype(np.float32),
         targets=np.stack([e.frames[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]),
-        labels=np.stack([np.maximum.accumulate(e.success)[s + 1 : s + 1 + horizon]
-                         for e, (_, s) in zip(ep, picked)]),
+        labels=np.stack([np.maximum.accumulate(e.success)[s + 1 : s + 1 + horizon] for e, (_, s) in zip(ep, picked)]),
         instructions=[e.instruction for e in ep],
         where=picked,
     )
 
 
 @torch.no_grad()
-def imagine(world_model: WorldModel, start: np.ndarray, actions: np.ndarray, instructions: list[str], chunk: int,
-            seed: int = 0, batch: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def imagine(
+    world_model: WorldModel,
+    start: np.ndarray,
+    actions: np.ndarray,
+    instructions: list[str],
+    chunk: int,
+    seed: int = 0,
+    batch: int = 16,
+) -> tuple[np.ndarray, np.ndarray]:
     """Open-loop continuation of ``start`` under ``actions``: ``(frames uint8 [N, K, H, W, 3], reward frames)``.
 
     Each batch starts from a fresh generator seeded ``seed``, so action variants draw the same noise: a model that
@@ -85,8 +101,10 @@ def imagine(world_model: WorldModel, start: np.ndarray, actions: np.ndarray, ins
         raise ValueError(f"the episodes' actions have {actions.shape[-1]} entries, the world model takes {D}")
     frames_out, scored_out = [], []
     for b0 in range(0, len(start), batch):
-        cond = [condition_inputs([{"image": img, "instruction": text}], spec, D)
-                for img, text in zip(start[b0 : b0 + batch], instructions[b0 : b0 + batch])]
+        cond = [
+            condition_inputs([{"image": img, "instruction": text}], spec, D)
+            for img, text in zip(start[b0 : b0 + batch], instructions[b0 : b0 + batch])
+        ]
         frames = torch.from_numpy(np.stack([c[0] for c in cond])).to(device)
         cond_actions = torch.from_numpy(np.stack([c[1] for c in cond])).to(device)
         state = world_model.init_state(frames, cond_actions)
@@ -140,8 +158,15 @@ def verdict(gap: dict[str, float], min_gap: float) -> str:
     return "responds" if min(gap["shuffled"], gap["zero"]) >= min_gap else "blind"
 
 
-def action_response(world_model: WorldModel, windows: Windows, chunk: int, seed: int = 0, min_gap: float = 0.05,
-                    batch: int = 16, features=None) -> ActionResponse:
+def action_response(
+    world_model: WorldModel,
+    windows: Windows,
+    chunk: int,
+    seed: int = 0,
+    min_gap: float = 0.05,
+    batch: int = 16,
+    features=None,
+) -> ActionResponse:
     """Score how much the model's predictions depend on the actions (see :func:`verdict`).
 
     Args:
@@ -174,9 +199,14 @@ def action_response(world_model: WorldModel, windows: Windows, chunk: int, seed:
         gap[name] = float(diff.mean())
         gap_se[name] = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     return ActionResponse(
-        windows=len(windows), mse={k: v.tolist() for k, v in mse.items()},
-        psnr={k: psnr(v).tolist() for k, v in mse.items()}, gap=gap, gap_se=gap_se, min_gap=min_gap,
-        verdict=verdict(gap, min_gap), features=feats,
+        windows=len(windows),
+        mse={k: v.tolist() for k, v in mse.items()},
+        psnr={k: psnr(v).tolist() for k, v in mse.items()},
+        gap=gap,
+        gap_se=gap_se,
+        min_gap=min_gap,
+        verdict=verdict(gap, min_gap),
+        features=feats,
     )
 
 
@@ -227,14 +257,28 @@ def _probs(reward_model: RewardModel, frames: np.ndarray, instructions: list[str
     flat = frames.reshape(N * K, *frames.shape[2:])
     texts = [t for t in instructions for _ in range(K)]
     device = next((p.device for p in reward_model.parameters()), torch.device("cpu"))
-    out = [reward_model.success_prob(torch.from_numpy(np.ascontiguousarray(flat[i : i + batch])).to(device),
-                                     texts[i : i + batch]).float().cpu().numpy() for i in range(0, len(flat), batch)]
+    out = [
+        reward_model.success_prob(
+            torch.from_numpy(np.ascontiguousarray(flat[i : i + batch])).to(device), texts[i : i + batch]
+        )
+        .float()
+        .cpu()
+        .numpy()
+        for i in range(0, len(flat), batch)
+    ]
     return np.concatenate(out).reshape(N, K)
 
 
-def reward_on_imagined(world_model: WorldModel, reward_model: RewardModel, windows: Windows, chunk: int,
-                       threshold: float = 0.5, success_frames: int = 1, seed: int = 0,
-                       batch: int = 16) -> RewardOnImagined:
+def reward_on_imagined(
+    world_model: WorldModel,
+    reward_model: RewardModel,
+    windows: Windows,
+    chunk: int,
+    threshold: float = 0.5,
+    success_frames: int = 1,
+    seed: int = 0,
+    batch: int = 16,
+) -> RewardOnImagined:
     """Score the reward model on real frames and on the world model's continuations under the recorded actions."""
     _, scored = imagine(world_model, windows.start, windows.actions, windows.instructions, chunk, seed, batch)
     if scored.dtype != np.uint8:  # float reward frames (OpenSora): the classifier clamps, the test needs uint8
@@ -250,10 +294,14 @@ def reward_on_imagined(world_model: WorldModel, reward_model: RewardModel, windo
         return {"precision": p, "recall": r, "positive_rate": float(np.mean(pred))}
 
     return RewardOnImagined(
-        windows=len(windows), frame_real=pr(p_real >= threshold, windows.labels),
-        frame_imagined=pr(p_imag >= threshold, windows.labels), real_success_rate=float(real.mean()),
-        classifier_on_real_success_rate=float(on_real.mean()), imagined_success_rate=float(imagined.mean()),
-        episode_real=pr(on_real, real), episode_imagined=pr(imagined, real),
+        windows=len(windows),
+        frame_real=pr(p_real >= threshold, windows.labels),
+        frame_imagined=pr(p_imag >= threshold, windows.labels),
+        real_success_rate=float(real.mean()),
+        classifier_on_real_success_rate=float(on_real.mean()),
+        imagined_success_rate=float(imagined.mean()),
+        episode_real=pr(on_real, real),
+        episode_imagined=pr(imagined, real),
     )
 
 

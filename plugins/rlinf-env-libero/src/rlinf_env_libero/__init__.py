@@ -23,7 +23,7 @@ _LAZY = {
     "load_tasks": "rlinf_env_libero.suites",
 }
 
-__all__ = ['LIBERO_130_PARTS', 'LiberoEnv', 'MAX_EPISODE_STEPS', 'SUITES', 'TaskInfo', 'clear_sim_cache', 'load_tasks']
+__all__ = ["LIBERO_130_PARTS", "LiberoEnv", "MAX_EPISODE_STEPS", "SUITES", "TaskInfo", "clear_sim_cache", "load_tasks"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -40,7 +40,7 @@ STATE_DIM = 8
 _FAST_RENDER = False  # read by the render-context patch while a simulator is being built
 _BUILDING = False  # compiled scenes are cached only while a LiberoSim is being built
 _NO_TEXTURES = False  # state-only builds compile their scene without textures
-_LIVE: "weakref.WeakSet[LiberoSim]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[LiberoSim] = weakref.WeakSet()
 
 
 def setup_gl(backend: str | None) -> str:

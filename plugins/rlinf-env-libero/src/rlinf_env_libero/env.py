@@ -8,8 +8,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf_core.contracts import Env
-from rlinf_core.contracts import Observation
+from rlinf_core.contracts import Env, Observation
 from rlinf_env_libero.suites import MAX_EPISODE_STEPS, check_suite, load_init_states, load_tasks, num_init_states
 
 STATE_DIM = 8

@@ -78,14 +78,14 @@ def import_benchmark():
     return benchmark
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _benchmark(suite: str):
     benchmark = import_benchmark()
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the task order it applies
         return benchmark.get_benchmark_dict()[suite]()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_tasks(suite: str) -> tuple[TaskInfo, ...]:
     """The tasks of ``suite`` in LIBERO's order (task id = position)."""
     check_suite(suite)

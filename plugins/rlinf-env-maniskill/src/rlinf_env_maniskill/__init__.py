@@ -9,7 +9,7 @@ _LAZY = {
     "ManiSkillEnv": "rlinf_env_maniskill.env",
 }
 
-__all__ = ['ManiSkillEnv']
+__all__ = ["ManiSkillEnv"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import mani_skill

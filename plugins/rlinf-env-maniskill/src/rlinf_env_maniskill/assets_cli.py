@@ -12,7 +12,10 @@ from rlinf_env_maniskill.assets import AssetError, listing, resolve
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf maniskill-assets", description="Check (or synthesize stand-ins of) the assets of the PutOnPlateInScene25 tasks.")
+    parser = argparse.ArgumentParser(
+        prog="rlinf maniskill-assets",
+        description="Check (or synthesize stand-ins of) the assets of the PutOnPlateInScene25 tasks.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="list the files present and missing")
     check.add_argument("asset_dir", nargs="?", default=None, help="default: $MANISKILL_ASSET_DIR")
@@ -28,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"synthetic assets in {out.asset_dir} (MANISKILL_ASSET_DIR) and {out.bridge_dir} (bridge_dir)")
         return 0
     try:
-        bridge = args.bridge_dir or (Path(os.environ["MS_ASSET_DIR"]) / "data" if "MS_ASSET_DIR" in os.environ
-                                     else Path.home() / ".maniskill" / "data")
+        bridge = args.bridge_dir or (
+            Path(os.environ["MS_ASSET_DIR"]) / "data"
+            if "MS_ASSET_DIR" in os.environ
+            else Path.home() / ".maniskill" / "data"
+        )
         paths = resolve(args.asset_dir, bridge)
     except AssetError as exc:
         print(f"rlinf: error: {exc}", file=sys.stderr)

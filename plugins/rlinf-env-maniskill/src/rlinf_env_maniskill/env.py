@@ -12,8 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlinf_core.contracts import Env
-from rlinf_core.contracts import Observation
+from rlinf_core.contracts import Env, Observation
 from rlinf_env_maniskill import lavapipe
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, default_max_episode_steps
 

@@ -36,7 +36,14 @@ INSTALL_HINT = (
 )
 _LIB_SUBDIR = "rootfs/usr/lib/x86_64-linux-gnu"
 _ALWAYS_FROM_SYSTEM = (
-    "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux", "libstdc++.so", "libgcc_s.so",
+    "libc.so",
+    "libm.so",
+    "libdl.so",
+    "libpthread.so",
+    "librt.so",
+    "ld-linux",
+    "libstdc++.so",
+    "libgcc_s.so",
 )
 _configured: str | None = None
 
@@ -65,7 +72,7 @@ def needed_libraries(path: str | os.PathLike) -> list[str]:
         data = f.read()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     loads, dynamic = [], None
     for i in range(phnum):

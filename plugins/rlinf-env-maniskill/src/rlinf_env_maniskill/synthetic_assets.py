@@ -62,16 +62,20 @@ def _link(name: str, size: tuple[float, float, float], origin: tuple[float, floa
     geometry = f'<geometry><box size="{size[0]} {size[1]} {size[2]}"/></geometry>'
     at = f'<origin xyz="{origin[0]} {origin[1]} {origin[2]}" rpy="0 0 0"/>'
     inertia = 'ixx="1e-4" ixy="0" ixz="0" iyy="1e-4" iyz="0" izz="1e-4"'
-    return (f'<link name="{name}"><inertial>{at}<mass value="{mass}"/><inertia {inertia}/></inertial>'
-            f'<visual>{at}{geometry}<material name="grey"><color rgba="0.2 0.2 0.2 1"/></material></visual>'
-            f'<collision>{at}{geometry}</collision></link>')
+    return (
+        f'<link name="{name}"><inertial>{at}<mass value="{mass}"/><inertia {inertia}/></inertial>'
+        f'<visual>{at}{geometry}<material name="grey"><color rgba="0.2 0.2 0.2 1"/></material></visual>'
+        f"<collision>{at}{geometry}</collision></link>"
+    )
 
 
 def _joint(name: str, kind: str, parent: str, child: str, xyz, axis=(0, 1, 0), limits=(-3.1, 3.1)) -> str:
     limit = f'<limit lower="{limits[0]}" upper="{limits[1]}" effort="100" velocity="3"/>' if kind != "fixed" else ""
     ax = f'<axis xyz="{axis[0]} {axis[1]} {axis[2]}"/>' if kind != "fixed" else ""
-    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
-            f'<origin xyz="{xyz[0]} {xyz[1]} {xyz[2]}" rpy="0 0 0"/>{ax}{limit}</joint>')
+    return (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+        f'<origin xyz="{xyz[0]} {xyz[1]} {xyz[2]}" rpy="0 0 0"/>{ax}{limit}</joint>'
+    )
 
 
 def widowx_urdf() -> str:
@@ -92,8 +96,9 @@ def widowx_urdf() -> str:
         _link("ee_gripper_link", (0.005, 0.005, 0.005), (0, 0, 0), 0.001),
         _joint("waist", "revolute", "base_link", "shoulder_link", (0, 0, 0.072), (0, 0, 1)),
         _joint("shoulder", "revolute", "shoulder_link", "upper_arm_link", (0, 0, 0.03865), (0, 1, 0), (-1.88, 1.99)),
-        _joint("elbow", "revolute", "upper_arm_link", "upper_forearm_link", (0.04975, 0, 0.25), (0, 1, 0),
-               (-2.15, 1.6)),
+        _joint(
+            "elbow", "revolute", "upper_arm_link", "upper_forearm_link", (0.04975, 0, 0.25), (0, 1, 0), (-2.15, 1.6)
+        ),
         _joint("forearm_roll", "revolute", "upper_forearm_link", "lower_forearm_link", (0.175, 0, 0), (1, 0, 0)),
         _joint("wrist_angle", "revolute", "lower_forearm_link", "wrist_link", (0.075, 0, 0), (0, 1, 0), (-1.75, 2.15)),
         _joint("wrist_rotate", "revolute", "wrist_link", "gripper_link", (0.065, 0, 0), (1, 0, 0)),
@@ -115,18 +120,25 @@ def write_synthetic_assets(root: Path) -> AssetPaths:
     carrot_db, plate_db, table_db = {}, {}, {}
     for i in range(N_CARROTS):
         length, radius = 0.06 + 0.002 * i, 0.012 + 0.0005 * (i % 5)
-        mesh = (trimesh.creation.cylinder(radius=radius, height=length, sections=12) if i % 2 else
-                trimesh.creation.box(extents=[length, 2 * radius, 2 * radius]))
+        mesh = (
+            trimesh.creation.cylinder(radius=radius, height=length, sections=12)
+            if i % 2
+            else trimesh.creation.box(extents=[length, 2 * radius, 2 * radius])
+        )
         if i % 2:
             mesh.apply_transform(trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0]))
         name = f"carrot_{i:02d}"
-        carrot_db[name] = {**_write_model(paths.carrot_dir / "more_carrot" / name, mesh, (230, 110 + 4 * i, 20)),
-                           "name": f"orange object {i}"}
+        carrot_db[name] = {
+            **_write_model(paths.carrot_dir / "more_carrot" / name, mesh, (230, 110 + 4 * i, 20)),
+            "name": f"orange object {i}",
+        }
     for i in range(N_PLATES):
         mesh = trimesh.creation.cylinder(radius=0.08 + 0.002 * i, height=0.015, sections=24)
         name = f"plate_{i:02d}"
-        plate_db[name] = {**_write_model(paths.carrot_dir / "more_plate" / name, mesh, (240, 240, 255 - 5 * i)),
-                          "name": f"plate {i}"}
+        plate_db[name] = {
+            **_write_model(paths.carrot_dir / "more_plate" / name, mesh, (240, 240, 255 - 5 * i)),
+            "name": f"plate {i}",
+        }
     table_dir = paths.carrot_dir / "more_table"
     (table_dir / "imgs").mkdir(parents=True, exist_ok=True)
     (table_dir / "textures").mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ _LAZY = {
     "MetaWorldEnv": "rlinf_env_metaworld.env",
 }
 
-__all__ = ['DIFFICULTY', 'INSTRUCTIONS', 'ML45_TEST', 'ML45_TRAIN', 'MT10', 'MT50', 'MetaWorldEnv']
+__all__ = ["DIFFICULTY", "INSTRUCTIONS", "ML45_TEST", "ML45_TRAIN", "MT10", "MT50", "MetaWorldEnv"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

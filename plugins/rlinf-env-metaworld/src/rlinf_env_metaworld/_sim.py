@@ -118,7 +118,9 @@ class SceneRenderer:
         if os.environ.get("MUJOCO_GL") == "egl":  # let another thread take the context next time
             from mujoco import egl
 
-            egl.EGL.eglMakeCurrent(egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_CONTEXT)
+            egl.EGL.eglMakeCurrent(
+                egl.EGL_DISPLAY, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_SURFACE, egl.EGL.EGL_NO_CONTEXT
+            )
 
     def _task_context(self, task: str, model) -> tuple:
         if task not in self._tasks:
@@ -202,6 +204,7 @@ class TaskSim:
     def step(self, action: np.ndarray) -> tuple[float, bool]:
         self.obs, reward, _, _, info = self.env.step(np.clip(action, -1.0, 1.0).astype(np.float32))
         return float(reward), bool(info["success"])
+
     def expert_actions(self, n: int) -> np.ndarray:
         """The scripted expert's next ``n`` actions ``[n, 4]``, found by simulating ahead and rewinding.
 

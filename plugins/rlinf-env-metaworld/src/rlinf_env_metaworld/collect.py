@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rlinf_env_metaworld.collect", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="dataset directory to write")
     p.add_argument("--tasks", nargs="+", default=None, help="task names, e.g. reach-v3 push-v3 (default: --task-set)")
-    p.add_argument("--task-set", default="MT10", choices=[s for s in TASK_SETS if s != "MT1"], help="used without --tasks")
+    p.add_argument(
+        "--task-set", default="MT10", choices=[s for s in TASK_SETS if s != "MT1"], help="used without --tasks"
+    )
     p.add_argument("--split", default="train", choices=["train", "test"], help="ML45 split")
     p.add_argument("--episodes-per-task", type=int, default=10, help="trials 0..N-1 of every task")
     p.add_argument("--trial-seed", type=int, default=0, help="seed of the initial configurations")
@@ -42,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-episode-steps", type=int, default=100)
     p.add_argument("--num-action-chunks", type=int, default=1, help="default chunk length stored for loaders")
     p.add_argument("--num-envs", type=int, default=8, help="sub-envs stepped together")
-    p.add_argument("--format", default="rlinf", choices=["rlinf", "lerobot"],
-                   help="rlinf-demos (.npz per episode) or a LeRobot v3.0 dataset (parquet + H.264 mp4)")
+    p.add_argument(
+        "--format",
+        default="rlinf",
+        choices=["rlinf", "lerobot"],
+        help="rlinf-demos (.npz per episode) or a LeRobot v3.0 dataset (parquet + H.264 mp4)",
+    )
     p.add_argument("--fps", type=int, default=10, help="frame rate stored in a LeRobot dataset")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in --out")
     p.add_argument("--quiet", action="store_true")
@@ -103,7 +109,12 @@ def collect(args: argparse.Namespace) -> dict:
                 successes += int(rec["success_once"])
                 buffers[b] = {"images": [], "wrist": [], "states": [], "actions": []}
                 if not args.quiet:
-                    print(f"\rcollect: {written}/{total} episodes, {successes} successful", end="", file=sys.stderr, flush=True)
+                    print(
+                        f"\rcollect: {written}/{total} episodes, {successes} successful",
+                        end="",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             obs = out.obs
     finally:
         env.close()
@@ -113,7 +124,13 @@ def collect(args: argparse.Namespace) -> dict:
     if not args.quiet:
         print(f"\ncollect: wrote {written} episodes ({successes} successful, {steps} steps, {seconds:.1f} s, "
               f"{steps / max(seconds, 1e-9):.1f} steps/s) to {Path(args.out)}", file=sys.stderr)  # fmt: skip
-    return {"episodes": written, "successful": successes, "steps": steps, "seconds": seconds, "path": str(Path(args.out))}
+    return {
+        "episodes": written,
+        "successful": successes,
+        "steps": steps,
+        "seconds": seconds,
+        "path": str(Path(args.out)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

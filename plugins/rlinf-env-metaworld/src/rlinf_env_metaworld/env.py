@@ -7,8 +7,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf_core.contracts import Env
-from rlinf_core.contracts import Observation
+from rlinf_core.contracts import Env, Observation
 from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
 
 STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}

@@ -10,5 +10,8 @@ def register_envs(register):
 
 @hookimpl
 def register_commands(register):
-    register("metaworld-collect", "rlinf_env_metaworld.collect:main",
-             "Record scripted-expert MetaWorld demos (the quickstart's SFT data).")
+    register(
+        "metaworld-collect",
+        "rlinf_env_metaworld.collect:main",
+        "Record scripted-expert MetaWorld demos (the quickstart's SFT data).",
+    )

@@ -7,8 +7,8 @@ held-out test tasks; a test checks that they stay in sync with the installed met
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from importlib import resources
-from typing import Iterable
 
 _DESCRIPTIONS_FILE = json.loads(resources.files(__package__).joinpath("task_descriptions.json").read_text("utf-8"))
 
@@ -93,7 +93,9 @@ def difficulty_of(task: str) -> str:
     raise KeyError(task)
 
 
-def resolve_tasks(task_set: str, task_name: str | None = None, split: str = "train", tasks: list[str] | None = None) -> list[str]:
+def resolve_tasks(
+    task_set: str, task_name: str | None = None, split: str = "train", tasks: list[str] | None = None
+) -> list[str]:
     """The ordered task list of a task set (task id = position in this list).
 
     Raises:

@@ -45,8 +45,9 @@ def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(mask[:, None], zero, torch.tensor(low, dtype=dtype, device=mask.device))
 
 
-def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float = TIME_MIN_PERIOD,
-                              max_period: float = TIME_MAX_PERIOD) -> Tensor:
+def sinusoidal_time_embedding(
+    t: Tensor, dim: int, min_period: float = TIME_MIN_PERIOD, max_period: float = TIME_MAX_PERIOD
+) -> Tensor:
     """``[B]`` flow times → ``[B, dim]`` ``[sin, cos]`` features with periods ``min_period … max_period``
     (computed in float64, returned in ``t``'s dtype)."""
     if dim % 2:
@@ -125,12 +126,20 @@ def apply_norm(norm: nn.Module, x: Tensor, cond: Tensor | None) -> tuple[Tensor,
     return norm(x), None
 
 
-def gemma_config(width: int, depth: int, mlp_dim: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 vocab_size: int) -> GemmaConfig:
+def gemma_config(
+    width: int, depth: int, mlp_dim: int, num_heads: int, num_kv_heads: int, head_dim: int, vocab_size: int
+) -> GemmaConfig:
     return GemmaConfig(
-        hidden_size=width, num_hidden_layers=depth, intermediate_size=mlp_dim, num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads, head_dim=head_dim, vocab_size=vocab_size, hidden_act="gelu_pytorch_tanh",
-        rms_norm_eps=1e-6, pad_token_id=0,
+        hidden_size=width,
+        num_hidden_layers=depth,
+        intermediate_size=mlp_dim,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab_size,
+        hidden_act="gelu_pytorch_tanh",
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
     )
 
 
@@ -155,18 +164,27 @@ class OpenPIDecoderLayer(nn.Module):
             self.input_layernorm = AdaRMSNorm(width, adarms_cond_dim, eps=config.rms_norm_eps)
             self.post_attention_layernorm = AdaRMSNorm(width, adarms_cond_dim, eps=config.rms_norm_eps)
 
-    def forward(self, h: Tensor, cond: Tensor | None, rope: tuple[Tensor, Tensor] | None = None,
-                mask: Tensor | None = None, past: tuple[Tensor, Tensor] | None = None, *, mode: str = "layer",
-                attn_out: Tensor | None = None, gate: Tensor | None = None):
+    def forward(
+        self,
+        h: Tensor,
+        cond: Tensor | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+        past: tuple[Tensor, Tensor] | None = None,
+        *,
+        mode: str = "layer",
+        attn_out: Tensor | None = None,
+        gate: Tensor | None = None,
+    ):
         """Args:
-            h: ``[B, S, W]`` hidden states of this stack's tokens.
-            cond: ``[B, W_cond]`` adaRMS condition (π0.5 expert) or None.
-            rope: ``(cos, sin)`` ``[B, S, D]`` of the tokens' positions (modes ``layer`` / ``qkv``).
-            mask: additive ``[B, 1, S, T]`` over ``past`` + own tokens (mode ``layer``).
-            past: cached ``(keys, values)`` ``[B, KVH, T - S, D]`` attended before the own tokens (mode ``layer``).
-            mode: ``layer`` → ``(h_out, k, v)`` with this segment's post-RoPE k / v ``[B, KVH, S, D]``;
-                ``qkv`` → ``(q, k, v, gate)`` post-RoPE; ``out`` (with ``attn_out`` ``[B, S, H·D]`` and ``gate``)
-                → ``h_out``.
+        h: ``[B, S, W]`` hidden states of this stack's tokens.
+        cond: ``[B, W_cond]`` adaRMS condition (π0.5 expert) or None.
+        rope: ``(cos, sin)`` ``[B, S, D]`` of the tokens' positions (modes ``layer`` / ``qkv``).
+        mask: additive ``[B, 1, S, T]`` over ``past`` + own tokens (mode ``layer``).
+        past: cached ``(keys, values)`` ``[B, KVH, T - S, D]`` attended before the own tokens (mode ``layer``).
+        mode: ``layer`` → ``(h_out, k, v)`` with this segment's post-RoPE k / v ``[B, KVH, S, D]``;
+            ``qkv`` → ``(q, k, v, gate)`` post-RoPE; ``out`` (with ``attn_out`` ``[B, S, H·D]`` and ``gate``)
+            → ``h_out``.
         """
         if mode == "out":
             return self._out(h, attn_out, gate, cond)
@@ -205,9 +223,13 @@ class GemmaStack(nn.Module):
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
             self.rotary_emb = GemmaRotaryEmbedding(config)
         self.layers = nn.ModuleList(
-            OpenPIDecoderLayer(config, i, adarms_cond_dim) for i in range(config.num_hidden_layers))
-        self.norm = (GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps) if adarms_cond_dim is None
-                     else AdaRMSNorm(config.hidden_size, adarms_cond_dim, eps=config.rms_norm_eps))
+            OpenPIDecoderLayer(config, i, adarms_cond_dim) for i in range(config.num_hidden_layers)
+        )
+        self.norm = (
+            GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            if adarms_cond_dim is None
+            else AdaRMSNorm(config.hidden_size, adarms_cond_dim, eps=config.rms_norm_eps)
+        )
 
     @property
     def dtype(self) -> torch.dtype:
@@ -215,6 +237,15 @@ class GemmaStack(nn.Module):
 
 
 __all__ = [
-    "AdaRMSNorm", "GemmaStack", "MASK_VALUE", "OpenPIDecoderLayer", "additive_mask", "apply_norm", "attention",
-    "gemma_config", "gated_residual", "make_att_2d_masks", "sinusoidal_time_embedding",
+    "AdaRMSNorm",
+    "GemmaStack",
+    "MASK_VALUE",
+    "OpenPIDecoderLayer",
+    "additive_mask",
+    "apply_norm",
+    "attention",
+    "gemma_config",
+    "gated_residual",
+    "make_att_2d_masks",
+    "sinusoidal_time_embedding",
 ]

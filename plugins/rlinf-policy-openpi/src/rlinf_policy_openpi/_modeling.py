@@ -51,6 +51,7 @@ from rlinf_policy_openpi._gemma_layers import (  # noqa: E402
     sinusoidal_time_embedding,
 )
 
+
 class VisionTower(nn.Module):
     """Holds the SigLIP model under ``vision_model`` (the transformers 4.x / openpi key layout)."""
 
@@ -77,15 +78,26 @@ class _PaliGemmaModel(nn.Module):
     def __init__(self, config: OpenPIConfig) -> None:
         super().__init__()
         vis, vlm = config.vision, config.vlm
-        self.vision_tower = VisionTower(SiglipVisionConfig(
-            hidden_size=vis.width, intermediate_size=vis.mlp_dim, num_hidden_layers=vis.depth,
-            num_attention_heads=vis.num_heads, patch_size=vis.patch_size, image_size=vis.image_size,
-            hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=False,
-        ))
+        self.vision_tower = VisionTower(
+            SiglipVisionConfig(
+                hidden_size=vis.width,
+                intermediate_size=vis.mlp_dim,
+                num_hidden_layers=vis.depth,
+                num_attention_heads=vis.num_heads,
+                patch_size=vis.patch_size,
+                image_size=vis.image_size,
+                hidden_act="gelu_pytorch_tanh",
+                layer_norm_eps=1e-6,
+                vision_use_head=False,
+            )
+        )
         self.multi_modal_projector = _Projector(vis.width, vlm.width)
         self.language_model = GemmaStack(
-            gemma_config(vlm.width, vlm.depth, vlm.mlp_dim, vlm.num_heads, vlm.num_kv_heads, vlm.head_dim,
-                         config.vocab_size), embed=True)
+            gemma_config(
+                vlm.width, vlm.depth, vlm.mlp_dim, vlm.num_heads, vlm.num_kv_heads, vlm.head_dim, config.vocab_size
+            ),
+            embed=True,
+        )
 
 
 class _PaliGemma(nn.Module):
@@ -102,7 +114,9 @@ class _Expert(nn.Module):
         ex = config.expert
         self.model = GemmaStack(
             gemma_config(ex.width, ex.depth, ex.mlp_dim, ex.num_heads, ex.num_kv_heads, ex.head_dim, config.vocab_size),
-            embed=False, adarms_cond_dim=ex.width if config.pi05 else None)
+            embed=False,
+            adarms_cond_dim=ex.width if config.pi05 else None,
+        )
 
 
 class PaliGemmaWithExpert(nn.Module):
@@ -149,9 +163,15 @@ class PrefixCache:
         return self.pad_mask.shape[0]
 
     def _map(self, fn) -> PrefixCache:
-        return replace(self, keys=[fn(k) for k in self.keys], values=[fn(v) for v in self.values],
-                       pad_mask=fn(self.pad_mask), valid_len=fn(self.valid_len), prefix_out=fn(self.prefix_out),
-                       state=None if self.state is None else fn(self.state))
+        return replace(
+            self,
+            keys=[fn(k) for k in self.keys],
+            values=[fn(v) for v in self.values],
+            pad_mask=fn(self.pad_mask),
+            valid_len=fn(self.valid_len),
+            prefix_out=fn(self.prefix_out),
+            state=None if self.state is None else fn(self.state),
+        )
 
     def repeat_interleave(self, n: int) -> PrefixCache:
         """Each sample repeated ``n`` times along the batch (``[B·n, ...]``, sample-major)."""
@@ -205,8 +225,10 @@ class OpenPIModel(nn.Module):
         size = self.config.vision.image_size
         for img in images:
             if img.ndim != 4 or tuple(img.shape[1:]) != (3, size, size):
-                raise ValueError(f"camera images must be [B, 3, {size}, {size}] in [-1, 1], got {tuple(img.shape)}; "
-                                 "convert uint8 frames with rlinf_policy_openpi.transforms.camera_slots")
+                raise ValueError(
+                    f"camera images must be [B, 3, {size}, {size}] in [-1, 1], got {tuple(img.shape)}; "
+                    "convert uint8 frames with rlinf_policy_openpi.transforms.camera_slots"
+                )
         pg = self.paligemma_with_expert.paligemma.model
         tower = pg.vision_tower.vision_model
         dtype = tower.embeddings.patch_embedding.weight.dtype
@@ -219,12 +241,15 @@ class OpenPIModel(nn.Module):
         emb = self.paligemma_with_expert.vlm.embed_tokens(tokens)
         return emb * math.sqrt(emb.shape[-1])
 
-    def embed_prefix(self, images: list[Tensor], image_masks: list[Tensor], tokens: Tensor, token_masks: Tensor
-                     ) -> tuple[Tensor, Tensor, Tensor]:
+    def embed_prefix(
+        self, images: list[Tensor], image_masks: list[Tensor], tokens: Tensor, token_masks: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """→ embeddings ``[B, P, W]``, pad mask bool ``[B, P]``, ``ar`` mask ``[B, P]`` (all 0: bidirectional)."""
         if len(images) != len(image_masks) or not images:
-            raise ValueError(f"need one mask per camera slot and at least one slot; got {len(images)} images, "
-                             f"{len(image_masks)} masks")
+            raise ValueError(
+                f"need one mask per camera slot and at least one slot; got {len(images)} images, "
+                f"{len(image_masks)} masks"
+            )
         if len(images) > self.config.num_images:
             raise ValueError(f"{len(images)} camera slots given; the model has {self.config.num_images}")
         feats = self.embed_images(images)
@@ -236,8 +261,9 @@ class OpenPIModel(nn.Module):
         pad = torch.cat(pads + [token_masks.to(torch.bool)], dim=1)
         return embs, pad, torch.zeros_like(pad)
 
-    def embed_suffix(self, state: Tensor | None, x_t: Tensor, t: Tensor
-                     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def embed_suffix(
+        self, state: Tensor | None, x_t: Tensor, t: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """state ``[B, A]`` (π0), noisy actions ``[B, H, A]``, time ``[B]`` → embeddings ``[B, S, We]``,
         pad ``[B, S]``, ``ar`` ``[B, S]`` (π0 ``[1, 1, 0…]``, π0.5 ``[1, 0…]``), adaRMS condition ``[B, We]``
         or None."""
@@ -278,8 +304,14 @@ class OpenPIModel(nn.Module):
         return self._checkpointed(layer, *args)
 
     # ---- passes ----
-    def prefix_cache(self, images: list[Tensor], image_masks: list[Tensor], tokens: Tensor, token_masks: Tensor,
-                     state: Tensor | None = None) -> PrefixCache:
+    def prefix_cache(
+        self,
+        images: list[Tensor],
+        image_masks: list[Tensor],
+        tokens: Tensor,
+        token_masks: Tensor,
+        state: Tensor | None = None,
+    ) -> PrefixCache:
         """Run the VLM once over images + language and keep every layer's keys / values.
 
         Args:
@@ -301,11 +333,17 @@ class OpenPIModel(nn.Module):
             keys.append(k)
             values.append(v)
         prefix_out, _ = apply_norm(vlm.norm, h, None)
-        return PrefixCache(keys=keys, values=values, pad_mask=pad, valid_len=pad.long().sum(dim=1),
-                           prefix_out=prefix_out, image_len=pad.shape[1] - tokens.shape[1], state=state)
+        return PrefixCache(
+            keys=keys,
+            values=values,
+            pad_mask=pad,
+            valid_len=pad.long().sum(dim=1),
+            prefix_out=prefix_out,
+            image_len=pad.shape[1] - tokens.shape[1],
+            state=state,
+        )
 
-    def suffix_forward(self, cache: PrefixCache, state: Tensor | None, x_t: Tensor, t: Tensor
-                       ) -> tuple[Tensor, Tensor]:
+    def suffix_forward(self, cache: PrefixCache, state: Tensor | None, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
         """One action-expert pass over the cached prefix.
 
         Args:
@@ -319,8 +357,10 @@ class OpenPIModel(nn.Module):
             final-normed expert output of the H action tokens).
         """
         if x_t.shape[0] != cache.batch_size:
-            raise ValueError(f"x_t has batch {x_t.shape[0]} but the prefix cache has {cache.batch_size}; "
-                             "expand the cache with cache.repeat_interleave(n)")
+            raise ValueError(
+                f"x_t has batch {x_t.shape[0]} but the prefix cache has {cache.batch_size}; "
+                "expand the cache with cache.repeat_interleave(n)"
+            )
         state = cache.state if state is None else state
         embs, pad, ar, cond = self.embed_suffix(state, x_t, t)
         bsz, slen = pad.shape
@@ -333,12 +373,20 @@ class OpenPIModel(nn.Module):
         for layer, k_prefix, v_prefix in zip(expert.layers, cache.keys, cache.values):
             h, _, _ = self._layer(layer, h, cond, rope, mask, (k_prefix, v_prefix))
         h, _ = apply_norm(expert.norm, h, cond)
-        suffix_out = h[:, -self.config.action_horizon:].float()
+        suffix_out = h[:, -self.config.action_horizon :].float()
         velocity = self.action_out_proj(suffix_out.to(self.action_out_proj.weight.dtype)).float()
         return velocity, suffix_out
 
-    def forward(self, images: list[Tensor], image_masks: list[Tensor], tokens: Tensor, token_masks: Tensor,
-                state: Tensor | None, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self,
+        images: list[Tensor],
+        image_masks: list[Tensor],
+        tokens: Tensor,
+        token_masks: Tensor,
+        state: Tensor | None,
+        x_t: Tensor,
+        t: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """One joint pass of prefix and suffix (openpi's training path, no cache).
 
         Returns velocity ``[B, H, action_dim]``, suffix_out ``[B, H, expert_width]`` (float32) and
@@ -361,21 +409,31 @@ class OpenPIModel(nn.Module):
             k = torch.cat([kp, ks.to(kp.dtype)], dim=2)
             v = torch.cat([vp, vs.to(vp.dtype)], dim=2)
             out = attention(q, k, v, mask, vlm_layer.self_attn.scaling)
-            return (vlm_layer(hp, None, mode="out", attn_out=out[:, :split], gate=gp),
-                    ex_layer(hs, cond, mode="out", attn_out=out[:, split:], gate=gs))
+            return (
+                vlm_layer(hp, None, mode="out", attn_out=out[:, :split], gate=gp),
+                ex_layer(hs, cond, mode="out", attn_out=out[:, split:], gate=gs),
+            )
 
         hp, hs = p_embs, s_embs
         for vlm_layer, ex_layer in zip(pwe.vlm.layers, pwe.expert.layers):
             hp, hs = self._checkpointed(run, vlm_layer, ex_layer, hp, hs)
         prefix_out, _ = apply_norm(pwe.vlm.norm, hp, None)
         hs, _ = apply_norm(pwe.expert.norm, hs, cond)
-        suffix_out = hs[:, -self.config.action_horizon:].float()
+        suffix_out = hs[:, -self.config.action_horizon :].float()
         velocity = self.action_out_proj(suffix_out.to(self.action_out_proj.weight.dtype)).float()
         return velocity, suffix_out, prefix_out
 
     @torch.no_grad()
-    def sample_actions(self, images: list[Tensor], image_masks: list[Tensor], tokens: Tensor, token_masks: Tensor,
-                       state: Tensor | None, num_steps: int = 10, noise: Tensor | None = None) -> Tensor:
+    def sample_actions(
+        self,
+        images: list[Tensor],
+        image_masks: list[Tensor],
+        tokens: Tensor,
+        token_masks: Tensor,
+        state: Tensor | None,
+        num_steps: int = 10,
+        noise: Tensor | None = None,
+    ) -> Tensor:
         """Deterministic Euler integration of the flow, t = 1 → 0 on the grid ``τ_i = 1 - i/num_steps``.
 
         Returns normalised padded actions ``[B, H, action_dim]`` (float32). ``noise`` (``[B, H, action_dim]``,
@@ -425,7 +483,8 @@ def unused_vlm_prefixes(depth: int, prefix_output_read: bool) -> tuple[str, ...]
     vlm = "paligemma_with_expert.paligemma.model.language_model."
     last = f"{vlm}layers.{depth - 1}."
     return tuple(last + m for m in ("self_attn.q_proj.", "self_attn.o_proj.", "mlp.", "post_attention_layernorm.")) + (
-        f"{vlm}norm.",)
+        f"{vlm}norm.",
+    )
 
 
 __all__ = ["OpenPIModel", "PaliGemmaWithExpert", "PrefixCache", "unused_vlm_prefixes"]

@@ -34,6 +34,7 @@ from rlinf_policy_openpi.config import (
     read_config,
     variant_from_keys,
 )
+
 HEAD_PREFIXES = ("value_head.", "noise_head.")
 FULL_WEIGHTS = ("model_state_dict/full_weights.pt", "actor/model_state_dict/full_weights.pt")
 NORM_STATS_FILE = "norm_stats.json"
@@ -200,8 +201,10 @@ def check_keys(expected: dict[str, tuple[int, ...]], state: dict[str, torch.Tens
     for key, shape in expected.items():
         got = tuple(state[key].shape)
         if got != tuple(shape):
-            raise CheckpointError(f"{source}: {key!r} has shape {list(got)}, the model built from config.json "
-                                  f"expects {list(shape)}; does config.json (variants, dims) match the weights?")
+            raise CheckpointError(
+                f"{source}: {key!r} has shape {list(got)}, the model built from config.json "
+                f"expects {list(shape)}; does config.json (variants, dims) match the weights?"
+            )
 
 
 # ---- loading ---------------------------------------------------------------------------------------
@@ -221,8 +224,10 @@ def read_checkpoint(model_path: str | Path, *, weights: bool = True, **overrides
     state, heads, layout = to_openpi_names(raw)
     if (path / "config.json").is_file() and "type" in json.loads((path / "config.json").read_text()):
         layout = "lerobot"
-    elif layout == "openpi" and not (path / INDEX_NAME).is_file() and (
-        any((path / rel).is_file() for rel in FULL_WEIGHTS) or len(weight_files(path)) > 1
+    elif (
+        layout == "openpi"
+        and not (path / INDEX_NAME).is_file()
+        and (any((path / rel).is_file() for rel in FULL_WEIGHTS) or len(weight_files(path)) > 1)
     ):
         layout = "rlinf"  # RLinf reads every *.safetensors of the directory
     config = read_config(path, keys_pi05=variant_from_keys(state), **overrides)
@@ -300,9 +305,11 @@ def read_norm_stats(model_path: str | Path, asset_id: str | None = None) -> dict
     lerobot = sorted(path.glob(LEROBOT_STATS_GLOB))
     if lerobot and asset_id is None:
         return _read_lerobot_stats(lerobot[0])
-    where = (f"{path}/assets/{asset_id}/{NORM_STATS_FILE} or {path}/{asset_id}/{NORM_STATS_FILE}" if asset_id
-             else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or "
-             f"{LEROBOT_STATS_GLOB}")
+    where = (
+        f"{path}/assets/{asset_id}/{NORM_STATS_FILE} or {path}/{asset_id}/{NORM_STATS_FILE}"
+        if asset_id
+        else f"{path}/assets/<asset_id>/{NORM_STATS_FILE}, {path}/<asset_id>/{NORM_STATS_FILE} or {LEROBOT_STATS_GLOB}"
+    )
     raise CheckpointError(f"no norm stats found: expected {where}")
 
 
@@ -314,8 +321,10 @@ def _read_openpi_stats(f: Path) -> dict[str, NormStats]:
     stats = raw.get("norm_stats", raw)
     missing = [k for k in ("state", "actions") if k not in stats]
     if missing:
-        raise CheckpointError(f"{f}: norm_stats has no {missing[0]!r} entry (found {sorted(stats)}); expected "
-                              '{"norm_stats": {"state": {mean, std, q01, q99}, "actions": {...}}}')
+        raise CheckpointError(
+            f"{f}: norm_stats has no {missing[0]!r} entry (found {sorted(stats)}); expected "
+            '{"norm_stats": {"state": {mean, std, q01, q99}, "actions": {...}}}'
+        )
     return {k: NormStats.from_dict(stats[k], f"{f} [{k}]") for k in ("state", "actions")}
 
 
@@ -348,6 +357,17 @@ def write_norm_stats(path: str | Path, stats: dict[str, NormStats]) -> Path:
 
 
 __all__ = [
-    "EMBED_KEY", "LM_HEAD_KEY", "NormStats", "OpenPICheckpoint", "UNUSED_KEYS", "check_keys", "load_into",
-    "load_model", "read_checkpoint", "read_key_names", "read_norm_stats", "to_openpi_names", "write_norm_stats",
+    "EMBED_KEY",
+    "LM_HEAD_KEY",
+    "NormStats",
+    "OpenPICheckpoint",
+    "UNUSED_KEYS",
+    "check_keys",
+    "load_into",
+    "load_model",
+    "read_checkpoint",
+    "read_key_names",
+    "read_norm_stats",
+    "to_openpi_names",
+    "write_norm_stats",
 ]

@@ -160,11 +160,14 @@ class OpenPIConfig:
             raise OpenPIConfigError("discrete_state_input is a π0.5 option; π0 feeds the state as a continuous token")
         vlm, expert = self.vlm, self.expert
         if vlm.depth != expert.depth:
-            raise OpenPIConfigError(f"the VLM ({vlm.depth} layers) and the action expert ({expert.depth}) must have "
-                                    "the same depth: they attend jointly layer by layer")
+            raise OpenPIConfigError(
+                f"the VLM ({vlm.depth} layers) and the action expert ({expert.depth}) must have "
+                "the same depth: they attend jointly layer by layer"
+            )
         if (vlm.num_heads, vlm.num_kv_heads, vlm.head_dim) != (expert.num_heads, expert.num_kv_heads, expert.head_dim):
-            raise OpenPIConfigError("the VLM and the action expert must share num_heads / num_kv_heads / head_dim "
-                                    f"(got {vlm} and {expert})")
+            raise OpenPIConfigError(
+                f"the VLM and the action expert must share num_heads / num_kv_heads / head_dim (got {vlm} and {expert})"
+            )
         if not 1 <= self.num_images <= len(IMAGE_KEYS):
             raise OpenPIConfigError(f"num_images must be 1..{len(IMAGE_KEYS)} (camera slots), got {self.num_images}")
         for name in ("action_dim", "action_horizon", "max_token_len", "vocab_size"):
@@ -206,18 +209,25 @@ class OpenPIConfig:
             "action_expert_variant": self.action_expert_variant,
             "precision": self.precision,
         }
-        default = OpenPIConfig(pi05=self.pi05, paligemma_variant=self.paligemma_variant,
-                               action_expert_variant=self.action_expert_variant)
+        default = OpenPIConfig(
+            pi05=self.pi05, paligemma_variant=self.paligemma_variant, action_expert_variant=self.action_expert_variant
+        )
         if self.pi05:
             out["pi05"] = True
         for name in ("max_token_len", "discrete_state_input", "vocab_size"):
             if getattr(self, name) != getattr(default, name):
                 out[name] = getattr(self, name)
         dims = {}
-        for key, ours, theirs in (("paligemma", self.vlm, default.vlm), ("action_expert", self.expert, default.expert),
-                                  ("vision", self.vision, default.vision)):
-            diff = {f.name: getattr(ours, f.name) for f in dataclasses.fields(ours)
-                    if getattr(ours, f.name) != getattr(theirs, f.name)}
+        for key, ours, theirs in (
+            ("paligemma", self.vlm, default.vlm),
+            ("action_expert", self.expert, default.expert),
+            ("vision", self.vision, default.vision),
+        ):
+            diff = {
+                f.name: getattr(ours, f.name)
+                for f in dataclasses.fields(ours)
+                if getattr(ours, f.name) != getattr(theirs, f.name)
+            }
             if diff:
                 dims[key] = diff
         if dims:
@@ -226,8 +236,19 @@ class OpenPIConfig:
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
-_OPENPI_KEYS = {"action_dim", "action_horizon", "paligemma_variant", "action_expert_variant", "precision", "pi05",
-                "max_token_len", "discrete_state_input", "vocab_size", "dims", "num_images"}
+_OPENPI_KEYS = {
+    "action_dim",
+    "action_horizon",
+    "paligemma_variant",
+    "action_expert_variant",
+    "precision",
+    "pi05",
+    "max_token_len",
+    "discrete_state_input",
+    "vocab_size",
+    "dims",
+    "num_images",
+}
 
 
 def variant_from_keys(keys: Iterable[str]) -> bool | None:
@@ -240,8 +261,10 @@ def variant_from_keys(keys: Iterable[str]) -> bool | None:
     pi05 = any(k.startswith("time_mlp_in.") for k in names)
     pi0 = any(k.startswith(("state_proj.", "action_time_mlp_in.")) for k in names)
     if pi05 and pi0:
-        raise OpenPIConfigError("checkpoint has both π0 keys (state_proj / action_time_mlp_*) and π0.5 keys "
-                                "(time_mlp_*); it is not an openpi π0 or π0.5 model")
+        raise OpenPIConfigError(
+            "checkpoint has both π0 keys (state_proj / action_time_mlp_*) and π0.5 keys "
+            "(time_mlp_*); it is not an openpi π0 or π0.5 model"
+        )
     return True if pi05 else (False if pi0 else None)
 
 
@@ -265,8 +288,12 @@ def config_from_json(raw: dict, *, pi05: bool | None = None, source: str = "conf
         flag = kind == "pi05"
         if raw.get("image_resolution") and "image_size" not in vision:
             vision["image_size"] = int(raw["image_resolution"][0])
-        fields = {"action_dim": raw.get("max_action_dim", 32), "action_horizon": raw.get("chunk_size", 50),
-                  "max_token_len": raw.get("tokenizer_max_length"), "precision": raw.get("dtype", "float32")}
+        fields = {
+            "action_dim": raw.get("max_action_dim", 32),
+            "action_horizon": raw.get("chunk_size", 50),
+            "max_token_len": raw.get("tokenizer_max_length"),
+            "precision": raw.get("dtype", "float32"),
+        }
     else:
         unknown = sorted(set(raw) - _OPENPI_KEYS)
         if unknown and not ({"action_horizon", "paligemma_variant"} & set(raw)):
@@ -276,9 +303,14 @@ def config_from_json(raw: dict, *, pi05: bool | None = None, source: str = "conf
                 f"'type: pi0|pi05'; {TINY_HINT}"
             )
         flag = raw.get("pi05")
-        fields = {"action_dim": raw.get("action_dim", 32), "action_horizon": raw.get("action_horizon", 50),
-                  "max_token_len": raw.get("max_token_len"), "precision": raw.get("precision", "bfloat16"),
-                  "discrete_state_input": raw.get("discrete_state_input"), "num_images": raw.get("num_images", 3)}
+        fields = {
+            "action_dim": raw.get("action_dim", 32),
+            "action_horizon": raw.get("action_horizon", 50),
+            "max_token_len": raw.get("max_token_len"),
+            "precision": raw.get("precision", "bfloat16"),
+            "discrete_state_input": raw.get("discrete_state_input"),
+            "num_images": raw.get("num_images", 3),
+        }
     pg, ae = raw.get("paligemma_variant", "gemma_2b"), raw.get("action_expert_variant", "gemma_300m")
     kwargs = {
         **fields,
@@ -290,8 +322,10 @@ def config_from_json(raw: dict, *, pi05: bool | None = None, source: str = "conf
         "vocab_size": raw.get("vocab_size", PALIGEMMA_VOCAB),
     }
     if flag is not None and pi05 is not None and bool(flag) != pi05:
-        raise OpenPIConfigError(f"{source} says {'π0.5' if flag else 'π0'} but the weights are "
-                                f"{'π0.5 (time_mlp_in.*)' if pi05 else 'π0 (state_proj.*)'}")
+        raise OpenPIConfigError(
+            f"{source} says {'π0.5' if flag else 'π0'} but the weights are "
+            f"{'π0.5 (time_mlp_in.*)' if pi05 else 'π0 (state_proj.*)'}"
+        )
     kwargs["pi05"] = bool(flag if flag is not None else pi05)
     for key in ("action_dim", "action_horizon", "vocab_size", "num_images"):
         if key in kwargs:
@@ -322,14 +356,28 @@ def read_config(model_path: str | Path, *, keys_pi05: bool | None = None, **over
         if unknown:
             raise OpenPIConfigError(f"unknown OpenPIConfig field {unknown[0]!r}; known: {', '.join(sorted(known))}")
         if "pi05" in overrides and overrides["pi05"] != config.pi05:
-            raise OpenPIConfigError(f"{path}: the checkpoint is {'π0.5' if config.pi05 else 'π0'}; pi05 cannot be "
-                                    "overridden (the weights differ)")
+            raise OpenPIConfigError(
+                f"{path}: the checkpoint is {'π0.5' if config.pi05 else 'π0'}; pi05 cannot be "
+                "overridden (the weights differ)"
+            )
         config = config.replace(**overrides)
     return config
 
 
 __all__ = [
-    "EMBED_KEY", "LM_HEAD_KEY", "UNUSED_KEYS",
-    "GemmaDims", "IMAGE_KEYS", "LANGUAGE_PAD_LEN", "OpenPIConfig", "OpenPIConfigError", "PALIGEMMA_VOCAB",
-    "SiglipDims", "VARIANTS", "config_from_json", "read_config", "variant_dims", "variant_from_keys",
+    "EMBED_KEY",
+    "LM_HEAD_KEY",
+    "UNUSED_KEYS",
+    "GemmaDims",
+    "IMAGE_KEYS",
+    "LANGUAGE_PAD_LEN",
+    "OpenPIConfig",
+    "OpenPIConfigError",
+    "PALIGEMMA_VOCAB",
+    "SiglipDims",
+    "VARIANTS",
+    "config_from_json",
+    "read_config",
+    "variant_dims",
+    "variant_from_keys",
 ]

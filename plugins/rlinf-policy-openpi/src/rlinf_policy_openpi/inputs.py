@@ -57,7 +57,10 @@ class ObservationInputs:
     """
 
     def __init__(
-        self, config: OpenPIConfig, norm_stats: dict[str, NormStats], tokenizer_path: str | Path | None,
+        self,
+        config: OpenPIConfig,
+        norm_stats: dict[str, NormStats],
+        tokenizer_path: str | Path | None,
         image_resize: ImageResize = "pil",
     ) -> None:
         self.config = config
@@ -83,8 +86,9 @@ class ObservationInputs:
             )
         return normalize(obs.states.to(device).float(), self.stats["state"], self.quantile)
 
-    def __call__(self, obs: Observation, num_images: int, device: torch.device, num_slots: int | None = None
-                 ) -> ModelBatch:
+    def __call__(
+        self, obs: Observation, num_images: int, device: torch.device, num_slots: int | None = None
+    ) -> ModelBatch:
         """``num_images`` fed cameras (main, then wrist views) in the first slots, then black masked slots up to
         ``num_slots`` (default: all the model's, as openpi)."""
         views: list[torch.Tensor | None] = [obs.main_images]
@@ -98,16 +102,24 @@ class ObservationInputs:
                     f"num_images_in_input={num_images} needs {num_images - 1} wrist views, got {wrist.shape[1]}"
                 )
             views += [wrist[:, i] for i in range(num_images - 1)]
-        images, masks = camera_slots([v.to(device) for v in views], num_slots or self.config.num_images,
-                                     self.config.vision.image_size, resize=self.image_resize)
+        images, masks = camera_slots(
+            [v.to(device) for v in views],
+            num_slots or self.config.num_images,
+            self.config.vision.image_size,
+            resize=self.image_resize,
+        )
         state = self._state(obs, device)
         discrete = self.config.pi05 and self.config.discrete_state_input
         if discrete and state is None:
-            raise ValueError("this π0.5 checkpoint writes the state into the prompt (discrete_state_input); the env "
-                             "gives no states")
+            raise ValueError(
+                "this π0.5 checkpoint writes the state into the prompt (discrete_state_input); the env gives no states"
+            )
         tokens, token_masks = self.tokenizer(list(obs.task_descriptions), state.cpu() if discrete else None)
-        padded = (pad_to_dim(state, self.config.action_dim) if state is not None
-                  else torch.zeros(len(obs), self.config.action_dim, device=device))
+        padded = (
+            pad_to_dim(state, self.config.action_dim)
+            if state is not None
+            else torch.zeros(len(obs), self.config.action_dim, device=device)
+        )
         return ModelBatch(images, masks, tokens.to(device), token_masks.to(device), padded)
 
     def unnormalize_actions(self, actions: torch.Tensor, action_dim: int) -> torch.Tensor:

@@ -33,12 +33,26 @@ LAYOUTS = ("openpi", "lerobot", "rlinf")
 DEFAULT_ASSET_ID = "lerobot/metaworld_mt50"
 VALUE_HEAD_HIDDEN = (512, 256, 128)  # RLinf's openpi ValueHead (π0 / MetaWorld)
 _PROMPTS = (
-    "reach the goal", "push the puck to the goal", "pick up the puck and place it at the goal",
-    "open the door", "close the drawer", "press the button from the top", "insert the peg into the hole",
-    "open the window", "close the window", "open the drawer", "turn the faucet on", "sweep the puck into the hole",
-    "put the black bowl on the plate", "pick up the alphabet soup and place it in the basket",
-    "turn on the stove", "stack the green block on the yellow block", "reach the red target",
-    "pick up the cube and lift it", "put the carrot on the plate", "close the microwave door",
+    "reach the goal",
+    "push the puck to the goal",
+    "pick up the puck and place it at the goal",
+    "open the door",
+    "close the drawer",
+    "press the button from the top",
+    "insert the peg into the hole",
+    "open the window",
+    "close the window",
+    "open the drawer",
+    "turn the faucet on",
+    "sweep the puck into the hole",
+    "put the black bowl on the plate",
+    "pick up the alphabet soup and place it in the basket",
+    "turn on the stove",
+    "stack the green block on the yellow block",
+    "reach the red target",
+    "pick up the cube and lift it",
+    "put the carrot on the plate",
+    "close the microwave door",
 )
 
 
@@ -51,11 +65,28 @@ def build_tokenizer(path: Path, vocab_size: int = 320, pad_to: int | None = None
     corpus = [p for p in _PROMPTS] + [f"Task: {p}, State: 12 250 3 77;\nAction: " for p in _PROMPTS]
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus * 4), model_writer=buf, vocab_size=vocab_size, model_type="bpe",
-        byte_fallback=True, hard_vocab_limit=False, character_coverage=1.0, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
-        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>", add_dummy_prefix=False,
-        remove_extra_whitespaces=False, normalization_rule_name="identity", split_digits=True,
-        allow_whitespace_only_pieces=True, num_threads=1, minloglevel=2,
+        sentence_iterator=iter(corpus * 4),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        eos_piece="<eos>",
+        bos_piece="<bos>",
+        unk_piece="<unk>",
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        num_threads=1,
+        minloglevel=2,
     )
     data = buf.getvalue()
     if pad_to is not None:
@@ -84,14 +115,27 @@ def tiny_norm_stats(state_dim: int, action_dim: int, seed: int) -> dict[str, Nor
     return {"state": one(state_dim), "actions": one(action_dim)}
 
 
-def tiny_config(pi05: bool, vocab_size: int, *, action_horizon: int = 5, depth: int = 2, image_size: int = 28,
-                max_token_len: int | None = None) -> OpenPIConfig:
+def tiny_config(
+    pi05: bool,
+    vocab_size: int,
+    *,
+    action_horizon: int = 5,
+    depth: int = 2,
+    image_size: int = 28,
+    max_token_len: int | None = None,
+) -> OpenPIConfig:
     dims: GemmaDims = variant_dims("dummy", {"depth": depth})
     return OpenPIConfig(
-        pi05=pi05, action_horizon=action_horizon, max_token_len=max_token_len, paligemma_variant="dummy",
-        action_expert_variant="dummy", vlm=dims, expert=dims,
+        pi05=pi05,
+        action_horizon=action_horizon,
+        max_token_len=max_token_len,
+        paligemma_variant="dummy",
+        action_expert_variant="dummy",
+        vlm=dims,
+        expert=dims,
         vision=SiglipDims(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=14, image_size=image_size),
-        vocab_size=vocab_size, precision="float32",
+        vocab_size=vocab_size,
+        precision="float32",
     )
 
 
@@ -158,8 +202,9 @@ def make_tiny(
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     path = Path(path)
     vocab = build_tokenizer(path)
-    config = tiny_config(pi05, vocab, action_horizon=action_horizon, depth=depth, image_size=image_size,
-                         max_token_len=max_token_len)
+    config = tiny_config(
+        pi05, vocab, action_horizon=action_horizon, depth=depth, image_size=image_size, max_token_len=max_token_len
+    )
     torch.manual_seed(seed)
     model = OpenPIModel(config)
     for module in model.modules():  # random modulation so that π0.5's time conditioning matters in tests
@@ -194,16 +239,18 @@ def make_tiny(
         keys = list(state)
         half = len(keys) // 2
         for i, part in enumerate((keys[:half], keys[half:])):
-            save_file({k: state[k].contiguous() for k in part}, str(path / f"model-{i + 1:05d}-of-00002.safetensors"),
-                      metadata={"format": "pt"})
+            save_file(
+                {k: state[k].contiguous() for k in part},
+                str(path / f"model-{i + 1:05d}-of-00002.safetensors"),
+                metadata={"format": "pt"},
+            )
         (path / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
         write_norm_stats(path / asset_id, stats)
     return path
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="rlinf openpi-make-tiny",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlinf openpi-make-tiny", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="output directory")
     parser.add_argument("--pi05", action="store_true", help="π0.5 instead of π0")
     parser.add_argument("--layout", choices=LAYOUTS, default="openpi")
@@ -216,9 +263,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-token-len", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    out = make_tiny(args.path, pi05=args.pi05, layout=args.layout, action_horizon=args.action_horizon,
-                    state_dim=args.state_dim, action_dim=args.action_dim, asset_id=args.asset_id, depth=args.depth,
-                    image_size=args.image_size, max_token_len=args.max_token_len, seed=args.seed)
+    out = make_tiny(
+        args.path,
+        pi05=args.pi05,
+        layout=args.layout,
+        action_horizon=args.action_horizon,
+        state_dim=args.state_dim,
+        action_dim=args.action_dim,
+        asset_id=args.asset_id,
+        depth=args.depth,
+        image_size=args.image_size,
+        max_token_len=args.max_token_len,
+        seed=args.seed,
+    )
     print(f"wrote tiny {'π0.5' if args.pi05 else 'π0'} checkpoint ({args.layout} layout) to {out}")
 
 

@@ -10,5 +10,8 @@ def register_policies(register):
 
 @hookimpl
 def register_commands(register):
-    register("openpi-make-tiny", "rlinf_policy_openpi.make_tiny:main",
-             "Write a tiny random π0 / π0.5 checkpoint in the released layout.")
+    register(
+        "openpi-make-tiny",
+        "rlinf_policy_openpi.make_tiny:main",
+        "Write a tiny random π0 / π0.5 checkpoint in the released layout.",
+    )

@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlinf_core.contracts import Observation
-from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError
+from rlinf_core.contracts import ActOutput, EvaluateOutput, Observation, Policy
 from rlinf_core.models.lora import LoRAConfig
-from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
+from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.precision import apply_precision, resolve_precision
+from rlinf_core.models.settings import SavedSettings
+from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import (
     DEFAULT_VALUE_HIDDEN,
@@ -30,7 +30,6 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
-from rlinf_core.models.settings import SavedSettings
 from rlinf_policy_openpi.settings import FLAT_KEYS, GROUPS, CriticConfig, InputConfig, NoiseConfig
 
 VLM_PREFIX = "paligemma_with_expert.paligemma."
@@ -97,20 +96,30 @@ class OpenPIPolicy(SavedSettings, Policy):
 
         prec = resolve_precision(precision)
         path = Path(model_path)
-        restored = self.restore_settings(path, {
-            "action_dim": action_dim, "num_action_chunks": num_action_chunks, "num_steps": num_steps,
-            "add_value_head": add_value_head, "noise": noise, "critic": critic, "inputs": inputs,
-            "train_expert_only": train_expert_only,
-        })
-        action_dim, num_action_chunks, add_value_head = (restored[k] for k in (
-            "action_dim", "num_action_chunks", "add_value_head"))
+        restored = self.restore_settings(
+            path,
+            {
+                "action_dim": action_dim,
+                "num_action_chunks": num_action_chunks,
+                "num_steps": num_steps,
+                "add_value_head": add_value_head,
+                "noise": noise,
+                "critic": critic,
+                "inputs": inputs,
+                "train_expert_only": train_expert_only,
+            },
+        )
+        action_dim, num_action_chunks, add_value_head = (
+            restored[k] for k in ("action_dim", "num_action_chunks", "add_value_head")
+        )
         noise, critic, inputs = restored["noise"], restored["critic"], restored["inputs"]
         num_steps = 10 if restored["num_steps"] is None else restored["num_steps"]
         train_expert_only = True if restored["train_expert_only"] is None else restored["train_expert_only"]
         self.sampler = FlowSampler(num_steps, noise.method, noise.joint_logprob, noise.ignore_last)
         self.model_path = str(path)
-        overrides = {} if inputs.discrete_state_input is None else {
-            "discrete_state_input": bool(inputs.discrete_state_input)}
+        overrides = (
+            {} if inputs.discrete_state_input is None else {"discrete_state_input": bool(inputs.discrete_state_input)}
+        )
         model, ckpt = load_model(path, **overrides)
         self.config = config = model.config
         self.is_pi05 = config.pi05
@@ -150,7 +159,8 @@ class OpenPIPolicy(SavedSettings, Policy):
 
         if not 1 <= inputs.num_images_in_input <= self.config.num_images:
             raise ValueError(
-                f"num_images_in_input must be 1..{self.config.num_images}, got {inputs.num_images_in_input}")
+                f"num_images_in_input must be 1..{self.config.num_images}, got {inputs.num_images_in_input}"
+            )
         self.num_images_in_input = int(inputs.num_images_in_input)
         self.asset_id = inputs.asset_id
         try:
@@ -160,8 +170,9 @@ class OpenPIPolicy(SavedSettings, Policy):
                 raise
             self.tokenizer_path = None  # architecture only (rlinf memory, config checks): no prompt is tokenised
         self.image_resize = inputs.image_resize or default_image_resize(layout)
-        self.inputs = ObservationInputs(self.config, read_norm_stats(path, inputs.asset_id), self.tokenizer_path,
-                                        self.image_resize)
+        self.inputs = ObservationInputs(
+            self.config, read_norm_stats(path, inputs.asset_id), self.tokenizer_path, self.image_resize
+        )
 
     def _add_heads(self, model: nn.Module, ckpt, critic: CriticConfig, enabled: bool | None) -> None:
         """The value / explore-noise heads (RLinf names), loaded from the checkpoint's optional tensors."""
@@ -178,8 +189,9 @@ class OpenPIPolicy(SavedSettings, Policy):
             if has_saved_value and not is_meta_init():
                 load_head(model.value_head, heads["value_head"], "value_head", str(ckpt.path))
         if self.noise_method == "flow_noise":
-            model.noise_head = ExploreNoiseNet(config.expert_width, config.action_dim,
-                                               noise_logvar_range=self.noise_logvar_range)
+            model.noise_head = ExploreNoiseNet(
+                config.expert_width, config.action_dim, noise_logvar_range=self.noise_logvar_range
+            )
             if heads.get("noise_head") and not is_meta_init():
                 load_head(model.noise_head, heads["noise_head"], "noise_head", str(ckpt.path))
 
@@ -299,7 +311,7 @@ class OpenPIPolicy(SavedSettings, Policy):
         if self.value_vlm_mode == "last_token":
             return out[:, -1].float()
         fed = self.num_images_in_input * self.config.num_image_tokens
-        return torch.cat([out[:, :fed], out[:, cache.image_len:]], dim=1).float().mean(dim=1)
+        return torch.cat([out[:, :fed], out[:, cache.image_len :]], dim=1).float().mean(dim=1)
 
     @torch.no_grad()
     def value(self, obs: Observation) -> torch.Tensor:
@@ -317,8 +329,12 @@ class OpenPIPolicy(SavedSettings, Policy):
         B = len(obs)
         level = self.current_noise_level()
         out = self.sampler.sample(
-            self._denoiser(cache), self._initial_noise(B, do_sample), do_sample=do_sample, temperature=temperature,
-            noise_level=level, noise_std_fn=self._noise_std_fn(),
+            self._denoiser(cache),
+            self._initial_noise(B, do_sample),
+            do_sample=do_sample,
+            temperature=temperature,
+            noise_level=level,
+            noise_std_fn=self._noise_std_fn(),
         )
         C, D = self.num_action_chunks, self.action_dim
         actions = self.inputs.unnormalize_actions(out.actions[:, :C], D)
@@ -338,8 +354,12 @@ class OpenPIPolicy(SavedSettings, Policy):
         B = len(obs)
         level = record.get("noise_level", torch.full((B,), self.current_noise_level(), device=self.device))
         logp, ent = self.sampler.logprob(
-            self._denoiser(cache), record["chains"].float(), record["denoise_inds"].long(), temperature=temperature,
-            noise_level=level.float(), noise_std_fn=self._noise_std_fn(),
+            self._denoiser(cache),
+            record["chains"].float(),
+            record["denoise_inds"].long(),
+            temperature=temperature,
+            noise_level=level.float(),
+            noise_std_fn=self._noise_std_fn(),
         )
         C, D = self.num_action_chunks, self.action_dim
         return EvaluateOutput(
@@ -356,8 +376,10 @@ class OpenPIPolicy(SavedSettings, Policy):
 
         B, C, D = actions.shape
         if C > self.config.action_horizon or D != self.action_dim:
-            raise ValueError(f"sft_loss expects actions [B, <= {self.config.action_horizon}, {self.action_dim}], "
-                             f"got {list(actions.shape)}")
+            raise ValueError(
+                f"sft_loss expects actions [B, <= {self.config.action_horizon}, {self.action_dim}], "
+                f"got {list(actions.shape)}"
+            )
         a = normalize(actions.to(self.device).float(), self.inputs.stats["actions"], self.inputs.quantile)
         target = torch.zeros(B, self.config.action_horizon, self.config.action_dim, device=self.device)
         target[:, :C] = pad_to_dim(a, self.config.action_dim)
@@ -381,21 +403,39 @@ class OpenPIPolicy(SavedSettings, Policy):
         stacks = []
         if self.is_lora or not self.train_expert_only:
             v, g = cfg.vision, cfg.vlm
-            stacks.append(Stack("vision.siglip", "vit", v.depth, images, v.width, v.mlp_dim, v.num_heads,
-                                lora_rank=rank, checkpointed=ckpt))
-            stacks.append(Stack("vlm", "llama", g.depth, prefix, g.width, g.mlp_dim, g.num_heads, lora_rank=rank,
-                                checkpointed=ckpt))
+            stacks.append(
+                Stack(
+                    "vision.siglip",
+                    "vit",
+                    v.depth,
+                    images,
+                    v.width,
+                    v.mlp_dim,
+                    v.num_heads,
+                    lora_rank=rank,
+                    checkpointed=ckpt,
+                )
+            )
+            stacks.append(
+                Stack(
+                    "vlm", "llama", g.depth, prefix, g.width, g.mlp_dim, g.num_heads, lora_rank=rank, checkpointed=ckpt
+                )
+            )
         passes = self.num_steps if self.sampler.joint_logprob else 1
         if self.has_value_head and not self.value_after_vlm and not self.detach_critic_input:
             passes += 1
         e = cfg.expert
-        stacks.append(Stack("expert", "llama", e.depth, cfg.suffix_len * passes, e.width, e.mlp_dim, e.num_heads,
-                            checkpointed=ckpt))
+        stacks.append(
+            Stack(
+                "expert", "llama", e.depth, cfg.suffix_len * passes, e.width, e.mlp_dim, e.num_heads, checkpointed=ckpt
+            )
+        )
         kv_width = cfg.vlm.num_kv_heads * cfg.vlm.head_dim
         kept = 2 * kv_width * (prefix + cfg.suffix_len) * e.depth * passes  # k, v per expert layer and pass
         other = {"fp32": 4 * kept, "mixed": 2 * kept, "bf16": 2 * kept}
-        return MemoryProfile(tuple(stacks), other, kv_cache_tokens=prefix, kv_cache_width=kv_width,
-                             kv_cache_layers=cfg.vlm.depth)
+        return MemoryProfile(
+            tuple(stacks), other, kv_cache_tokens=prefix, kv_cache_width=kv_width, kv_cache_layers=cfg.vlm.depth
+        )
 
     # ------------------------------------------------------------------ export
     SETTINGS_GROUPS = GROUPS
@@ -403,22 +443,38 @@ class OpenPIPolicy(SavedSettings, Policy):
     def settings(self) -> dict:
         """Constructor settings a build on the saved directory restores (runtime ones — LoRA, precision —
         excluded)."""
-        hidden = [m.out_features for m in self.openpi.value_head.mlp[:-1] if isinstance(m, nn.Linear)] \
-            if self.has_value_head else None
+        hidden = (
+            [m.out_features for m in self.openpi.value_head.mlp[:-1] if isinstance(m, nn.Linear)]
+            if self.has_value_head
+            else None
+        )
         return {
             "action_dim": self.action_dim,
             "num_action_chunks": self.num_action_chunks,
             "num_steps": self.num_steps,
             "add_value_head": self.has_value_head,
-            "noise": {"method": self.noise_method, "level": self.noise_level, "anneal": self.noise_anneal,
-                      "anneal_params": list(self.noise_params), "logvar_range": list(self.noise_logvar_range),
-                      "joint_logprob": self.sampler.joint_logprob, "ignore_last": self.sampler.ignore_last},
-            "critic": {"after_vlm": self.value_after_vlm,
-                       "vlm_mode": self.value_vlm_mode, "detach_input": self.detach_critic_input,
-                       "chunk_input": self.chunk_critic_input, "hidden_sizes": hidden},
-            "inputs": {"num_images_in_input": self.num_images_in_input, "asset_id": self.asset_id,
-                       "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
-                       "image_resize": self.image_resize},
+            "noise": {
+                "method": self.noise_method,
+                "level": self.noise_level,
+                "anneal": self.noise_anneal,
+                "anneal_params": list(self.noise_params),
+                "logvar_range": list(self.noise_logvar_range),
+                "joint_logprob": self.sampler.joint_logprob,
+                "ignore_last": self.sampler.ignore_last,
+            },
+            "critic": {
+                "after_vlm": self.value_after_vlm,
+                "vlm_mode": self.value_vlm_mode,
+                "detach_input": self.detach_critic_input,
+                "chunk_input": self.chunk_critic_input,
+                "hidden_sizes": hidden,
+            },
+            "inputs": {
+                "num_images_in_input": self.num_images_in_input,
+                "asset_id": self.asset_id,
+                "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
+                "image_resize": self.image_resize,
+            },
             "train_expert_only": self.train_expert_only,
         }
 

@@ -77,17 +77,47 @@ RELEASED: dict[str, ReleasedModel] = {
     "lerobot/pi0_base": ReleasedModel("https://huggingface.co/lerobot/pi0_base", "lerobot", False),
     "lerobot/pi05_base": ReleasedModel("https://huggingface.co/lerobot/pi05_base", "lerobot", True),
     "RLinf-Pi0-MetaWorld-SFT": ReleasedModel(
-        "https://huggingface.co/RLinf/RLinf-Pi0-MetaWorld-SFT", "rlinf", False, 5, "lerobot/metaworld_mt50", 4, 4,
-        "pi0_metaworld"),
+        "https://huggingface.co/RLinf/RLinf-Pi0-MetaWorld-SFT",
+        "rlinf",
+        False,
+        5,
+        "lerobot/metaworld_mt50",
+        4,
+        4,
+        "pi0_metaworld",
+    ),
     "RLinf-Pi05-MetaWorld-SFT": ReleasedModel(
-        "https://huggingface.co/RLinf/RLinf-Pi05-MetaWorld-SFT", "rlinf", True, 5, "lerobot/metaworld_mt50", 4, 4,
-        "pi05_metaworld", False),
+        "https://huggingface.co/RLinf/RLinf-Pi05-MetaWorld-SFT",
+        "rlinf",
+        True,
+        5,
+        "lerobot/metaworld_mt50",
+        4,
+        4,
+        "pi05_metaworld",
+        False,
+    ),
     "RLinf-Pi0-LIBERO-Spatial-Object-Goal-SFT": ReleasedModel(
-        "https://huggingface.co/RLinf/RLinf-Pi0-LIBERO-Spatial-Object-Goal-SFT", "rlinf", False, 50,
-        "physical-intelligence/libero", 8, 7, "pi0_libero"),
+        "https://huggingface.co/RLinf/RLinf-Pi0-LIBERO-Spatial-Object-Goal-SFT",
+        "rlinf",
+        False,
+        50,
+        "physical-intelligence/libero",
+        8,
+        7,
+        "pi0_libero",
+    ),
     "RLinf-Pi05-LIBERO-SFT": ReleasedModel(
-        "https://huggingface.co/RLinf/RLinf-Pi05-LIBERO-SFT", "rlinf", True, 10, "physical-intelligence/libero", 8, 7,
-        "pi05_libero", False),
+        "https://huggingface.co/RLinf/RLinf-Pi05-LIBERO-SFT",
+        "rlinf",
+        True,
+        10,
+        "physical-intelligence/libero",
+        8,
+        7,
+        "pi05_libero",
+        False,
+    ),
 }
 
 
@@ -176,12 +206,25 @@ def released_config(name: str) -> dict:
     """``config.json`` of a released checkpoint (openpi's minimal form, or lerobot's ``type`` form)."""
     spec = _spec(name)
     if spec.layout == "lerobot":
-        return {"type": "pi05" if spec.pi05 else "pi0", "paligemma_variant": "gemma_2b",
-                "action_expert_variant": "gemma_300m", "dtype": "float32", "chunk_size": spec.action_horizon,
-                "n_action_steps": spec.action_horizon, "max_state_dim": 32, "max_action_dim": 32,
-                "num_inference_steps": 10, "tokenizer_max_length": 200 if spec.pi05 else 48}
-    return {"action_dim": 32, "action_horizon": spec.action_horizon, "paligemma_variant": "gemma_2b",
-            "action_expert_variant": "gemma_300m", "precision": "bfloat16"}
+        return {
+            "type": "pi05" if spec.pi05 else "pi0",
+            "paligemma_variant": "gemma_2b",
+            "action_expert_variant": "gemma_300m",
+            "dtype": "float32",
+            "chunk_size": spec.action_horizon,
+            "n_action_steps": spec.action_horizon,
+            "max_state_dim": 32,
+            "max_action_dim": 32,
+            "num_inference_steps": 10,
+            "tokenizer_max_length": 200 if spec.pi05 else 48,
+        }
+    return {
+        "action_dim": 32,
+        "action_horizon": spec.action_horizon,
+        "paligemma_variant": "gemma_2b",
+        "action_expert_variant": "gemma_300m",
+        "precision": "bfloat16",
+    }
 
 
 def _spec(name: str) -> ReleasedModel:
@@ -231,6 +274,14 @@ def write_released_dir(path: str | Path, name: str, tokenizer: bool = True) -> P
 
 
 __all__ = [
-    "EXPERT_LM_HEAD_PARAMETERS", "PI05_PARAMETERS", "PI0_FILE_PARAMETERS", "PI0_PARAMETERS", "RELEASED",
-    "ReleasedModel", "released_config", "released_tensor_shapes", "write_released_dir", "write_sparse_safetensors",
+    "EXPERT_LM_HEAD_PARAMETERS",
+    "PI05_PARAMETERS",
+    "PI0_FILE_PARAMETERS",
+    "PI0_PARAMETERS",
+    "RELEASED",
+    "ReleasedModel",
+    "released_config",
+    "released_tensor_shapes",
+    "write_released_dir",
+    "write_sparse_safetensors",
 ]

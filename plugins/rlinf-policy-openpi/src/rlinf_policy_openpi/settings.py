@@ -109,12 +109,18 @@ class InputConfig:
 # RLinf's (and this plugin's earlier) flat key → (group, field): read from save_pretrained directories written
 # before the groups existed, and listed in docs/openpi.md for readers of RLinf's YAMLs.
 FLAT_KEYS: dict[str, tuple[str, str]] = {
-    "noise_method": ("noise", "method"), "noise_level": ("noise", "level"), "noise_anneal": ("noise", "anneal"),
-    "noise_params": ("noise", "anneal_params"), "noise_logvar_range": ("noise", "logvar_range"),
-    "joint_logprob": ("noise", "joint_logprob"), "ignore_last": ("noise", "ignore_last"),
+    "noise_method": ("noise", "method"),
+    "noise_level": ("noise", "level"),
+    "noise_anneal": ("noise", "anneal"),
+    "noise_params": ("noise", "anneal_params"),
+    "noise_logvar_range": ("noise", "logvar_range"),
+    "joint_logprob": ("noise", "joint_logprob"),
+    "ignore_last": ("noise", "ignore_last"),
     "value_after_vlm": ("critic", "after_vlm"),
-    "value_vlm_mode": ("critic", "vlm_mode"), "detach_critic_input": ("critic", "detach_input"),
-    "chunk_critic_input": ("critic", "chunk_input"), "value_hidden_sizes": ("critic", "hidden_sizes"),
+    "value_vlm_mode": ("critic", "vlm_mode"),
+    "detach_critic_input": ("critic", "detach_input"),
+    "chunk_critic_input": ("critic", "chunk_input"),
+    "value_hidden_sizes": ("critic", "hidden_sizes"),
     **{f.name: ("inputs", f.name) for f in fields(InputConfig)},
 }
 GROUPS = {"noise": NoiseConfig, "critic": CriticConfig, "inputs": InputConfig}
@@ -126,5 +132,11 @@ def grouped(settings: dict) -> dict:
 
 
 __all__ = [
-    "CriticConfig", "FLAT_KEYS", "InputConfig", "NoiseConfig", "VALUE_VLM_MODES", "ValueVLMMode", "grouped",
+    "CriticConfig",
+    "FLAT_KEYS",
+    "InputConfig",
+    "NoiseConfig",
+    "VALUE_VLM_MODES",
+    "ValueVLMMode",
+    "grouped",
 ]

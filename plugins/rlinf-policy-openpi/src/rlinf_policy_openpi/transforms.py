@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-
 import torch
 import torch.nn.functional as F
 
@@ -77,7 +76,7 @@ def resize_with_pad(images: torch.Tensor, size: int) -> torch.Tensor:
     out = torch.zeros(hwc.shape[0], size, size, hwc.shape[-1], dtype=torch.uint8)
     for i, frame in enumerate(hwc.cpu().numpy()):
         resized = Image.fromarray(frame).resize((rw, rh), resample=Image.BILINEAR)
-        out[i, top:top + rh, left:left + rw] = torch.from_numpy(np.array(resized))
+        out[i, top : top + rh, left : left + rw] = torch.from_numpy(np.array(resized))
     return out.to(images.device)
 
 
@@ -102,8 +101,13 @@ def to_model_image(images: torch.Tensor, size: int, resize: ImageResize = "pil")
     return resize_with_pad(images, size).permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0
 
 
-def camera_slots(images: list[torch.Tensor | None], num_slots: int, size: int, batch_size: int | None = None,
-                 resize: ImageResize = "pil") -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def camera_slots(
+    images: list[torch.Tensor | None],
+    num_slots: int,
+    size: int,
+    batch_size: int | None = None,
+    resize: ImageResize = "pil",
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Cameras in openpi's slot order (base, left wrist, right wrist) → (images, masks) of ``num_slots`` slots.
 
     Args:
@@ -247,7 +251,9 @@ class PromptTokenizer:
                 warnings.warn(
                     f"prompt of {len(row)} tokens truncated to max_token_len={self.max_len} (first: {prompt!r}"
                     f"{', with the discrete state' if states is not None else ''}); the model does not see the rest: "
-                    f"raise max_token_len", stacklevel=2)
+                    f"raise max_token_len",
+                    stacklevel=2,
+                )
             row = row[: self.max_len]
             ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             mask[i, : len(row)] = True
@@ -255,8 +261,20 @@ class PromptTokenizer:
 
 
 __all__ = [
-    "IMAGE_RESIZES", "ImageResize", "PromptTokenizer", "TOKENIZER_FILE", "camera_slots", "check_image_resize",
+    "IMAGE_RESIZES",
+    "ImageResize",
+    "PromptTokenizer",
+    "TOKENIZER_FILE",
+    "camera_slots",
+    "check_image_resize",
     "clean_prompt",
-    "default_image_resize", "discretize_state", "find_tokenizer", "normalize", "pad_to_dim", "resize_with_pad",
-    "resize_with_pad_lerobot", "to_model_image", "unnormalize",
+    "default_image_resize",
+    "discretize_state",
+    "find_tokenizer",
+    "normalize",
+    "pad_to_dim",
+    "resize_with_pad",
+    "resize_with_pad_lerobot",
+    "to_model_image",
+    "unnormalize",
 ]

@@ -8,7 +8,7 @@ _LAZY = {
     "OpenVLAPolicy": "rlinf_policy_openvla.policy",
 }
 
-__all__ = ['OpenVLAOFTPolicy', 'OpenVLAPolicy']
+__all__ = ["OpenVLAOFTPolicy", "OpenVLAPolicy"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -218,7 +218,8 @@ def load_into(vla: PrismaticVLA, state: dict[str, torch.Tensor], source: str, dt
             f" ({len(shape_err)} mismatches; check text_config / timm_model_configs / value_type / proprio_dim)"
         )
     unexpected = [
-        k for k in state
+        k
+        for k in state
         if k not in own and not k.startswith(ignored_extra + optional) and not k.endswith("rotary_emb.inv_freq")
     ]
     if unexpected:

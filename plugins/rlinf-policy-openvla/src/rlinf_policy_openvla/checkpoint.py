@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from rlinf_core.models.weights import CheckpointError, read_json
 from rlinf_core.models.norm_stats import read_norm_stats
+from rlinf_core.models.weights import CheckpointError, read_json
 from rlinf_policy_openvla.vit import ACTIVATIONS, TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
@@ -84,7 +84,9 @@ def llama_config(text_config: dict):
     try:
         return LlamaConfig(**fields_)
     except Exception as exc:  # noqa: BLE001 - TypeError, ValueError or huggingface_hub's StrictDataclassError
-        raise CheckpointError(f"config.json: text_config is not a valid Llama config ({' '.join(str(exc).split())})") from None
+        raise CheckpointError(
+            f"config.json: text_config is not a valid Llama config ({' '.join(str(exc).split())})"
+        ) from None
 
 
 def check_model_dir(path: str | Path) -> Path:
@@ -111,9 +113,7 @@ def _vision_specs(cfg: dict) -> list[ViTSpec]:
     fused = bool(cfg.get("use_fused_vision_backbone", len(ids) > 1))
     n = 2 if fused else 1
     if len(ids) < n or len(overrides) < n:
-        raise CheckpointError(
-            f"config.json: use_fused_vision_backbone={fused} needs {n} timm_model_ids, got {ids}"
-        )
+        raise CheckpointError(f"config.json: use_fused_vision_backbone={fused} needs {n} timm_model_ids, got {ids}")
     sizes = cfg.get("image_sizes") or []
     # Prismatic passes these to timm.create_model(act_layer=...) (openvla/openvla:prismatic/extern/hf/
     # modeling_prismatic.py:83,97); null keeps the model's own activation
@@ -206,7 +206,9 @@ def read_spec(model_path: str | Path) -> PrismaticSpec:
     elif arch.endswith("gelu-mlp"):
         projector = "gelu-mlp"
     else:
-        raise CheckpointError(f"config.json: arch_specifier {arch!r} not supported; use '*gelu-mlp' or '*fused-gelu-mlp'")
+        raise CheckpointError(
+            f"config.json: arch_specifier {arch!r} not supported; use '*gelu-mlp' or '*fused-gelu-mlp'"
+        )
     means, stds = _image_norm(path, cfg, len(vision))
     strategy, fill = _resize_strategy(path, cfg, means)
     spec = PrismaticSpec(

@@ -22,8 +22,8 @@ import torch
 
 from rlinf_core.models.weights import save_weights
 from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec
-from rlinf_policy_openvla.vit import TIMM_PRESETS
 from rlinf_policy_openvla.processing import PROMPT
+from rlinf_policy_openvla.vit import TIMM_PRESETS
 
 _CORPUS = [
     PROMPT.format(task=t)
@@ -145,24 +145,30 @@ def write_side_files(path: Path, pad_token_id: int, image_size: int) -> None:
         json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": pad_token_id}, indent=2) + "\n"
     )
     resize = {"antialias": True, "interpolation": 3, "max_size": None, "size": [image_size, image_size]}
-    (path / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "PrismaticImageProcessor",
-        "processor_class": "PrismaticProcessor",
-        "image_resize_strategy": "resize-naive",
-        "input_sizes": [[3, image_size, image_size]] * 2,
-        "interpolations": ["bicubic", "bicubic"],
-        "means": [list(DINO_MEAN), list(SIGLIP_MEAN)],
-        "stds": [list(DINO_STD), list(SIGLIP_STD)],
-        "tvf_crop_params": [{"output_size": [image_size, image_size]}] * 2,
-        "tvf_do_letterbox": False,
-        "tvf_letterbox_fill": None,
-        "tvf_normalize_params": [
-            {"inplace": False, "mean": list(DINO_MEAN), "std": list(DINO_STD)},
-            {"inplace": False, "mean": list(SIGLIP_MEAN), "std": list(SIGLIP_STD)},
-        ],
-        "tvf_resize_params": [resize, resize],
-        "use_fused_vision_backbone": True,
-    }, indent=2) + "\n")
+    (path / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "PrismaticImageProcessor",
+                "processor_class": "PrismaticProcessor",
+                "image_resize_strategy": "resize-naive",
+                "input_sizes": [[3, image_size, image_size]] * 2,
+                "interpolations": ["bicubic", "bicubic"],
+                "means": [list(DINO_MEAN), list(SIGLIP_MEAN)],
+                "stds": [list(DINO_STD), list(SIGLIP_STD)],
+                "tvf_crop_params": [{"output_size": [image_size, image_size]}] * 2,
+                "tvf_do_letterbox": False,
+                "tvf_letterbox_fill": None,
+                "tvf_normalize_params": [
+                    {"inplace": False, "mean": list(DINO_MEAN), "std": list(DINO_STD)},
+                    {"inplace": False, "mean": list(SIGLIP_MEAN), "std": list(SIGLIP_STD)},
+                ],
+                "tvf_resize_params": [resize, resize],
+                "use_fused_vision_backbone": True,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (path / "processor_config.json").write_text(json.dumps({"processor_class": "PrismaticProcessor"}, indent=2) + "\n")
 
 
@@ -230,12 +236,26 @@ def make_tiny(
         "num_attention_heads": num_heads,
     }
     tower = {
-        "image_size": image_size, "patch_size": patch_size, "width": vision_width, "depth": vision_depth,
-        "heads": vision_heads, "mlp_dim": 4 * vision_width,
+        "image_size": image_size,
+        "patch_size": patch_size,
+        "width": vision_width,
+        "depth": vision_depth,
+        "heads": vision_heads,
+        "mlp_dim": 4 * vision_width,
     }
-    dino = {**tower, "num_reg_tokens": 4, "class_token": True, "layer_scale": True,
-            "act": TIMM_PRESETS["vit_large_patch14_reg4_dinov2.lvd142m"].act}
-    siglip = {**tower, "class_token": False, "act": TIMM_PRESETS["vit_so400m_patch14_siglip_224"].act, "attn_pool": True}
+    dino = {
+        **tower,
+        "num_reg_tokens": 4,
+        "class_token": True,
+        "layer_scale": True,
+        "act": TIMM_PRESETS["vit_large_patch14_reg4_dinov2.lvd142m"].act,
+    }
+    siglip = {
+        **tower,
+        "class_token": False,
+        "act": TIMM_PRESETS["vit_so400m_patch14_siglip_224"].act,
+        "attn_pool": True,
+    }
     chunks = num_action_chunks or (8 if kind == "oft" else 1)
     config = {
         "architectures": ["OpenVLAForActionPrediction"],

@@ -17,12 +17,20 @@ def prismatic_profile(policy) -> MemoryProfile:
     stacks = []
     patches = 0
     for name, tower in zip(("featurizer", "fused_featurizer"), spec.vision):
-        stacks.append(Stack(
-            name=f"vision.{name}", kind="vit", layers=tower.depth - 1,
-            tokens=(tower.num_patches + tower.num_prefix) * views,
-            hidden=tower.width, ffn=tower.mlp_dim, heads=tower.heads, layer_scale=tower.layer_scale, lora_rank=lora,
-            checkpointed=ckpt,
-        ))
+        stacks.append(
+            Stack(
+                name=f"vision.{name}",
+                kind="vit",
+                layers=tower.depth - 1,
+                tokens=(tower.num_patches + tower.num_prefix) * views,
+                hidden=tower.width,
+                ffn=tower.mlp_dim,
+                heads=tower.heads,
+                layer_scale=tower.layer_scale,
+                lora_rank=lora,
+                checkpointed=ckpt,
+            )
+        )
         patches = tower.num_patches
     prompt = policy.prompts.max_prompt_length or DEFAULT_PROMPT_TOKENS
     n = policy.num_action_tokens
@@ -30,10 +38,19 @@ def prismatic_profile(policy) -> MemoryProfile:
     prefix = 1 + patches * views + int(policy.use_proprio) + prompt - 1
     cfg = vla.text_config
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    stacks.append(Stack(
-        name="llm", kind="llama", layers=cfg.num_hidden_layers, tokens=prefix + actions, hidden=cfg.hidden_size,
-        ffn=cfg.intermediate_size, heads=cfg.num_attention_heads, lora_rank=lora, checkpointed=ckpt,
-    ))
+    stacks.append(
+        Stack(
+            name="llm",
+            kind="llama",
+            layers=cfg.num_hidden_layers,
+            tokens=prefix + actions,
+            hidden=cfg.hidden_size,
+            ffn=cfg.intermediate_size,
+            heads=cfg.num_attention_heads,
+            lora_rank=lora,
+            checkpointed=ckpt,
+        )
+    )
     other = {mode: _other_bytes(policy, mode, prefix + actions, views) for mode in ("fp32", "mixed", "bf16")}
     kv = prefix + n if policy.model_type == "openvla" else 0
     head_dim = cfg.hidden_size // cfg.num_attention_heads

@@ -87,8 +87,14 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
         super().__init__()
         self.top_k = int(top_k)
         self._setup(
-            model_path=model_path, model_type=model_type, actions=actions, inputs=inputs,
-            add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
+            model_path=model_path,
+            model_type=model_type,
+            actions=actions,
+            inputs=inputs,
+            add_value_head=add_value_head,
+            value_type=value_type,
+            lora=lora,
+            precision=precision,
             gradient_checkpointing=gradient_checkpointing,
         )
         restored = self.restore_settings(self.model_path, dict(attention_mode=attention_mode))["attention_mode"]

@@ -11,5 +11,8 @@ def register_policies(register):
 
 @hookimpl
 def register_commands(register):
-    register("openvla-make-tiny", "rlinf_policy_openvla.make_tiny:main",
-             "Write a tiny random OpenVLA(-OFT) checkpoint in the released layout.")
+    register(
+        "openvla-make-tiny",
+        "rlinf_policy_openvla.make_tiny:main",
+        "Write a tiny random OpenVLA(-OFT) checkpoint in the released layout.",
+    )

@@ -17,27 +17,27 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rlinf_core.contracts import Observation
-from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
-from rlinf_core.models.lora import LoRAConfig
-from rlinf_core.models.norm_stats import bounds, normalize_bounds, resolve_unnorm_key
-from rlinf_core.contracts import ActOutput, EvaluateOutput, Policy
+from rlinf_core.contracts import ActOutput, EvaluateOutput, Observation, Policy
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
+from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.norm_stats import bounds, normalize_bounds, resolve_unnorm_key
 from rlinf_core.models.precision import apply_precision, resolve_precision
-from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_core.models.settings import SavedSettings
+from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
+from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
-from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig, as_group
 from rlinf_policy_openvla.released import announce_image_resize, default_image_resize
+from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig, as_group
 
 ValueType = Literal["chunk_level", "action_level"]
 
 
 class _PrismaticPolicy(SavedSettings, Policy):
     """Shared machinery; subclasses implement ``_token_logits`` (act) and ``_teacher_logits`` (evaluate). Settings
-    left out take what a :meth:`save_pretrained` directory recorded (:class:`~rlinf_core.models.settings.SavedSettings`)."""
+    left out take what a :meth:`save_pretrained` directory recorded
+    (:class:`~rlinf_core.models.settings.SavedSettings`)."""
 
     model_type: str
     default_chunks: int
@@ -77,8 +77,9 @@ class _PrismaticPolicy(SavedSettings, Policy):
         prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
-        restored = self.restore_settings(path, {"actions": actions, "inputs": inputs, "add_value_head": add_value_head,
-                                                "value_type": value_type})
+        restored = self.restore_settings(
+            path, {"actions": actions, "inputs": inputs, "add_value_head": add_value_head, "value_type": value_type}
+        )
         actions, inputs = restored["actions"], restored["inputs"]
         add_value_head, value_type = restored["add_value_head"], restored["value_type"]
         self.model_path = str(path)
@@ -131,7 +132,9 @@ class _PrismaticPolicy(SavedSettings, Policy):
             guess = len(stats.get("proprio", {}).get("q01", []))
             self.proprio_dim = int(inputs.proprio_dim or guess or 0)
             if not self.proprio_dim:
-                raise ValueError(f"use_proprio=True but norm_stats[{self.unnorm_key!r}] has no proprio stats; set proprio_dim")
+                raise ValueError(
+                    f"use_proprio=True but norm_stats[{self.unnorm_key!r}] has no proprio stats; set proprio_dim"
+                )
 
         # --- tokenizer and prompts
         self.tokenizer = self._load_tokenizer(path)
@@ -230,10 +233,14 @@ class _PrismaticPolicy(SavedSettings, Policy):
         if need:
             wrist = obs.wrist_images
             if wrist is None:
-                raise ValueError(f"num_images_in_input={self.num_images_in_input} needs wrist_images, the env gives none")
+                raise ValueError(
+                    f"num_images_in_input={self.num_images_in_input} needs wrist_images, the env gives none"
+                )
             wrist = wrist.unsqueeze(1) if wrist.dim() == 4 else wrist
             if wrist.shape[1] < need:
-                raise ValueError(f"num_images_in_input={self.num_images_in_input} needs {need} wrist views, got {wrist.shape[1]}")
+                raise ValueError(
+                    f"num_images_in_input={self.num_images_in_input} needs {need} wrist views, got {wrist.shape[1]}"
+                )
             views += [wrist[:, i] for i in range(need)]
         return views
 
@@ -254,8 +261,14 @@ class _PrismaticPolicy(SavedSettings, Policy):
         size = self.spec.vision[0].image_size
         views = [v.to(device) for v in self._views(obs)]
         pixels = pixel_values(
-            views, size, self.spec.image_means, self.spec.image_stds, crop=self.center_crop,
-            resize=self.image_resize, strategy=self.spec.image_resize_strategy, fill=self.spec.letterbox_fill,
+            views,
+            size,
+            self.spec.image_means,
+            self.spec.image_stds,
+            crop=self.center_crop,
+            resize=self.image_resize,
+            strategy=self.spec.image_resize_strategy,
+            fill=self.spec.letterbox_fill,
         )
         return self.vla.build_prefix(ids, mask, pixels, self._proprio(obs))
 
@@ -497,8 +510,14 @@ class OpenVLAPolicy(_PrismaticPolicy):
         inputs = replace(inputs, use_proprio=False, num_images_in_input=1)  # not the checkpoint's recorded ones
         self.top_k = int(top_k)
         self._setup(
-            model_path=model_path, model_type=model_type, actions=actions, inputs=inputs,
-            add_value_head=add_value_head, value_type=value_type, lora=lora, precision=precision,
+            model_path=model_path,
+            model_type=model_type,
+            actions=actions,
+            inputs=inputs,
+            add_value_head=add_value_head,
+            value_type=value_type,
+            lora=lora,
+            precision=precision,
             gradient_checkpointing=gradient_checkpointing,
         )
 

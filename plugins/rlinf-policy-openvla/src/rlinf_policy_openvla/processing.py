@@ -173,12 +173,16 @@ class PromptEncoder:
         if self._longest_piece is None:
             self._longest_piece = max(map(len, self.tokenizer.get_vocab()), default=1)
         if len(text) > budget * self._longest_piece:
-            raise ValueError(f"the prompt has {len(task)} characters, more than the {budget} tokens this model's "
-                             "context leaves for it can hold; shorten the instruction")
+            raise ValueError(
+                f"the prompt has {len(task)} characters, more than the {budget} tokens this model's "
+                "context leaves for it can hold; shorten the instruction"
+            )
         tokens = 2 + len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # with BOS and the space piece
         if tokens > budget:
-            raise ValueError(f"the prompt has {tokens} tokens, more than the {budget} this model's context leaves for "
-                             "it; shorten the instruction")
+            raise ValueError(
+                f"the prompt has {tokens} tokens, more than the {budget} this model's context leaves for "
+                "it; shorten the instruction"
+            )
 
     def ids(self, task: str) -> list[int]:
         """BOS + prompt tokens + the trailing space piece."""

@@ -87,8 +87,10 @@ RELEASED: dict[str, ReleasedKind] = {
     ),
     "openvla-oft-sft-libero": ReleasedKind(
         (
-            "Haozhan72/Openvla-oft-SFT-libero-spatial-traj1", "Haozhan72/Openvla-oft-SFT-libero-object-traj1",
-            "Haozhan72/Openvla-oft-SFT-libero-goal-traj1", "Haozhan72/Openvla-oft-SFT-libero10-traj1",
+            "Haozhan72/Openvla-oft-SFT-libero-spatial-traj1",
+            "Haozhan72/Openvla-oft-SFT-libero-object-traj1",
+            "Haozhan72/Openvla-oft-SFT-libero-goal-traj1",
+            "Haozhan72/Openvla-oft-SFT-libero10-traj1",
             "Haozhan72/Openvla-oft-SFT-libero10-trajall",
         ),
         OXE_KEYS + ("libero_spatial_no_noops", "libero_object_no_noops", "libero_goal_no_noops", "libero_10_no_noops"),
@@ -99,7 +101,8 @@ RELEASED: dict[str, ReleasedKind] = {
     ),
     "rlinf-openvla-oft-maniskill": ReleasedKind(("RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Main",), OXE_KEYS),
     "rlinf-openvla-oft-metaworld": ReleasedKind(
-        ("RLinf/RLinf-OpenVLAOFT-MetaWorld-SFT",), ("meta_world_strict",)  # 7-D statistics (RLinf decodes 7-D)
+        ("RLinf/RLinf-OpenVLAOFT-MetaWorld-SFT",),
+        ("meta_world_strict",),  # 7-D statistics (RLinf decodes 7-D)
     ),
     "openvla-oft-official-libero": ReleasedKind(
         ("moojink/openvla-7b-oft-finetuned-libero-spatial",),
@@ -132,8 +135,11 @@ def announce_image_resize(model_path: str | Path, mode: str, why: str) -> None:
     """The one line a load prints when ``image_resize`` is a guess: the mode, why, and the key that changes it."""
     import sys
 
-    print(f"rlinf: note: {model_path}: image_resize={mode} ({why}); set inputs.image_resize: "
-          f"{'tensor' if mode == 'pil' else 'pil'} if it was trained the other way", file=sys.stderr)
+    print(
+        f"rlinf: note: {model_path}: image_resize={mode} ({why}); set inputs.image_resize: "
+        f"{'tensor' if mode == 'pil' else 'pil'} if it was trained the other way",
+        file=sys.stderr,
+    )
 
 
 def released_config(kind: str) -> dict:
@@ -155,19 +161,40 @@ def _stats(spec: ReleasedKind, i: int) -> dict:
     mask = [True] * (a - 1) + [False]
     return {
         "action": {
-            "mean": [0.0] * a, "std": [0.5] * a, "max": [1.0] * a, "min": [-1.0] * a,
-            "q01": low, "q99": high, "mask": mask,
+            "mean": [0.0] * a,
+            "std": [0.5] * a,
+            "max": [1.0] * a,
+            "min": [-1.0] * a,
+            "q01": low,
+            "q99": high,
+            "mask": mask,
         },
-        "proprio": {"mean": [0.0] * p, "std": [0.0] * p, "max": [0.0] * p, "min": [0.0] * p,
-                    "q01": [0.0] * p, "q99": [0.0] * p},
+        "proprio": {
+            "mean": [0.0] * p,
+            "std": [0.0] * p,
+            "max": [0.0] * p,
+            "min": [0.0] * p,
+            "q01": [0.0] * p,
+            "q99": [0.0] * p,
+        },
         "num_transitions": 100000 + i,
         "num_trajectories": 1000 + i,
     }
 
 
 # ---- the released tensors ---------------------------------------------------------------------------
-def _vit(prefix: str, width: int, depth: int, mlp: int, *, reg: int, layer_scale: bool, attn_pool: bool,
-         patches: int = 256, patch: int = 14) -> dict[str, tuple[int, ...]]:
+def _vit(
+    prefix: str,
+    width: int,
+    depth: int,
+    mlp: int,
+    *,
+    reg: int,
+    layer_scale: bool,
+    attn_pool: bool,
+    patches: int = 256,
+    patch: int = 14,
+) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     if reg:
         out[f"{prefix}.cls_token"] = (1, 1, width)
@@ -247,8 +274,13 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 # ---- directories --------------------------------------------------------------------------------------
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.model",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
 
 
 # runs of shipped configs whose exported policy (``<run>/policy``) other shipped configs evaluate: their base kind
@@ -305,8 +337,22 @@ def write_released_dir(path: str | Path, kind: str, tokenizer_from: str | Path |
 
 # RLinf's LoRA targets (rlinf/models/__init__.py, get_model): vision, projector and LLM projections
 RLINF_LORA_TARGETS = [
-    "proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj",
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head",
+    "proj",
+    "qkv",
+    "fc1",
+    "fc2",
+    "q",
+    "kv",
+    "fc3",
+    "out_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
 ]
 
 
@@ -331,6 +377,14 @@ def write_released_adapter(path: str | Path, base_model: str, rank: int = 32) ->
 
 
 __all__ = [
-    "OPENVLA_7B_CONFIG", "OPENVLA_7B_INDEX_BYTES", "OPENVLA_7B_PARAMETERS", "RELEASED", "RLINF_LORA_TARGETS",
-    "ReleasedKind", "released_config", "released_tensor_shapes", "write_released_adapter", "write_released_dir",
+    "OPENVLA_7B_CONFIG",
+    "OPENVLA_7B_INDEX_BYTES",
+    "OPENVLA_7B_PARAMETERS",
+    "RELEASED",
+    "RLINF_LORA_TARGETS",
+    "ReleasedKind",
+    "released_config",
+    "released_tensor_shapes",
+    "write_released_adapter",
+    "write_released_dir",
 ]

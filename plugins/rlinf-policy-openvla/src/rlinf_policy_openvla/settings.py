@@ -82,9 +82,7 @@ class InputConfig:
 GROUPS = {"actions": ActionConfig, "inputs": InputConfig}
 # RLinf's (and this plugin's earlier) flat key → (group, field): read from save_pretrained directories written
 # before the groups existed, accepted by from_pretrained, and listed in the plugin README for readers of RLinf's YAMLs.
-FLAT_KEYS: dict[str, tuple[str, str]] = {
-    f.name: (group, f.name) for group, cls in GROUPS.items() for f in fields(cls)
-}
+FLAT_KEYS: dict[str, tuple[str, str]] = {f.name: (group, f.name) for group, cls in GROUPS.items() for f in fields(cls)}
 
 
 def grouped(settings: dict) -> dict:

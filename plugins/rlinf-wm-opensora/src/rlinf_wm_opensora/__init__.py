@@ -9,7 +9,7 @@ _LAZY = {
     "STDiT3Config": "rlinf_wm_opensora._modeling",
 }
 
-__all__ = ['OpenSoraWorldModel', 'STDiT3', 'STDiT3Config']
+__all__ = ["OpenSoraWorldModel", "STDiT3", "STDiT3Config"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

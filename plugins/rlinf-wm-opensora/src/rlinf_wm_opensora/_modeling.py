@@ -421,9 +421,7 @@ class STDiT3(nn.Module):
             raise ValueError(f"latent video {list(x.shape)} is not a multiple of the patch size {list(cfg.patch_size)}")
         T, H, W = Tx // pt, Hx // ph, Wx // pw
         if actions.shape[1] + cfg.pad_action_num != T:
-            raise ValueError(
-                f"{actions.shape[1]} actions + {cfg.pad_action_num} condition frames != {T} latent frames"
-            )
+            raise ValueError(f"{actions.shape[1]} actions + {cfg.pad_action_num} condition frames != {T} latent frames")
         S = H * W
         x, timestep = x.to(dtype), timestep.to(dtype)  # as upstream: timesteps rounded to the weights' dtype
         scale = math.sqrt(height * width) / cfg.input_sq_size

@@ -38,10 +38,20 @@ def action_statistics(action_dim: int = 7) -> dict:
     """``dataset_statistics.json`` content in the released form (LIBERO-like delta-action ranges)."""
     q99 = np.array([0.9, 0.9, 0.9, 0.3, 0.3, 0.3, 1.0][:action_dim] + [1.0] * max(0, action_dim - 7), np.float32)
     q01 = -q99
-    stats = {"mean": np.zeros(action_dim), "std": q99 / 2, "max": q99 * 1.1, "min": q01 * 1.1, "q01": q01, "q99": q99,
-             "mask": [True] * (action_dim - 1) + [False]}
-    return {"action": {k: np.asarray(v).tolist() for k, v in stats.items()}, "num_transitions": 1000,
-            "num_trajectories": 10}
+    stats = {
+        "mean": np.zeros(action_dim),
+        "std": q99 / 2,
+        "max": q99 * 1.1,
+        "min": q01 * 1.1,
+        "q01": q01,
+        "q99": q99,
+        "mask": [True] * (action_dim - 1) + [False],
+    }
+    return {
+        "action": {k: np.asarray(v).tolist() for k, v in stats.items()},
+        "num_transitions": 1000,
+        "num_trajectories": 10,
+    }
 
 
 def init_image(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -82,8 +92,10 @@ def write_tiny(
 
     state = {k: v.contiguous() for k, v in dit.state_dict().items()}
     save_file(state, str(path / "model-00001.safetensors"), metadata={"format": "pt"})
-    index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
-             "weight_map": {k: "model-00001.safetensors" for k in sorted(state)}}
+    index = {
+        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
+        "weight_map": {k: "model-00001.safetensors" for k in sorted(state)},
+    }
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
     AutoencoderKL(**TINY_VAE, sample_size=image_size).save_pretrained(path / "vae")
@@ -93,7 +105,9 @@ def write_tiny(
     for i in range(num_trajectories):
         img = init_image(rng, image_size)
         save_init_trajectory(
-            path / "dataset" / f"traj{i}.npy", img[None], INSTRUCTIONS[i % len(INSTRUCTIONS)],
+            path / "dataset" / f"traj{i}.npy",
+            img[None],
+            INSTRUCTIONS[i % len(INSTRUCTIONS)],
             np.zeros((1, config.action_dim), np.float32),
         )
     calibrated_reward_model(path, seed).save_pretrained(path / "resnet_rm.pth")
@@ -105,8 +119,7 @@ def calibrated_reward_model(path: Path, seed: int):
     """A random ResNet-18 reward classifier calibrated on frames the tiny world model generates from random
     actions: its bias puts their 95th-percentile logit at 0, so a few frames count as success and GRPO groups
     of 32-step episodes get mixed outcomes."""
-    from rlinf_core.world_models import condition_inputs, load_init_trajectory
-    from rlinf_core.world_models import ResnetRewardModel
+    from rlinf_core.world_models import ResnetRewardModel, condition_inputs, load_init_trajectory
     from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
     torch.manual_seed(seed)

@@ -10,5 +10,8 @@ def register_world_models(register):
 
 @hookimpl
 def register_commands(register):
-    register("opensora-make-tiny", "rlinf_wm_opensora.make_tiny:main",
-             "Write a tiny random OpenSora world model in the released layout.")
+    register(
+        "opensora-make-tiny",
+        "rlinf_wm_opensora.make_tiny:main",
+        "Write a tiny random OpenSora world model in the released layout.",
+    )

@@ -34,11 +34,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlinf_core.models.meta import is_meta_init
-from rlinf_core.models.weights import CheckpointError, load_weights
 from rlinf_core.contracts import WorldModel
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import CheckpointError
 from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
+from rlinf_wm_opensora.layout import load_dit_state, resolve_dit_config
+from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
 from rlinf_wm_opensora.rflow import (
     add_noise,
     masked_velocity_loss,
@@ -47,8 +49,6 @@ from rlinf_wm_opensora.rflow import (
     sampling_timesteps,
     timestep_transform,
 )
-from rlinf_wm_opensora.layout import load_dit_state, resolve_dit_config
-from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
 from rlinf_wm_opensora.vae import WEIGHT_NAMES, build_vae, decode_latents, encode_frames, load_vae
 
 WEIGHTS_NAME = "model-00001.safetensors"
@@ -321,8 +321,10 @@ class OpenSoraWorldModel(WorldModel):
         self.config.to_json(path / "config.json", image_size=self.image_size)
         state = {k: v.detach().float().cpu().contiguous() for k, v in self.dit.state_dict().items()}
         save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
-        index = {"metadata": {"total_size": sum(v.numel() * 4 for v in state.values())},
-                 "weight_map": {k: WEIGHTS_NAME for k in sorted(state)}}
+        index = {
+            "metadata": {"total_size": sum(v.numel() * 4 for v in state.values())},
+            "weight_map": {k: WEIGHTS_NAME for k in sorted(state)},
+        }
         (path / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         self.vae.save_config(path / "vae")
         vae_state = {k: v.detach().float().cpu().contiguous() for k, v in self.vae.state_dict().items()}

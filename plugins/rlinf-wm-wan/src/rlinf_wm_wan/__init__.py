@@ -7,7 +7,7 @@ _LAZY = {
     "WanWorldModel": "rlinf_wm_wan.world_model",
 }
 
-__all__ = ['WanWorldModel']
+__all__ = ["WanWorldModel"]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -59,9 +59,18 @@ class WanActionTransformer(WanTransformer3DModel):
                 "(2*(d//6)); use a head dim such as 128 or a multiple of 6"
             )
         super().__init__(
-            patch_size=tuple(patch_size), num_attention_heads=num_heads, attention_head_dim=head_dim,
-            in_channels=in_dim, out_channels=out_dim, text_dim=1, freq_dim=freq_dim, ffn_dim=ffn_dim,
-            num_layers=num_layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=eps,
+            patch_size=tuple(patch_size),
+            num_attention_heads=num_heads,
+            attention_head_dim=head_dim,
+            in_channels=in_dim,
+            out_channels=out_dim,
+            text_dim=1,
+            freq_dim=freq_dim,
+            ffn_dim=ffn_dim,
+            num_layers=num_layers,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=eps,
         )
         self.condition_embedder.text_embedder = None  # no text: the action tokens are the cross-attention context
         self.action_dim = action_dim
@@ -117,11 +126,20 @@ _GLOBAL = {
     "head.head.": "proj_out.",
 }
 _BLOCK = {
-    "self_attn.q.": "attn1.to_q.", "self_attn.k.": "attn1.to_k.", "self_attn.v.": "attn1.to_v.",
-    "self_attn.o.": "attn1.to_out.0.", "self_attn.norm_q.": "attn1.norm_q.", "self_attn.norm_k.": "attn1.norm_k.",
-    "cross_attn.q.": "attn2.to_q.", "cross_attn.k.": "attn2.to_k.", "cross_attn.v.": "attn2.to_v.",
-    "cross_attn.o.": "attn2.to_out.0.", "cross_attn.norm_q.": "attn2.norm_q.", "cross_attn.norm_k.": "attn2.norm_k.",
-    "ffn.0.": "ffn.net.0.proj.", "ffn.2.": "ffn.net.2.",
+    "self_attn.q.": "attn1.to_q.",
+    "self_attn.k.": "attn1.to_k.",
+    "self_attn.v.": "attn1.to_v.",
+    "self_attn.o.": "attn1.to_out.0.",
+    "self_attn.norm_q.": "attn1.norm_q.",
+    "self_attn.norm_k.": "attn1.norm_k.",
+    "cross_attn.q.": "attn2.to_q.",
+    "cross_attn.k.": "attn2.to_k.",
+    "cross_attn.v.": "attn2.to_v.",
+    "cross_attn.o.": "attn2.to_out.0.",
+    "cross_attn.norm_q.": "attn2.norm_q.",
+    "cross_attn.norm_k.": "attn2.norm_k.",
+    "ffn.0.": "ffn.net.0.proj.",
+    "ffn.2.": "ffn.net.2.",
     "norm3.": "norm2.",  # DiffSynth's affine cross-attention norm is norm3; diffusers calls it norm2
 }
 _KEEP = ("patch_embedding.", "action_mlp1.", "action_mlp2.")
@@ -144,7 +162,7 @@ def diffsynth_to_diffusers_key(key: str) -> str:
             return f"blocks.{i}.scale_shift_table"
         for old, new in _BLOCK.items():
             if rest.startswith(old):
-                return f"blocks.{i}.{new}{rest[len(old):]}"
+                return f"blocks.{i}.{new}{rest[len(old) :]}"
     raise KeyError(key)
 
 
@@ -164,7 +182,7 @@ def diffusers_to_diffsynth_key(key: str) -> str:
             return f"blocks.{i}.modulation"
         for old, new in _BLOCK.items():
             if rest.startswith(new):
-                return f"blocks.{i}.{old}{rest[len(new):]}"
+                return f"blocks.{i}.{old}{rest[len(new) :]}"
     raise KeyError(key)
 
 

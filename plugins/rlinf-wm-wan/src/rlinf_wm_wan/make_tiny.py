@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlinf_core.world_models import save_init_trajectory
-from rlinf_core.world_models import LIBERO_TASKS, ResnetRewardModel, TaskEmbedResnetRewardModel
+from rlinf_core.world_models import LIBERO_TASKS, ResnetRewardModel, TaskEmbedResnetRewardModel, save_init_trajectory
 from rlinf_wm_wan._modeling import WanActionTransformer, diffusers_to_diffsynth_key
 from rlinf_wm_wan.vae import build_vae, to_original_state_dict
 from rlinf_wm_wan.world_model import CONFIG_NAME, DIT_NAME, VAE_NAME

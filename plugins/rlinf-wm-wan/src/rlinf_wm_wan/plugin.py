@@ -10,5 +10,8 @@ def register_world_models(register):
 
 @hookimpl
 def register_commands(register):
-    register("wan-make-tiny", "rlinf_wm_wan.make_tiny:main",
-             "Write a tiny random Wan 2.2 world model in the released layout.")
+    register(
+        "wan-make-tiny",
+        "rlinf_wm_wan.make_tiny:main",
+        "Write a tiny random Wan 2.2 world model in the released layout.",
+    )

@@ -33,28 +33,49 @@ LATENTS_STD = [
 def build_vae(base_dim: int = 160, decoder_base_dim: int = 256) -> AutoencoderKLWan:
     """``AutoencoderKLWan`` in the Wan 2.2 configuration (5 B: base 160, decoder base 256; tiny: 8 / 16)."""
     return AutoencoderKLWan(
-        base_dim=base_dim, decoder_base_dim=decoder_base_dim, z_dim=48, is_residual=True, in_channels=12,
-        out_channels=12, patch_size=2, scale_factor_temporal=4, scale_factor_spatial=16,
-        latents_mean=LATENTS_MEAN, latents_std=LATENTS_STD,
+        base_dim=base_dim,
+        decoder_base_dim=decoder_base_dim,
+        z_dim=48,
+        is_residual=True,
+        in_channels=12,
+        out_channels=12,
+        patch_size=2,
+        scale_factor_temporal=4,
+        scale_factor_spatial=16,
+        latents_mean=LATENTS_MEAN,
+        latents_std=LATENTS_STD,
     )
 
 
 # ------------------------------------------------------------------------------------- original <-> diffusers names
 
-_RESIDUAL = {"residual.0.": "norm1.", "residual.2.": "conv1.", "residual.3.": "norm2.", "residual.6.": "conv2.",
-             "shortcut.": "conv_shortcut."}
+_RESIDUAL = {
+    "residual.0.": "norm1.",
+    "residual.2.": "conv1.",
+    "residual.3.": "norm2.",
+    "residual.6.": "conv2.",
+    "shortcut.": "conv_shortcut.",
+}
 _FIXED = {
-    "conv1.": "quant_conv.", "conv2.": "post_quant_conv.",
-    "encoder.conv1.": "encoder.conv_in.", "decoder.conv1.": "decoder.conv_in.",
-    "encoder.head.0.": "encoder.norm_out.", "encoder.head.2.": "encoder.conv_out.",
-    "decoder.head.0.": "decoder.norm_out.", "decoder.head.2.": "decoder.conv_out.",
+    "conv1.": "quant_conv.",
+    "conv2.": "post_quant_conv.",
+    "encoder.conv1.": "encoder.conv_in.",
+    "decoder.conv1.": "decoder.conv_in.",
+    "encoder.head.0.": "encoder.norm_out.",
+    "encoder.head.2.": "encoder.conv_out.",
+    "decoder.head.0.": "decoder.norm_out.",
+    "decoder.head.2.": "decoder.conv_out.",
 }
 _MIDDLE = re.compile(r"^(encoder|decoder)\.middle\.([012])\.(.+)$")
-_STAGE = re.compile(r"^(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)$"
-                    r"|^(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)$")
+_STAGE = re.compile(
+    r"^(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)$"
+    r"|^(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)$"
+)
 _MID_D = re.compile(r"^(encoder|decoder)\.mid_block\.(resnets|attentions)\.(\d+)\.(.+)$")
-_STAGE_D = re.compile(r"^(encoder)\.down_blocks\.(\d+)\.(resnets\.(\d+)|downsampler)\.(.+)$"
-                      r"|^(decoder)\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.+)$")
+_STAGE_D = re.compile(
+    r"^(encoder)\.down_blocks\.(\d+)\.(resnets\.(\d+)|downsampler)\.(.+)$"
+    r"|^(decoder)\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.+)$"
+)
 
 
 def _residual(rest: str) -> str:
@@ -100,7 +121,7 @@ def diffusers_to_original_key(key: str, num_res_blocks: dict[tuple[str, int], in
         inv = {v: k for k, v in _RESIDUAL.items()}
         for new, old in inv.items():
             if rest.startswith(new):
-                return f"{side}.middle.{2 * int(idx)}.{old}{rest[len(new):]}"
+                return f"{side}.middle.{2 * int(idx)}.{old}{rest[len(new) :]}"
     m = _STAGE_D.match(key)
     if m:
         g = m.groups()
@@ -111,7 +132,7 @@ def diffusers_to_original_key(key: str, num_res_blocks: dict[tuple[str, int], in
         inv = {v: k for k, v in _RESIDUAL.items()}
         for new, old in inv.items():
             if rest.startswith(new):
-                return f"{side}.{orig}.{stage}.{orig}.{j}.{old}{rest[len(new):]}"
+                return f"{side}.{orig}.{stage}.{orig}.{j}.{old}{rest[len(new) :]}"
     raise KeyError(key)
 
 

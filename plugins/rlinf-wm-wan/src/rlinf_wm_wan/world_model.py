@@ -26,12 +26,12 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+from torch import nn
 
-from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
-from rlinf_core.models.meta import is_meta_init
 from rlinf_core.contracts import WorldModel
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
 from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_wan._modeling import WanActionTransformer, convert_diffsynth_state_dict, diffusers_to_diffsynth_key
 from rlinf_wm_wan.sampling import inference_scheduler, training_grid

@@ -331,9 +331,9 @@ class EnvWorkerPool:
             return
         V = min(self.env.num_envs, self.env.video_cfg.max_envs)
         for items in zip(*lists):
-            self._frames.append({
-                k: np.concatenate([it[k] for it in items])[:V] for k in ("images", "rewards", "success")
-            })
+            self._frames.append(
+                {k: np.concatenate([it[k] for it in items])[:V] for k in ("images", "rewards", "success")}
+            )
 
     def close(self) -> None:
         if self._started:

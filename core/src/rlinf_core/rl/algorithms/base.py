@@ -15,8 +15,8 @@ from typing import Literal
 
 import torch
 
-from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
@@ -166,7 +166,9 @@ class Algorithm:
             "rollout/advantages_mean": _global_mean(adv, valid, reduce),
             "rollout/advantages_max": _global_extreme(adv, valid, reduce, largest=True),
             "rollout/advantages_min": _global_extreme(adv, valid, reduce, largest=False),
-            "rollout/valid_fraction": float(reduce.sum(valid.sum().double()) / reduce.sum(torch.tensor(float(valid.numel()), dtype=torch.float64))),
+            "rollout/valid_fraction": float(
+                reduce.sum(valid.sum().double()) / reduce.sum(torch.tensor(float(valid.numel()), dtype=torch.float64))
+            ),
         }
         if samples.value_targets is not None:
             vm = samples.value_mask.bool()
@@ -243,7 +245,13 @@ class Algorithm:
         adv = adv.expand_as(logp)
         n_per_entry = mask[0].numel() / mb.mask[0].numel()
         policy_loss, stats = ppo_actor_loss(
-            logp, old, adv, mask, self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_c,
+            logp,
+            old,
+            adv,
+            mask,
+            self.clip_ratio_low,
+            self.clip_ratio_high,
+            self.clip_ratio_c,
             denom=denom * n_per_entry,
         )
         metrics = {f"train/actor/{k}": v for k, v in stats.items()}

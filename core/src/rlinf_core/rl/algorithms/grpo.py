@@ -97,9 +97,7 @@ class GRPO(Algorithm):
             )
         ids = traj.reset_state_ids[0].view(-1, group_size)
         if not (ids == ids[:, :1]).all():
-            raise RuntimeError(
-                f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}"
-            )
+            raise RuntimeError(f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}")
         scores = _scores(traj)
         adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards, batch_std=stats)
         keep = torch.ones_like(scores, dtype=torch.bool)

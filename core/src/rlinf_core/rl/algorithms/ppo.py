@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.rl.algorithms.advantages import gae
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
-from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
 
 
@@ -63,8 +63,13 @@ class PPO(Algorithm):
         seq = traj.at_level(self.reward_type)
         boot = seq["bootstrap_values"] if self.bootstrap_on_truncation else None
         adv, ret = gae(
-            seq["rewards"], seq["values"], seq["terminations"], seq["truncations"], boot,
-            gamma=self.gamma, gae_lambda=self.gae_lambda,
+            seq["rewards"],
+            seq["values"],
+            seq["terminations"],
+            seq["truncations"],
+            boot,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
         )
         adv = traj.from_level(adv, self.reward_type)
         ret = traj.from_level(ret, self.reward_type)
@@ -88,7 +93,9 @@ class PPO(Algorithm):
         var = reduce.sum((((adv - mean.float()) ** 2) * m).sum().double()) / n.clamp(min=1)
         return ((adv - mean.float()) / (var.sqrt().float() + 1e-5)) * m
 
-    def loss(self, out: EvaluateOutput, mb: Samples, denom: float, value_denom: float | None, actor_enabled: bool = True):
+    def loss(
+        self, out: EvaluateOutput, mb: Samples, denom: float, value_denom: float | None, actor_enabled: bool = True
+    ):
         loss, metrics = super().loss(out, mb, denom, value_denom, actor_enabled)
         if out.values is None:
             raise ValueError("PPO: the policy returned no values; set add_value_head: true")
@@ -99,7 +106,13 @@ class PPO(Algorithm):
         if values.shape != target.shape:
             raise ValueError(f"policy values have shape {tuple(values.shape)}, expected {tuple(target.shape)}")
         value_loss, stats = ppo_critic_loss(
-            values, old, target, vmask, self.value_clip, self.huber_delta, denom=value_denom,
+            values,
+            old,
+            target,
+            vmask,
+            self.value_clip,
+            self.huber_delta,
+            denom=value_denom,
         )
         metrics["train/critic/value_loss"] = value_loss.detach()
         metrics["train/critic/value_clip_ratio"] = stats["value_clip_ratio"]

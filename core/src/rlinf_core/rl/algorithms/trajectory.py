@@ -89,9 +89,8 @@ class Trajectory:
             return x.reshape(N, C, B).permute(0, 2, 1)
         return x
 
-
     @staticmethod
-    def cat_envs(trajs: list["Trajectory"]) -> "Trajectory":
+    def cat_envs(trajs: list[Trajectory]) -> Trajectory:
         if len(trajs) == 1:
             return trajs[0]
         N = trajs[0].num_steps
@@ -184,4 +183,3 @@ class Samples:
 def flatten_steps(x: torch.Tensor) -> torch.Tensor:
     """``[N, B, ...]`` → ``[N·B, ...]``."""
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-

@@ -126,8 +126,13 @@ class PutOnPlateInScene25(BaseEnv):
         """Digits of the episode id, most significant first (upstream ``basic_obj_infos``, :900-925)."""
         carrot = {"train": Axis(16, 0), "test": Axis(9, 16), "all": Axis(25, 0)}[self.obj_set]
         overlay = {"train": Axis(16, 0), "test": Axis(5, 16), "all": Axis(21, 0)}[self.obj_set]
-        return {"carrot": carrot, "plate": Axis(len(self.plate_names)), "overlay": overlay,
-                "pos": Axis(len(self.xyz_configs)), "quat": Axis(len(self.quat_configs))}
+        return {
+            "carrot": carrot,
+            "plate": Axis(len(self.plate_names)),
+            "overlay": overlay,
+            "pos": Axis(len(self.xyz_configs)),
+            "quat": Axis(len(self.quat_configs)),
+        }
 
     @property
     def total_num_trials(self) -> int:
@@ -172,13 +177,17 @@ class PutOnPlateInScene25(BaseEnv):
     def _build_model(self, name: str, folder: Path, info: dict, parked: torch.Tensor):
         """An actor from ``folder/collision.obj`` + ``textured.*`` at a scale drawn from the entry (upstream :196)."""
         scale = float(self.np_random.choice(info.get("scale", [1.0])))
-        material = PhysxMaterial(static_friction=self.obj_static_friction,
-                                 dynamic_friction=self.obj_dynamic_friction, restitution=0.0)
+        material = PhysxMaterial(
+            static_friction=self.obj_static_friction, dynamic_friction=self.obj_dynamic_friction, restitution=0.0
+        )
         builder = self.scene.create_actor_builder()
         builder.add_multiple_convex_collisions_from_file(
-            filename=str(folder / "collision.obj"), scale=[scale] * 3, material=material,
-            density=info.get("density", 1000))
-        visual = next((folder / f"textured.{e}" for e in ("obj", "dae", "glb") if (folder / f"textured.{e}").exists()))
+            filename=str(folder / "collision.obj"),
+            scale=[scale] * 3,
+            material=material,
+            density=info.get("density", 1000),
+        )
+        visual = next(folder / f"textured.{e}" for e in ("obj", "dae", "glb") if (folder / f"textured.{e}").exists())
         builder.add_visual_from_file(filename=str(visual), scale=[scale] * 3)
         builder.initial_pose = Pose.create_from_pq(parked)
         bbox = np.asarray(info["bbox"]["max"]) - np.asarray(info["bbox"]["min"])
@@ -196,25 +205,33 @@ class PutOnPlateInScene25(BaseEnv):
         builder.build_static(name="arena")
         self.model_bbox_sizes: dict[str, torch.Tensor] = {}
         root = self.paths.carrot_dir
-        self.objs_carrot = {n: self._build_model(n, root / "more_carrot" / n, self.model_db_carrot[n],
-                                                 torch.tensor([1.0, 0.3 * i, 1.0]))
-                            for i, n in enumerate(self.model_db_carrot)}
-        self.objs_plate = {n: self._build_model(n, root / "more_plate" / n, self.model_db_plate[n],
-                                                torch.tensor([2.0, 0.3 * i, 1.0]))
-                           for i, n in enumerate(self.model_db_plate)}
+        self.objs_carrot = {
+            n: self._build_model(
+                n, root / "more_carrot" / n, self.model_db_carrot[n], torch.tensor([1.0, 0.3 * i, 1.0])
+            )
+            for i, n in enumerate(self.model_db_carrot)
+        }
+        self.objs_plate = {
+            n: self._build_model(n, root / "more_plate" / n, self.model_db_plate[n], torch.tensor([2.0, 0.3 * i, 1.0]))
+            for i, n in enumerate(self.model_db_plate)
+        }
 
     def _load_lighting(self, options: dict):
         """Upstream :292: ambient 0.3, a shadowless key light from above and two fill lights."""
         self.scene.set_ambient_light([0.3, 0.3, 0.3])
-        self.scene.add_directional_light([0, 0, -1], [2.2, 2.2, 2.2], shadow=False, shadow_scale=5,
-                                         shadow_map_size=2048)
+        self.scene.add_directional_light(
+            [0, 0, -1], [2.2, 2.2, 2.2], shadow=False, shadow_scale=5, shadow_map_size=2048
+        )
         self.scene.add_directional_light([-1, -0.5, -1], [0.7, 0.7, 0.7])
         self.scene.add_directional_light([1, 1, -1], [0.7, 0.7, 0.7])
 
     def _after_reconfigure(self, options: dict):
         """Segmentation ids kept in front of the overlay: every object actor and the robot links (upstream :710)."""
-        ids = [a._objs[0].per_scene_id for a in self.scene.actors.values()
-               if a.name not in ("ground", "goal_site", "", "arena")]
+        ids = [
+            a._objs[0].per_scene_id
+            for a in self.scene.actors.values()
+            if a.name not in ("ground", "goal_site", "", "arena")
+        ]
         self.target_object_actor_ids = torch.tensor(ids, dtype=torch.int16, device=self.device)
         links = [x._objs[0].entity.per_scene_id for x in self.agent.robot.get_links()]
         self.robot_link_ids = torch.tensor(links, dtype=torch.int16, device=self.device)
@@ -223,12 +240,28 @@ class PutOnPlateInScene25(BaseEnv):
     def _default_human_render_camera_configs(self):
         pose = sapien.Pose([0.00, -0.16, 0.336], [0.909182, -0.0819809, 0.347277, 0.214629])
         intrinsic = np.array([[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]])
-        return CameraConfig("render_camera", pose=pose, width=512, height=512, intrinsic=intrinsic,
-                            near=0.01, far=100, mount=self.agent.robot.links_map["base_link"])
+        return CameraConfig(
+            "render_camera",
+            pose=pose,
+            width=512,
+            height=512,
+            intrinsic=intrinsic,
+            near=0.01,
+            far=100,
+            mount=self.agent.robot.links_map["base_link"],
+        )
 
     # ------------------------------------------------------------------ episodes
-    def _place(self, actors: dict, picks: torch.Tensor, p_sel: torch.Tensor, q_sel: torch.Tensor, kind: float, env_idx,
-               extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+    def _place(
+        self,
+        actors: dict,
+        picks: torch.Tensor,
+        p_sel: torch.Tensor,
+        q_sel: torch.Tensor,
+        kind: float,
+        env_idx,
+        extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
         """Chosen model at ``p_sel``/``q_sel``, the optional second one (``extra``: picks, p, q) at its own place,
         every other model parked off the table."""
         b = len(env_idx)
@@ -275,10 +308,12 @@ class PutOnPlateInScene25(BaseEnv):
             self.overlay_images = torch.zeros((self.num_envs, *OVERLAY_HW, 3), device=self.device)
             self.overlay_textures = torch.zeros((self.num_envs, *self.texture_hw, 3), device=self.device)
             self.overlay_mix = torch.zeros(self.num_envs, device=self.device)
-        self.overlay_images[env_idx] = torch.tensor(np.stack([self.overlay_images_numpy[i] for i in picks]),
-                                                    dtype=torch.float32, device=self.device)
-        self.overlay_textures[env_idx] = torch.tensor(np.stack([self.overlay_textures_numpy[i] for i in picks]),
-                                                      dtype=torch.float32, device=self.device)
+        self.overlay_images[env_idx] = torch.tensor(
+            np.stack([self.overlay_images_numpy[i] for i in picks]), dtype=torch.float32, device=self.device
+        )
+        self.overlay_textures[env_idx] = torch.tensor(
+            np.stack([self.overlay_textures_numpy[i] for i in picks]), dtype=torch.float32, device=self.device
+        )
         self.overlay_mix[env_idx] = torch.tensor([self.overlay_mix_numpy[i] for i in picks], device=self.device)
 
     def _chosen(self, env_idx=None):
@@ -308,10 +343,16 @@ class PutOnPlateInScene25(BaseEnv):
         if not hasattr(self, "consecutive_grasp"):
             n, dev = self.num_envs, self.device
             self.consecutive_grasp = torch.zeros(n, dtype=torch.int32, device=dev)
-            self.episode_stats = {k: torch.zeros(n, dtype=torch.bool, device=dev)
-                                  for k in ("is_src_obj_grasped", "consecutive_grasp", "src_on_target")}
-            self.episode_stats.update({k: torch.zeros(n, device=dev)
-                                       for k in ("gripper_carrot_dist", "gripper_plate_dist", "carrot_plate_dist")})
+            self.episode_stats = {
+                k: torch.zeros(n, dtype=torch.bool, device=dev)
+                for k in ("is_src_obj_grasped", "consecutive_grasp", "src_on_target")
+            }
+            self.episode_stats.update(
+                {
+                    k: torch.zeros(n, device=dev)
+                    for k in ("gripper_carrot_dist", "gripper_plate_dist", "carrot_plate_dist")
+                }
+            )
         else:
             self.consecutive_grasp[env_idx] = 0
             for value in self.episode_stats.values():
@@ -344,9 +385,12 @@ class PutOnPlateInScene25(BaseEnv):
         offset = carrot_p - plate_p
         xy_ok = torch.linalg.norm(offset[:, :2], dim=1) <= plate_half.max(dim=1).values + XY_SLACK
         z_ok = (offset[:, 2] > 0) & (offset[:, 2] - plate_half[:, 2] - carrot_half[:, 2] <= Z_SLACK)
-        force = torch.stack([
-            torch.linalg.norm(self.scene.get_pairwise_contact_forces(c, p)[r]) for r, c, p in zip(rows, carrots, plates)
-        ]).to(self.device)
+        force = torch.stack(
+            [
+                torch.linalg.norm(self.scene.get_pairwise_contact_forces(c, p)[r])
+                for r, c, p in zip(rows, carrots, plates)
+            ]
+        ).to(self.device)
         success = xy_ok & z_ok & (force > MIN_CONTACT_FORCE)
         gripper_p = (self.agent.finger1_link.pose.p + self.agent.finger2_link.pose.p) / 2
         stats = self.episode_stats
@@ -389,5 +433,3 @@ class PutOnPlateInScene25(BaseEnv):
             cam = data[self.rgb_camera_name]
             cam["rgb"] = self._green_screen(cam["rgb"], cam["segmentation"])
         return data
-
-

@@ -93,8 +93,14 @@ class PutOnPlateInScene25Instruct(PutOnPlateInScene25MainV3):
     def episode_axes(self):
         axes = super().episode_axes()
         extra = _by_set(self.obj_set, Axis(1, 0), Axis(16, 1), Axis(17, 0))
-        return {"carrot": Axis(16, 0), "extra": extra, "plate": axes["plate"], "overlay": Axis(16, 0),
-                "pos": axes["pos"], "quat": axes["quat"]}
+        return {
+            "carrot": Axis(16, 0),
+            "extra": extra,
+            "plate": axes["plate"],
+            "overlay": Axis(16, 0),
+            "pos": axes["pos"],
+            "quat": axes["quat"],
+        }
 
     def _instruction(self, row: int) -> str:
         carrot = self.model_db_carrot[self.carrot_names[int(self.select_carrot_ids[row])]]["name"]
@@ -137,8 +143,14 @@ class PutOnPlateInScene25EEPose(PutOnPlateInScene25MainV3):
         axes = super().episode_axes()
         m = len(self.robot_qpos)
         extra = _by_set(self.obj_set, Axis(1, 0), Axis(m - 1, 1), Axis(m, 0))
-        return {"carrot": Axis(16, 0), "extra": extra, "plate": axes["plate"], "overlay": Axis(16, 0),
-                "pos": axes["pos"], "quat": axes["quat"]}
+        return {
+            "carrot": Axis(16, 0),
+            "extra": extra,
+            "plate": axes["plate"],
+            "overlay": Axis(16, 0),
+            "pos": axes["pos"],
+            "quat": axes["quat"],
+        }
 
     def _robot_init_qpos(self, env_idx):
         offsets = torch.tensor(self.robot_qpos, device=self.device)  # float64 sums, as upstream
@@ -169,8 +181,14 @@ class PutOnPlateInScene25PositionChange(PutOnPlateInScene25MainV3):
             xyz = torch.tensor(self.xyz_configs, dtype=torch.float32, device=self.device)
             quat = torch.tensor(self.quat_configs, dtype=torch.float32, device=self.device)
             everyone = torch.arange(self.num_envs, device=self.device)
-            self._place(self.objs_carrot, self.select_carrot_ids, xyz[self.select_pos_ids, 2],
-                        quat[self.select_quat_ids, 0], 1.0, everyone)
+            self._place(
+                self.objs_carrot,
+                self.select_carrot_ids,
+                xyz[self.select_pos_ids, 2],
+                quat[self.select_quat_ids, 0],
+                1.0,
+                everyone,
+            )
         return super().evaluate()
 
 

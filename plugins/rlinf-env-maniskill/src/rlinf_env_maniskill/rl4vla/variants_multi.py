@@ -20,7 +20,9 @@ def _triples(dists: tuple[float, float, float], heights: tuple[float, float, flo
     cells = poses.grid(poses.INNER_STEPS)
     out = [
         [np.append(a, heights[0]), np.append(b, heights[1]), np.append(c, heights[2])]
-        for a in cells for b in cells for c in cells
+        for a in cells
+        for b in cells
+        for c in cells
         if np.linalg.norm(a - b) > dists[0] and np.linalg.norm(c - b) > dists[1] and np.linalg.norm(a - c) > dists[2]
     ]
     return np.asarray(out)
@@ -37,8 +39,14 @@ class PutOnPlateInScene25MultiCarrot(PutOnPlateInScene25MainV3):
     def episode_axes(self):
         axes = super().episode_axes()
         carrot = axes["carrot"]
-        return {"carrot": carrot, "extra": Axis(carrot.count - 1, 0), "plate": axes["plate"],
-                "overlay": Axis(16, 0), "pos": axes["pos"], "quat": axes["quat"]}
+        return {
+            "carrot": carrot,
+            "extra": Axis(carrot.count - 1, 0),
+            "plate": axes["plate"],
+            "overlay": Axis(16, 0),
+            "pos": axes["pos"],
+            "quat": axes["quat"],
+        }
 
     def _post_decode(self, picks):
         carrot = self.episode_axes()["carrot"]
@@ -65,8 +73,14 @@ class PutOnPlateInScene25MultiPlate(PutOnPlateInScene25MainV3):
         axes = super().episode_axes()
         plates = _by_set(self.obj_set, Axis(1, 0), Axis(16, 0), Axis(17, 0))  # offset added in _post_decode
         extra = {"train": 16, "test": 15, "all": 16}[self.obj_set]
-        return {"carrot": Axis(16, 0), "plate": plates, "extra": Axis(extra, 0),
-                "overlay": Axis(len(self.overlay_images_numpy), 0), "pos": axes["pos"], "quat": axes["quat"]}
+        return {
+            "carrot": Axis(16, 0),
+            "plate": plates,
+            "extra": Axis(extra, 0),
+            "overlay": Axis(len(self.overlay_images_numpy), 0),
+            "pos": axes["pos"],
+            "quat": axes["quat"],
+        }
 
     def _post_decode(self, picks):
         modulus = {"train": 17, "test": 16, "all": 17}[self.obj_set]

@@ -40,8 +40,14 @@ class _TextureAxes(PutOnPlateInScene25MainV3):
     def episode_axes(self):
         axes = super().episode_axes()
         extra = _by_set(self.obj_set, Axis(1, 0), Axis(16, 1), Axis(17, 0))
-        return {"carrot": Axis(16, 0), "extra": extra, "plate": axes["plate"], "overlay": Axis(16, 0),
-                "pos": axes["pos"], "quat": axes["quat"]}
+        return {
+            "carrot": Axis(16, 0),
+            "extra": extra,
+            "plate": axes["plate"],
+            "overlay": Axis(16, 0),
+            "pos": axes["pos"],
+            "quat": axes["quat"],
+        }
 
     def _mix(self, device) -> torch.Tensor:
         return self.overlay_mix.to(device) * self.mix_ratio
@@ -58,8 +64,12 @@ class PutOnPlateInScene25VisionTexture03(_TextureAxes):
         boxes = mask_boxes(kept)
         heights = (boxes[:, 3] - boxes[:, 1] + 1).clamp(min=1)
         widths = (boxes[:, 2] - boxes[:, 0] + 1).clamp(min=1)
-        texture = F.interpolate(self.overlay_textures.to(rgb.device).permute(0, 3, 1, 2).float(),
-                                size=(int(heights.max()), int(widths.max())), mode="bilinear", align_corners=False)
+        texture = F.interpolate(
+            self.overlay_textures.to(rgb.device).permute(0, 3, 1, 2).float(),
+            size=(int(heights.max()), int(widths.max())),
+            mode="bilinear",
+            align_corners=False,
+        )
         mix = self._mix(rgb.device)
         rgb = rgb.to(torch.float32)
         out = overlay * background
@@ -97,7 +107,7 @@ class PutOnPlateInScene25VisionWhole03(_TextureAxes):
         yc = torch.clamp((boxes[:, 1] + boxes[:, 3]) // 2, min=1, max=H - 1)
         textures, mix = self.overlay_textures.to(rgb.device), self._mix(rgb.device)
         for i in range(len(out)):
-            crop = textures[i, int(yc[i]): int(yc[i]) + H, int(xc[i]): int(xc[i]) + W]
+            crop = textures[i, int(yc[i]) : int(yc[i]) + H, int(xc[i]) : int(xc[i]) + W]
             out[i] = out[i] * (1 - mix[i]) + crop * mix[i]
         return torch.clamp(out, 0, 255).to(torch.uint8)
 
