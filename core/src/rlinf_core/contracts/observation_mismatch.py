@@ -3,7 +3,10 @@ a bug, and gets a one-line cause (:mod:`rlinf_core.cli.error_report`)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
+
+_ACTED: weakref.WeakSet = weakref.WeakSet()  # policies whose first act succeeded
 
 
 class ObservationMismatch(ValueError):
@@ -14,7 +17,7 @@ class ObservationMismatch(ValueError):
 def first_act(policy: Any, env: Any, act: Any) -> Any:
     """``act()``, with a ``ValueError`` of the policy's first call turned into :class:`ObservationMismatch` naming
     the policy and the env (later calls, and other errors, keep their traceback: they are bugs)."""
-    if getattr(policy, "_rlinf_acted", False):
+    if policy in _ACTED:
         return act()
     try:
         out = act()
@@ -27,5 +30,5 @@ def first_act(policy: Any, env: Any, act: Any) -> Any:
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (make the "
             "policy's sizes, e.g. state_dim, match the env)"
         ) from exc
-    policy._rlinf_acted = True
+    _ACTED.add(policy)
     return out
