@@ -117,3 +117,23 @@ def test_rlinf_v03_export_of_pi0_loads_as_the_model_it_exported():
     )
     assert torch.equal(policy.act(obs, do_sample=False).actions, original.act(obs, do_sample=False).actions)
     assert torch.isfinite(policy.value(obs)).all()
+    # rlinf serve --policy on the same export, its tokenizer given with --set: the same actions
+    from rlinf_core.serve.command import parse_settings
+
+    tokenizer = f"{HERE / 'openpi_pi0'}/paligemma_tokenizer.model"
+    settings = parse_settings([f"inputs.tokenizer_path={tokenizer}", "num_steps=3"])
+    served = load_policy(str(export), LoadOptions(policy_class="OpenPIPolicy", settings=settings)).policy
+    assert torch.equal(served.act(obs, do_sample=False).actions, policy.act(obs, do_sample=False).actions)
+
+
+def test_serve_set_is_refused_in_one_line_when_malformed_or_unknown():
+    from rlinf_core.serve.command import parse_settings
+    from rlinf_core.serve.errors import ServeError
+
+    for bad in ("inputs.tokenizer_path", "=3", "a b=1", "x=[1,"):
+        with pytest.raises(ServeError, match="--set"):
+            parse_settings([bad])
+    with pytest.raises(ServeError, match="has no setting no_such_setting"):
+        load_policy(str(HERE / "openpi_pi0"), LoadOptions(policy_class="OpenPIPolicy", settings={"no_such_setting": 1}))
+    with pytest.raises(ServeError, match="--set: .*unexpected keyword argument 'nope'"):
+        load_policy(str(HERE / "openpi_pi0"), LoadOptions(policy_class="OpenPIPolicy", settings={"inputs.nope": 1}))

@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy-class", default=None, help="policy class (default: recorded in the checkpoint)")
     parser.add_argument("--config", default=None, help="the run's config.yaml for a checkpoint (default: beside it)")
     parser.add_argument("--unnorm-key", default=None, help="dataset statistics to un-normalise actions with")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other policy setting, repeatable: NAME=VALUE or GROUP.FIELD=VALUE "
+        "(e.g. inputs.tokenizer_path=/path/paligemma_tokenizer.model); VALUE is read as YAML",
+    )
     parser.add_argument("--chunk", type=int, default=None, help="actions per reply (the policy's num_action_chunks)")
     parser.add_argument("--sample", action="store_true", help="sample actions (default: greedy)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (with --sample)")
@@ -99,6 +107,7 @@ def make_server(opts: argparse.Namespace):
         num_action_chunks=opts.chunk,
         precision=opts.precision,
         device=opts.device,
+        settings=parse_settings(opts.set),
     )
     loaded = load_policy(opts.policy, load)
     runner = PolicyRunner(loaded, mapping, InferenceSettings(opts.sample, opts.temperature, opts.max_batch))
@@ -111,6 +120,22 @@ def make_server(opts: argparse.Namespace):
     except OSError as exc:
         runner.close()
         raise ServeError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
+
+
+def parse_settings(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` items as ``{KEY: value}``, each VALUE read as YAML (``3``, ``true``, ``[1, 2]``)."""
+    import yaml
+
+    settings = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip() or not all(part.isidentifier() for part in key.strip().split(".")):
+            raise ServeError(f"--set {item!r}: expected KEY=VALUE or GROUP.FIELD=VALUE (inputs.tokenizer_path=...)")
+        try:
+            settings[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ServeError(f"--set {key}: {text!r} is not a YAML value ({str(exc).splitlines()[0]})") from None
+    return settings
 
 
 def api_key(opts: argparse.Namespace) -> str | None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,8 @@ class LoadOptions:
         num_action_chunks: actions per chunk the policy returns (default: the checkpoint's).
         precision: the policy's ``precision`` setting (``fp32``, ``bf16``, ``bf16-true``, ...), as in training.
         device: torch device to run on (``cpu``, ``cuda``, ``cuda:1``).
+        settings: any other constructor setting, ``{"name": value}`` or ``{"group.field": value}`` (``--set``),
+            e.g. ``inputs.tokenizer_path`` for an RLinf π0 export, which carries no tokenizer.
     """
 
     policy_class: str | None = None
@@ -44,14 +48,23 @@ class LoadOptions:
     num_action_chunks: int | None = None
     precision: str | None = None
     device: str = "cpu"
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def overrides(self) -> dict[str, Any]:
+        """Flat names (``unnorm_key``) and whole groups (``{"inputs": {"tokenizer_path": ...}}``)."""
         given = {
             "unnorm_key": self.unnorm_key,
             "num_action_chunks": self.num_action_chunks,
             "precision": self.precision,
         }
-        return {k: v for k, v in given.items() if v is not None}
+        out: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        for key, value in self.settings.items():
+            group, _, name = key.rpartition(".")
+            if group:
+                out[group] = {**(out.get(group) or {}), name: value}
+            else:
+                out[key] = value
+        return out
 
 
 @dataclass
@@ -92,6 +105,17 @@ def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
         raise ServeError(f"{cls.__name__} has no setting {', '.join(unsupported)}; drop {flags}")
 
 
+@contextmanager
+def _unknown_group_field(opts: LoadOptions) -> Iterator[None]:
+    """A ``--set GROUP.FIELD`` the group's dataclass has no field for: one line, not the constructor's traceback."""
+    try:
+        yield
+    except TypeError as exc:
+        if not any("." in key for key in opts.settings) or "unexpected keyword argument" not in str(exc):
+            raise
+        raise ServeError(f"--set: {exc}") from None
+
+
 def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> dict:
     """``init_args`` with the overrides set; a policy's ``FLAT_SETTINGS`` (flat name → (config group, field)) puts
     a flat override such as ``unnorm_key`` into its group (``actions: {unnorm_key: ...}``)."""
@@ -99,8 +123,10 @@ def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> di
     params = inspect.signature(cls.__init__).parameters
     for key, value in overrides.items():
         if key in nested and key not in params:
-            group, field = nested[key]
-            init_args[group] = {**(init_args.get(group) or {}), field: value}
+            group, name = nested[key]
+            init_args[group] = {**(init_args.get(group) or {}), name: value}
+        elif isinstance(value, dict) and isinstance(init_args.get(key), dict):  # a group: the fields given
+            init_args[key] = {**init_args[key], **value}
         else:
             init_args[key] = value
     return init_args
@@ -133,7 +159,8 @@ def _load_export(path: Path, opts: LoadOptions) -> Policy:
     cls = _resolve_class(name)
     overrides = opts.overrides()
     _check_overrides(cls, overrides)
-    return cls.from_pretrained(path, **overrides)
+    with _unknown_group_field(opts):
+        return cls.from_pretrained(path, **overrides)
 
 
 def _run_config(ckpt: Path, given: str | None) -> dict:
@@ -164,7 +191,8 @@ def _load_checkpoint(ckpt: Path, opts: LoadOptions) -> Policy:
     cls = _resolve_class(opts.policy_class or spec["class_path"])
     overrides = opts.overrides()
     _check_overrides(cls, overrides)
-    policy = cls(**_with_overrides(cls, dict(spec.get("init_args") or {}), overrides))
+    with _unknown_group_field(opts):
+        policy = cls(**_with_overrides(cls, dict(spec.get("init_args") or {}), overrides))
     try:  # weights_only: a downloaded checkpoint holding a pickled callable is refused, never run
         checkpoint = load_checkpoint_file(ckpt, map_location="cpu")
     except CheckpointError as exc:
