@@ -9,6 +9,8 @@ PIL and numpy only.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,9 +149,19 @@ def test_default_image_resize_follows_the_files_never_the_name(tmp_path):
     assert default_image_resize(tmp_path / "anything")[0] == "tensor"
 
 
+def _unrecorded(tiny: Path, to: Path) -> Path:
+    """A copy of ``tiny`` whose config.json records no image_resize: an upstream directory with its processor."""
+    shutil.copytree(tiny, to)
+    config = json.loads((to / "config.json").read_text())
+    config["rlinf_policy"]["inputs"].pop("image_resize")
+    (to / "config.json").write_text(json.dumps(config))
+    return to
+
+
 def test_a_guessed_image_resize_is_said_in_one_line(tmp_path, tiny_oft, capsys):
     from rlinf_policy_openvla import OpenVLAOFTPolicy
 
+    tiny_oft = _unrecorded(tiny_oft, tmp_path / "upstream")
     OpenVLAOFTPolicy(model_path=str(tiny_oft))
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "image_resize=" in ln]
     assert len(lines) == 1 and "image_resize=pil" in lines[0] and "set inputs.image_resize: tensor" in lines[0]
@@ -164,9 +176,22 @@ def test_a_guessed_image_resize_is_said_in_one_line(tmp_path, tiny_oft, capsys):
 def test_policy_resolves_and_saves_image_resize(tmp_path, tiny_oft):
     from rlinf_policy_openvla import OpenVLAOFTPolicy
 
+    tiny_oft = _unrecorded(tiny_oft, tmp_path / "upstream")
     assert OpenVLAOFTPolicy(model_path=str(tiny_oft)).image_resize == "pil"  # it ships the HF processor
     policy = OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="tensor"))
     policy.save_pretrained(tmp_path / "saved")
     assert OpenVLAOFTPolicy(model_path=str(tmp_path / "saved")).image_resize == "tensor"
     with pytest.raises(ValueError, match="image_resize must be one of"):
         OpenVLAOFTPolicy(model_path=str(tiny_oft), inputs=InputConfig(image_resize="lanczos"))
+
+
+def test_make_tiny_records_its_image_resize_so_nothing_is_guessed(tmp_path, capsys):
+    """A tiny model is rlinf's own (trained by rlinf on tensors): make_tiny records ``tensor``, so a load uses it and
+    prints no guess (the quickstart's first run stays free of the note)."""
+    from rlinf_policy_openvla import OpenVLAOFTPolicy
+    from rlinf_policy_openvla.make_tiny import make_tiny
+
+    path = make_tiny(tmp_path / "tiny", kind="oft", num_shards=1)
+    assert (path / "preprocessor_config.json").is_file()
+    policy = OpenVLAOFTPolicy(model_path=str(path))
+    assert policy.image_resize == "tensor" and "rlinf: note" not in capsys.readouterr().err

@@ -281,7 +281,9 @@ def make_tiny(
         "rlinf_policy": {
             "policy": "OpenVLAOFTPolicy" if kind == "oft" else "OpenVLAPolicy",
             "actions": {"num_action_chunks": chunks},
-            "inputs": {"use_proprio": bool(proprio_dim), "proprio_dim": proprio_dim or None},
+            # rlinf's own record (a tiny model is trained by rlinf, which feeds it tensors): how images are
+            # resized is stated, not guessed from the processor file beside it
+            "inputs": {"use_proprio": bool(proprio_dim), "proprio_dim": proprio_dim or None, "image_resize": "tensor"},
         },
     }
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
