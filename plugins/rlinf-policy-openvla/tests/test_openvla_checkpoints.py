@@ -212,6 +212,7 @@ def test_official_proprio_projector_file(tmp_path, obs):
 
     src = tiny_checkpoint(kind="oft", proprio_dim=8)
     model = _copy(src, tmp_path)
+    _edit_config(model, lambda cfg: cfg["rlinf_policy"]["inputs"].pop("image_resize"))  # an official export: no record
     state = load_weights(model)
     proprio = {
         f"module.{k.removeprefix('proprio_projector.')}": v
