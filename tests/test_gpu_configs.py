@@ -140,7 +140,7 @@ def _parse(config: Path, overrides: list[str]) -> dict:
 
     # the configs are written for GPU nodes: every pre-fit check runs except "this machine has the GPUs / the RAM"
     with (
-        mock.patch("rlinf_core.cli.checks.check_machine", lambda trainer, warn: None),
+        mock.patch("rlinf_core.cli.checks.check_machine", lambda *args, **kwargs: None),
         mock.patch("rlinf_core.cli.checks.check_memory", lambda cfg: None),
     ):
         parsed = ParseOnly(
