@@ -88,7 +88,6 @@ def _stats(torch, dim: int, seed: int) -> dict:
 
 def write(kind: str, out: Path) -> None:
     import torch
-
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.processor import tokenizer_processor
 
@@ -149,7 +148,8 @@ def _reference(torch, model, kind: str, out: Path) -> None:
         del inputs["state"]  # π0.5 takes the state in the prompt
     with torch.no_grad():
         actions = model.sample_actions(*args, noise=inputs["noise"], num_steps=3)
-    save_file({**inputs, "actions": actions.float().contiguous()}, str(out.parent / f"{out.name}_reference.safetensors"))
+    reference = out.parent / f"{out.name}_reference.safetensors"
+    save_file({**inputs, "actions": actions.float().contiguous()}, str(reference))
 
 
 def main() -> None:
