@@ -98,3 +98,31 @@ def test_official_oft_side_files_load_into_the_proprio_projector(tmp_path):
     loaded = policy.vla.proprio_projector.state_dict()
     assert sorted(loaded) == sorted(k.removeprefix("module.") for k in saved)
     assert all(torch.equal(loaded[k.removeprefix("module.")].float(), v.float()) for k, v in saved.items())
+
+
+def test_rlinf_v03_export_of_openvla_oft_loads_as_the_model_it_exported():
+    """rlinf_openvla_oft_export/ (RLinf v0.3's convertor on openvla_hf, bfloat16, plus RLinf's OFT PPO value head; see
+    make_rlinf_exports.py) as a YAML ``model_path`` and ``rlinf serve --policy-class OpenVLAOFTPolicy`` build it, with
+    no ``add_value_head`` given: RLinf's critic is loaded (8 outputs: ``action_level``), and the actions are those of
+    ``openvla_hf/``, whose tensors the export holds."""
+    from jsonargparse import ArgumentParser
+    from safetensors.torch import load_file
+
+    from rlinf_policy_openvla import OpenVLAOFTPolicy
+
+    export = DIR.parent / "rlinf_openvla_oft_export"
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(OpenVLAOFTPolicy, "policy")
+    policy = parser.instantiate(parser.parse_args([f"--policy.model_path={export}"])).policy
+    served = load_policy(str(export), LoadOptions(policy_class="OpenVLAOFTPolicy")).policy
+    weights = load_file(str(export / "model-00001-of-00001.safetensors"))
+    saved = {k.removeprefix("value_head."): v for k, v in weights.items() if k.startswith("value_head.")}
+    for built in (policy, served):
+        assert built.has_value_head and built.value_type == "action_level" and built.image_resize == "pil"
+        head = built.vla.value_head.state_dict()
+        assert len(saved) == 5 and all(torch.equal(head[k].float(), v.float()) for k, v in saved.items())
+    obs = _obs()
+    original = OpenVLAOFTPolicy(model_path=str(DIR)).act(obs, do_sample=False).actions
+    assert torch.equal(policy.act(obs, do_sample=False).actions, original)
+    assert torch.equal(served.act(obs, do_sample=False).actions, original)
+    assert policy.value(obs).shape == (1, 8) and torch.isfinite(policy.value(obs)).all()

@@ -238,3 +238,33 @@ def load_official_extra(model_path: str | Path, module: str) -> dict[str, torch.
         return None
     raw = torch.load(str(files[-1]), map_location="cpu", weights_only=True)
     return {k.removeprefix("module."): v for k, v in raw.items()}
+
+
+def saved_value_head_outputs(model_path: str | Path) -> int | None:
+    """Rows of the last ``value_head.mlp.<i>.weight`` in a directory's safetensors (1: one value per chunk, else one
+    per sub-step), read from the file headers only; None when the weights hold no value head. RLinf's exports carry
+    the critic but no record of ``add_value_head``, so the weights tell. Unreadable weights also give None: the
+    weight loader names what is wrong with them."""
+    import json
+
+    from safetensors import safe_open
+
+    path = Path(model_path)
+    index = path / "model.safetensors.index.json"
+    last: tuple[int, int] | None = None
+    try:
+        if index.is_file():
+            weight_map = json.loads(index.read_text()).get("weight_map") or {}
+            files = sorted({weight_map[k] for k in weight_map if str(k).startswith("value_head.")})
+        else:
+            files = ["model.safetensors"] if (path / "model.safetensors").is_file() else []
+        for name in files:
+            with safe_open(str(path / name), framework="pt") as f:
+                for key in f.keys():
+                    parts = key.split(".")
+                    if len(parts) == 4 and parts[:2] == ["value_head", "mlp"] and parts[3] == "weight":
+                        layer, rows = int(parts[2]), int(f.get_slice(key).get_shape()[0])
+                        last = max(last or (layer, rows), (layer, rows))
+    except Exception:  # noqa: BLE001 - a damaged file is reported, in one line, by load_weights right after
+        return None
+    return None if last is None else last[1]

@@ -26,7 +26,14 @@ from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_core.models.settings import SavedSettings
 from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
-from rlinf_policy_openvla.checkpoint import RLINF_KEY, TINY_HINT, check_model_dir, load_official_extra, read_spec
+from rlinf_policy_openvla.checkpoint import (
+    RLINF_KEY,
+    TINY_HINT,
+    check_model_dir,
+    load_official_extra,
+    read_spec,
+    saved_value_head_outputs,
+)
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
 from rlinf_policy_openvla.released import announce_image_resize, default_image_resize
 from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig, as_group
@@ -82,6 +89,11 @@ class _PrismaticPolicy(SavedSettings, Policy):
         )
         actions, inputs = restored["actions"], restored["inputs"]
         add_value_head, value_type = restored["add_value_head"], restored["value_type"]
+        if add_value_head is None:  # neither given nor recorded (RLinf's exports): what the weights hold
+            outputs = saved_value_head_outputs(path)
+            add_value_head = outputs is not None
+            if outputs is not None and value_type is None:
+                value_type = "chunk_level" if outputs == 1 else "action_level"
         self.model_path = str(path)
         self.spec = spec
 
