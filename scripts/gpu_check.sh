@@ -18,7 +18,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 declare -A WHEELS=(
-  [base]="transformers==5.24.0 huggingface_hub==2.4.0 jsonargparse==4.53.0 docstring_parser==0.18.0
+  [base]="transformers==5.24.0 jsonargparse==4.53.0 docstring_parser==0.18.0
           typeshed_client==2.15.0 importlib_resources==7.1.0"
   [wm]="diffusers==0.42.1"
   [sim]="mujoco==3.3.0 metaworld==3.1.1 gymnasium==1.4.0 farama-notifications==0.0.6"
