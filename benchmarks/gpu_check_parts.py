@@ -31,11 +31,17 @@ class Check:
     env: str = "auto"
     card_gib: float | None = None
     results: dict[str, Any] = field(default_factory=dict)
+    # rows a part has measured so far: kept in its result when it errors or runs out of time
+    partial: dict[str, Any] = field(default_factory=dict)
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rlinf-gpu-check-")))
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    def progress(self, message: str) -> None:
+        """One timestamped line on stdout, so that a run cut short shows where its time went."""
+        print(f"gpu_check: {time.strftime('%H:%M:%S')} {message}", flush=True)
 
     def sync(self) -> None:
         if self.cuda:
@@ -350,11 +356,14 @@ def part_throughput(check: Check) -> dict:
     # a dry run uses the toy env unless --env names a simulator (then tiny sizes, one worker per stage)
     kind = "reach" if check.dry_run and check.env == "auto" else throughput_env_kind(check.env)
     envs, steps, micro = (4, 8, 4) if check.dry_run else (32, 64, 32)
+    t0 = time.perf_counter()
     policy = (
         TinyVLAPolicy(action_dim=2, num_action_chunks=2)
         if kind == "reach"
         else oft_policy(check, lora=True, meta=False, config=THROUGHPUT_CONFIGS[kind])
     )
+    check.partial["setup"] = {"build_policy_s": time.perf_counter() - t0}
+    check.progress(f"throughput: policy built in {check.partial['setup']['build_policy_s']:.1f} s ({kind} env)")
     recompute_s: list[float] = []
     real_recompute = rl_module.recompute_old_logprobs
 
@@ -375,12 +384,21 @@ def part_throughput(check: Check) -> dict:
             class Record(pl.Callback):  # the module logs time/step after the callbacks' on_train_epoch_end
                 def on_train_epoch_start(self, trainer, module) -> None:
                     if module.step_metrics:
-                        metrics.append(dict(module.step_metrics))
+                        self.record(module)
+                    check.progress(f"throughput: stages={stages}, RL step {trainer.current_epoch + 1} starts")
 
                 def on_train_end(self, trainer, module) -> None:
-                    metrics.append(dict(module.step_metrics))
+                    self.record(module)
 
+                def record(self, module) -> None:
+                    metrics.append(dict(module.step_metrics))
+                    times = {k: round(float(v), 2) for k, v in metrics[-1].items() if k.startswith("time/")}
+                    check.partial[f"stages={stages}, RL step {len(metrics)}"] = times
+                    check.progress(f"throughput: stages={stages}, RL step {len(metrics)} {times}")
+
+            t0 = time.perf_counter()
             env = _throughput_env(check, kind, envs, steps, stages)
+            check.progress(f"throughput: stages={stages}: env built in {time.perf_counter() - t0:.1f} s")
             module = RLModule(
                 env=env,
                 policy=policy,
@@ -415,7 +433,7 @@ def part_throughput(check: Check) -> dict:
             last = metrics[-1]  # the second RL step: kernels, workers and allocator warm
             step_s, rollout_s = last["time/step"], last["time/rollout"]
             rec = recompute_s[-1] if recompute_s else 0.0
-            rows[f"stages={stages}"] = {
+            rows[f"stages={stages}"] = check.partial[f"stages={stages}"] = {
                 "env_steps_per_s": envs * steps / rollout_s,
                 "gpu_util_pct": util.mean,
                 "step_s": step_s,

@@ -6,23 +6,27 @@
 #   bash scripts/gpu_check.sh [--out DIR] [--parts memory throughput precisions openpi opensora] [--env auto]
 #                                                      # on the GPU machine: installs the carried wheels, measures
 #
-# The GPU machine has no package index: its image holds torch, Lightning, peft, timm, ... but not rlinf, jsonargparse,
-# diffusers, MetaWorld, or the transformers version the OpenVLA plugin needs. --prepare downloads those (Python 3.12,
-# manylinux x86-64) into three folders, because one call carries at most 64 MiB: .whl/base (15 MiB, every part),
-# .whl/wm (diffusers, the opensora part), .whl/sim (MuJoCo + MetaWorld, 42 MiB, the throughput part). Two calls:
-#   carry [.whl/base, .whl/wm]:  bash scripts/gpu_check.sh --out $OUT --parts memory precisions openpi opensora
-#   carry [.whl/base, .whl/sim]: bash scripts/gpu_check.sh --out $OUT --parts throughput
+# The GPU machine has no package index: its image holds torch, Lightning, peft, transformers 5.17, ... but not rlinf,
+# jsonargparse, diffusers, MetaWorld, the transformers version the OpenVLA plugin needs (5.24: the autoregressive
+# OpenVLA's KV-cache call; OFT's parallel decoding runs on 5.17), or the EGL libraries MuJoCo renders with. --prepare
+# downloads those (Python 3.12, manylinux x86-64, Debian amd64 .debs) into .whl/, in groups, because one call carries
+# at most 64 MiB with the working tree (16 MiB): core (1 MiB, every call), hf (transformers, 13 MiB), wm (diffusers,
+# 6 MiB), sim (MuJoCo, MetaWorld, Gymnasium, PyOpenGL, glfw: 43 MiB) and gl (libEGL and friends, 0.3 MiB). Two calls:
+#   carry [.whl/core, .whl/hf, .whl/wm]:  bash scripts/gpu_check.sh --out $OUT --parts memory precisions openpi opensora
+#   carry [.whl/core, .whl/sim, .whl/gl]: bash scripts/gpu_check.sh --out $OUT --parts throughput
 # LIBERO (robosuite + the benchmark's assets, about 1.2 GB) is too large to carry: the throughput part then uses
 # MetaWorld's CPU simulators (--env auto) and says so in its result.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# huggingface_hub is not carried: 2.x needs httpx2, absent there, and the image's 1.33 satisfies transformers 5.24
 declare -A WHEELS=(
-  [base]="transformers==5.24.0 jsonargparse==4.53.0 docstring_parser==0.18.0
-          typeshed_client==2.15.0 importlib_resources==7.1.0"
+  [core]="jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.15.0 importlib_resources==7.1.0"
+  [hf]="transformers==5.24.0"
   [wm]="diffusers==0.42.1"
-  [sim]="mujoco==3.3.0 metaworld==3.1.1 gymnasium==1.4.0 farama-notifications==0.0.6"
+  [sim]="mujoco==3.3.0 metaworld==3.1.1 gymnasium==1.4.0 farama-notifications==0.0.6 PyOpenGL==3.1.10 glfw==2.9.0"
 )
+GL_DEBS="libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"
 PROJECT=(./core ./plugins/rlinf-policy-openvla ./plugins/rlinf-policy-openpi ./plugins/rlinf-wm-opensora
          ./plugins/rlinf-env-metaworld ./plugins/rlinf-env-libero)
 
@@ -35,8 +39,12 @@ if [[ "${1:-}" == "--prepare" ]]; then
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d ".whl/$group" "$w"
     done
   done
+  mkdir -p .whl/gl /tmp/rlinf-apt-amd64/partial
+  apt_opts=(-qq -oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/rlinf-apt-amd64)
+  apt-get "${apt_opts[@]}" update
+  (cd .whl/gl && apt-get "${apt_opts[@]}" download $GL_DEBS)
   du -sh .whl/*
-  echo "gpu_check.sh: now the two GPU calls in this script's header (carry .whl/base with .whl/wm, then .whl/sim)"
+  echo "gpu_check.sh: now the two GPU calls in this script's header"
   exit 0
 fi
 
@@ -48,7 +56,15 @@ done
 
 # on the GPU machine: the carried wheels and the project into /tmp/site (no index, no build isolation)
 SITE=/tmp/rlinf-site
+rm -rf "$SITE"  # a warm machine keeps the last call's packages: install only what this call carried
 shopt -s nullglob
+DEBS=(.whl/gl/*.deb)
+if (( ${#DEBS[@]} )) && [[ $(id -u) == 0 ]]; then  # the lent machine (root, bare image): EGL for MuJoCo
+  for deb in "${DEBS[@]}"; do dpkg -x "$deb" /; done
+  ldconfig
+  vendor=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  [[ -f $vendor ]] && export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-$vendor}"
+fi
 CARRIED=(.whl/*/*.whl)
 if (( ${#CARRIED[@]} )); then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${CARRIED[@]}"

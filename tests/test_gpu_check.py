@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,3 +49,27 @@ def test_gpu_check_dry_run_runs_every_part_and_writes_the_reports(tmp_path):
     table = (tmp_path / "gpu_check.md").read_text()
     assert "DRY RUN" in table and all(f"### {part} (ok" in table for part in PARTS)
     assert not list(ROOT.glob("gpu_check_out*")), "the dry run writes only under --out"
+
+
+def test_a_part_cut_short_keeps_what_it_measured(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import torch
+
+        from gpu_check import markdown, run_part
+        from gpu_check_parts import Check
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def slow_part(check):
+        check.partial["stages=1, RL step 1"] = {"time/rollout": 1.5}
+        time.sleep(5)  # the time box (0.2 s) ends it here
+        return {"rows": {}}
+
+    check = Check(dry_run=True, device=torch.device("cpu"), out=tmp_path)
+    check.results["_meta"] = {}
+    run_part(check, "throughput", slow_part, budget_s=0.2)
+    result = json.loads((tmp_path / "gpu_check.json").read_text())["throughput"]
+    assert result["status"] == "error" and "time box" in result["error"]
+    assert result["rows"] == {"stages=1, RL step 1": {"time/rollout": 1.5}}
+    assert "measured before it stopped" in markdown(check) and "| stages=1, RL step 1 | 1.5 |" in markdown(check)
