@@ -141,6 +141,13 @@ def test_a_plugin_cannot_take_an_rlinf_command_name(tmp_path, monkeypatch):
     assert "registered the command 'fit', which is one of rlinf's own commands" in err
 
 
+def test_every_builtin_command_name_is_reserved_from_plugins():
+    from rlinf_core.cli.commands import BUILTIN_COMMANDS
+    from rlinf_core.plugins.entries import RESERVED_COMMANDS
+
+    assert {c.name for c in BUILTIN_COMMANDS} | {"help"} <= RESERVED_COMMANDS
+
+
 def test_first_party_tools_are_rlinf_commands():
     registry = Registry().load()
     expected = {"openvla-make-tiny", "openpi-make-tiny", "opensora-make-tiny", "wan-make-tiny", "metaworld-collect"}

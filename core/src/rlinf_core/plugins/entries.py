@@ -61,8 +61,10 @@ class Command:
 
 
 #: names of rlinf's own commands: a plugin cannot register these
+#: every name in ``rlinf_core.cli.commands.BUILTIN_COMMANDS`` and ``help`` (tests/core/test_cli_front_door.py)
 RESERVED_COMMANDS = frozenset(
-    {"fit", "validate", "test", "predict", "plugins", "configs", "plot", "memory", "coevolve", "serve", "help", "new"}
+    {"fit", "validate", "test", "predict", "plugins", "configs", "plot", "memory", "coevolve", "wm-score", "serve"}
+    | {"help", "new"}
 )
 
 
