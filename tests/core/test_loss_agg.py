@@ -62,7 +62,8 @@ def test_trajectory_mean_matches_rlinf_masked_mean_ratio():
     traj = _trajectory()
     algo = GRPO(filter_rewards=True, rewards_lower_bound=0.5, rewards_upper_bound=4.5, loss_agg="trajectory_mean")
     T = 16
-    samples, _ = algo.compute([traj], G, Reducer(), max_episode_steps=T)
+    samples, metrics = algo.compute([traj], G, Reducer(), max_episode_steps=T)
+    assert metrics["rollout/kept_groups_fraction"] == 2 / 3  # the last of three groups is filtered out
     noise = torch.randn(samples.old_logprobs.shape, generator=torch.Generator().manual_seed(1))
     logp = samples.old_logprobs + 0.3 * noise
     out = EvaluateOutput(logprobs=logp.clone().requires_grad_(True))

@@ -75,7 +75,7 @@ class GRPO(Algorithm):
         if self.filter_rewards:
             kept = sum(self._kept_groups(t, group_size) for t in trajs)
             groups = sum(t.rewards.shape[1] // group_size for t in trajs)
-            kept, total = float(reduce.sum(torch.tensor(float(kept)))), float(reduce.sum(torch.tensor(float(groups))))
+            kept, total = reduce.sum(torch.tensor([float(kept), float(groups)], dtype=torch.float64)).tolist()
             metrics["rollout/kept_groups_fraction"] = kept / max(total, 1.0)
             if kept == 0 and not self._warned_all_filtered:
                 self._warned_all_filtered = True
