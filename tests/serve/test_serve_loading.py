@@ -242,3 +242,14 @@ def test_a_busy_port_is_a_one_line_error(toy_export, protocol, capsys):
         )
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf serve: error: cannot listen on 127.0.0.1")
+
+
+def test_a_missing_serving_package_is_a_one_line_error_before_the_load(toy_export, monkeypatch, capsys):
+    from rlinf_core.serve.command import serve_command
+
+    monkeypatch.setitem(sys.modules, "json_numpy", None)  # import json_numpy raises ImportError
+    code = serve_command(["--policy", str(toy_export), "--protocol", "openvla", "--port", "0"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rlinf serve: error: `rlinf serve` needs json_numpy"), err
+    assert "pip install 'rlinf-core[serve]'" in err[-1]

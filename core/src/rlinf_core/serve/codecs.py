@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_core.serve.errors import BadRequest, require
+from rlinf_core.serve.errors import BadRequest, serve_dependency
 from rlinf_core.serve.security import clip
 
 _REFUSED_KINDS = ("V", "O", "c")
 
 
 def _msgpack():
-    return require("msgpack", "msgpack")
+    return serve_dependency("msgpack")
 
 
 def _pack_default(obj: Any) -> Any:
@@ -67,7 +67,7 @@ def msgpack_loads(data: bytes) -> Any:
 
 
 def json_numpy_dumps(obj: Any) -> str:
-    return require("json_numpy", "json-numpy").dumps(obj)
+    return serve_dependency("json_numpy").dumps(obj)
 
 
 def _check_shape(shape: Any) -> None:
@@ -76,7 +76,7 @@ def _check_shape(shape: Any) -> None:
 
 
 def json_numpy_loads(text: str) -> Any:
-    json_numpy = require("json_numpy", "json-numpy")
+    json_numpy = serve_dependency("json_numpy")
 
     def check(obj: dict) -> dict:  # json_numpy decodes the array after this
         if "__numpy__" in obj:

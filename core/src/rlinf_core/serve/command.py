@@ -7,7 +7,8 @@ import logging
 import os
 import sys
 
-from rlinf_core.serve.errors import ServeError, require
+from rlinf_core.foundation.optional_deps import MissingDependencyError
+from rlinf_core.serve.errors import ServeError, serve_dependency
 
 PROTOCOLS = ("openpi", "openvla")
 DEFAULT_MAPPING = {"openpi": "libero", "openvla": "openvla"}
@@ -94,12 +95,8 @@ def make_server(opts: argparse.Namespace):
     mapping = with_overrides(
         load_mapping(opts.mapping or DEFAULT_MAPPING[opts.protocol]), opts.image_size, opts.default_prompt
     )
-    for module, package in (
-        (("websockets", "websockets"), ("msgpack", "msgpack"))
-        if opts.protocol == "openpi"
-        else (("json_numpy", "json-numpy"),)
-    ):
-        require(module, package)  # before the (slow) policy load
+    for module in ("websockets", "msgpack") if opts.protocol == "openpi" else ("json_numpy",):
+        serve_dependency(module)  # before the (slow) policy load
     load = LoadOptions(
         policy_class=opts.policy_class,
         config=opts.config,
@@ -178,7 +175,7 @@ def serve_command(argv: list[str]) -> int:
                 raise ServeError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
         else:
             server.serve_forever()
-    except ServeError as exc:
+    except (ServeError, MissingDependencyError) as exc:
         print(f"rlinf serve: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
+
+from rlinf_core.foundation.optional_deps import require
 
 
 class BadRequest(ValueError):
@@ -14,9 +15,6 @@ class ServeError(RuntimeError):
     """Bad ``rlinf serve`` settings (printed as ``rlinf serve: error: ...``)."""
 
 
-def require(module: str, package: str) -> ModuleType:
-    """Import a serving dependency, or fail with the install hint."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ServeError(f"`rlinf serve` needs the {package!r} package: pip install 'rlinf-core[serve]'") from None
+def serve_dependency(module: str) -> ModuleType:
+    """Import a serving dependency, or raise ``MissingDependencyError`` with the install hint."""
+    return require(module, "pip install 'rlinf-core[serve]'", "`rlinf serve`")

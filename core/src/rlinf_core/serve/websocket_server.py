@@ -20,7 +20,7 @@ import threading
 import time
 
 from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
-from rlinf_core.serve.errors import BadRequest, require
+from rlinf_core.serve.errors import BadRequest, serve_dependency
 from rlinf_core.serve.mapping import to_observation
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
 from rlinf_core.serve.security import UNAUTHORIZED, ConnectionSlots, ServerLimits, clip
@@ -52,7 +52,7 @@ class OpenPIWebsocketServer:
         self._thread: threading.Thread | None = None
 
     async def _handle(self, ws) -> None:
-        websockets = require("websockets", "websockets")
+        websockets = serve_dependency("websockets")
         peer = ws.remote_address
         if not self._slots.take():  # raced past the handshake check
             await ws.close(1013, clip(self._slots.full_message(), 120))
@@ -114,7 +114,7 @@ class OpenPIWebsocketServer:
         return None
 
     async def _start(self) -> None:
-        serve = require("websockets.asyncio.server", "websockets").serve
+        serve = serve_dependency("websockets.asyncio.server").serve
         self._server = await serve(
             self._handle,
             self.host,
