@@ -129,6 +129,24 @@ def test_rlinf_full_weights_pt(tiny, tmp_path):
         meta_model, meta_ckpt = load_model(tmp_path)
     assert meta_ckpt.config == ckpt.config and not meta_ckpt.state_dict
     assert next(meta_model.parameters()).is_meta
+    assert {k: v.shape for k, v in meta_ckpt.heads["value_head"].items()} == {
+        k: v.shape for k, v in ckpt.heads["value_head"].items()
+    }  # the heads' tensors are read (they size the value head), the model's are not
+
+
+def test_a_meta_build_sizes_the_saved_value_head(tiny):
+    """``rlinf memory`` on an RLinf export with a critic: the value head is built with the saved widths."""
+    from rlinf_core.models.meta import meta_init
+    from rlinf_policy_openpi.policy import OpenPIPolicy
+
+    path = str(tiny(layout="rlinf"))
+    real = OpenPIPolicy(path)
+    with meta_init():
+        meta = OpenPIPolicy(path)
+    assert meta.has_value_head and real.has_value_head
+    shapes = {k: v.shape for k, v in real.openpi.value_head.state_dict().items()}
+    assert {k: v.shape for k, v in meta.openpi.value_head.state_dict().items()} == shapes
+    assert next(meta.openpi.value_head.parameters()).is_meta
 
 
 @pytest.mark.parametrize(

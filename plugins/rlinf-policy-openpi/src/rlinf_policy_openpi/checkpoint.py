@@ -131,6 +131,21 @@ def read_key_names(path: Path) -> list[str]:
     return names
 
 
+def read_named(path: Path, names: set[str]) -> dict[str, torch.Tensor]:
+    """Only the tensors called ``names`` (e.g. the small heads, for a meta build that sizes them)."""
+    out: dict[str, torch.Tensor] = {}
+    for f in weight_files(path):
+        if f.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(f), framework="pt") as handle:
+                out.update({k: handle.get_tensor(k) for k in names & set(handle.keys())})
+        else:
+            state = _torch_load(f, mmap=True)
+            out.update({k: state[k] for k in names & set(state)})
+    return out
+
+
 def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
     from huggingface_hub import load_state_dict_from_file
 
@@ -222,6 +237,9 @@ def read_checkpoint(model_path: str | Path, *, weights: bool = True, **overrides
     else:
         raw = dict.fromkeys(read_key_names(path))
     state, heads, layout = to_openpi_names(raw)
+    if not weights and heads:  # the heads' widths are read from their tensors: they are small
+        saved = read_named(path, {f"{head}.{rest}" for head, tensors in heads.items() for rest in tensors})
+        heads = {head: {rest: saved[f"{head}.{rest}"] for rest in tensors} for head, tensors in heads.items()}
     if (path / "config.json").is_file() and "type" in json.loads((path / "config.json").read_text()):
         layout = "lerobot"
     elif (
