@@ -1,20 +1,24 @@
 """Write ``opensora_fork_ckpt/``: a training checkpoint exactly as the RLinf/opensora fork's trainer writes it.
 
 Runs the fork's own code (RLinf/opensora @ c1646dd5e4a499cb9dee0b14b1966e160b9fe48a, a checkout given as FORK) in a
-separate venv with colossalai 0.5.0 (what RLinf v0.3 pins), transformers 4.51.3 and peft 0.13.2 (what colossalai
-0.5.0 pins), timm 0.9.16, rotary_embedding_torch, mmengine, diffusers 0.29.0, torch 2.13.0 CPU::
+separate venv with torch 2.13.0 CPU and colossalai 0.5.0 (RLinf v0.3's pin), installed as::
 
+    pip install torch==2.13.0 safetensors numpy packaging psutil tqdm rich click einops pydantic contexttimer ninja \
+        transformers==4.51.3 peft==0.13.2   # colossalai 0.5.0's own pins (peft fails against newer transformers)
+    BUILD_EXT=0 pip install --no-deps --no-build-isolation colossalai==0.5.0
+    pip install --no-deps galore-torch==1.0 bitsandbytes==0.48.2 timm==0.9.16 rotary_embedding_torch mmengine \
+        diffusers==0.29.0 torchvision==0.28.0
+    pip install pillow addict yapf termcolor opencv-python-headless
     python make_opensora.py FORK [OUT_DIR]
 
 The sequence is ``scripts/train_web.py``'s, on one CPU process (gloo): ``create_colossalai_plugin("zero2", bf16)``
 (a ``LowLevelZeroPlugin``), the fork's ``STDiT3`` built as ``build_module`` builds it but tiny, the float32 EMA copy
-and ``record_model_param_shape``, ``booster.boost``, ``model_sharding(ema)``, one training step (``booster.backward``,
-``optimizer.step``, the fork's ``update_ema`` with decay 0.99 of ``config/val_config.yaml``), then
-``CheckpointIO.save(..., async_io=False)`` exactly as ``train_web.py:420`` calls it. What is not the fork's: see the
-corpus README (the stubbed imports, the optimizer, the loss). ``reference.safetensors`` beside it holds the fork's
-``STDiT3.forward`` output on fixed inputs, from the EMA loaded as ``config/val_config.yaml`` loads it (``ema.pt``
-through ``STDiT3_XL_2``'s ``load_checkpoint``) and from ``model/`` through the fork's ``load_checkpoint`` (colossalai's
-``GeneralCheckpointIO.load_model``).
+and ``record_model_param_shape``, ``booster.boost``, ``model_sharding(ema)``, then ``CheckpointIO.save(...,
+async_io=False)`` exactly as ``train_web.py:420`` calls it. What is not the fork's (stubbed imports, no optimizer
+and no training step: colossalai's ZeRO optimizer needs CUDA): see the corpus README. ``<OUT>_reference.safetensors``
+beside it holds the fork's ``STDiT3.forward`` output on fixed inputs, from the EMA loaded as
+``config/val_config.yaml`` loads it (``ema.pt`` through the fork's ``load_checkpoint``) and from the directory
+through the same function (colossalai's ``GeneralCheckpointIO.load_model`` on ``model/``).
 """
 
 from __future__ import annotations
