@@ -24,7 +24,7 @@ def side_files():
     ``make_tiny`` at 32 px, whose VAE has the 4 latent channels the checkpoint's DiT takes."""
     from rlinf_wm_opensora.testing import tiny_world_model
 
-    tiny = tiny_world_model(image_size=32)
+    tiny = tiny_world_model()  # 32 px: the cached directory the plugin's tests share
     return tiny / "vae", tiny / "dataset_statistics.json"
 
 
@@ -84,7 +84,8 @@ def test_fork_model_dir_with_vae_loads_as_the_released_layout(side_files, tmp_pa
     torch.testing.assert_close(fork_forward(wm), REF["out_model"], atol=1e-5, rtol=1e-5)
 
 
-def test_fork_training_checkpoint_without_vae_names_the_options():
+def test_fork_training_checkpoint_without_vae_names_the_options(capsys):
+    from rlinf_core.cli.error_report import run_cli
     from rlinf_wm_opensora import OpenSoraWorldModel
 
     with pytest.raises(FileNotFoundError) as info:
@@ -95,6 +96,11 @@ def test_fork_training_checkpoint_without_vae_names_the_options():
     with pytest.raises((TypeError, ValueError)) as info:  # the YAML route reports the same line
         from_yaml(CKPT, image_size=32)
     assert message in str(info.value)
+    with pytest.raises(SystemExit) as exit_info:  # and the CLI (rlinf fit / validate) prints it as one line
+        run_cli(lambda: from_yaml(CKPT, image_size=32))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlinf: error: ") and "vae_path" in err[0]
 
 
 def test_dit_weights_is_checked(side_files):
