@@ -4,6 +4,7 @@ through colossalai's ``Booster.save_model``; see README.md) loads into ``OpenSor
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -50,8 +51,9 @@ def fork_forward(wm) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dit_weights", ["ema", "model"])
-def test_fork_training_checkpoint_loads_from_yaml_as_the_fork_computes(side_files, dit_weights):
+def test_fork_training_checkpoint_loads_from_yaml_as_the_fork_computes(side_files, dit_weights, caplog):
     vae, stats = side_files
+    caplog.set_level(logging.INFO, logger="rlinf_wm_opensora.world_model")
     wm = from_yaml(
         CKPT, vae_path=str(vae), stats_path=str(stats), image_size=32, dit_weights=dit_weights, inference_dtype="fp32"
     )
@@ -59,6 +61,9 @@ def test_fork_training_checkpoint_loads_from_yaml_as_the_fork_computes(side_file
     written = load_pth_state_dict(CKPT / "ema.pt") if dit_weights == "ema" else load_safetensors(shard)
     loaded = wm.dit.state_dict()
     assert set(written) == set(loaded)
+    # without a training step (see README) ema.pt holds model/'s values: the log line says which file was read
+    source = "ema.pt (training checkpoint, the EMA)" if dit_weights == "ema" else "model/model.safetensors.index.json"
+    assert f"weights from {source}" in caplog.text and "sizes from model/config.json" in caplog.text
     for k, v in written.items():
         assert torch.equal(loaded[k], v.float()), k
     assert wm.config.depth == 2 and wm.config.hidden_size == 32  # from model/config.json (colossalai writes it)
