@@ -346,8 +346,10 @@ class T2IFinalLayer(nn.Module):
         shift, scale = (self.scale_shift_table[None] + t[:, None])[:, None, None].unbind(3)
         out = t2i_modulate(h, shift, scale)
         if x_mask is not None:
+            # as upstream (blocks.py T2IFinalLayer.forward): the condition frames' branch normalises the already
+            # modulated output again, not x. Only condition-frame outputs differ, which sampling and the loss drop.
             shift0, scale0 = (self.scale_shift_table[None] + t0[:, None])[:, None, None].unbind(3)
-            out = torch.where(x_mask[:, :, None, None], out, t2i_modulate(h, shift0, scale0))
+            out = torch.where(x_mask[:, :, None, None], out, t2i_modulate(self.norm_final(out), shift0, scale0))
         return self.linear(out)
 
 

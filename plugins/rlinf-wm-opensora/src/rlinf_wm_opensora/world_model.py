@@ -6,7 +6,9 @@ Loads the released directory (``RLinf/RLinf-OpenSora-LIBERO-{Spatial,Object}``) 
     resnet_rm.pth  dataset/traj*.npy
 
 or as RLinf's own loader reads it: no ``config.json`` (the released STDiT3-XL/2 sizes, or ``dit_config``) and no
-index (``model-*.safetensors`` shards found by name); one log line says which (see :mod:`rlinf_wm_opensora.layout`).
+index (``model-*.safetensors`` shards found by name), or a training checkpoint of the RLinf/opensora fork
+(``epoch*-global_step*/``: ``model/``, ``ema.pt``, ``running_states.json``; the VAE and statistics named by
+``vae_path`` / ``stats_path``); one log line says which (see :mod:`rlinf_wm_opensora.layout`).
 
 Semantics (RLinf ``world_model_opensora_env.py``):
 
@@ -39,7 +41,13 @@ from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.weights import CheckpointError
 from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
-from rlinf_wm_opensora.layout import load_dit_state, resolve_dit_config
+from rlinf_wm_opensora.layout import (
+    DIT_WEIGHTS,
+    RUNNING_STATES,
+    is_training_checkpoint,
+    load_dit_state,
+    resolve_dit_config,
+)
 from rlinf_wm_opensora.released import RELEASED_CONFIG, SDXL_VAE_CONFIG
 from rlinf_wm_opensora.rflow import (
     add_noise,
@@ -63,7 +71,9 @@ class OpenSoraWorldModel(WorldModel):
     """The OpenSora world model of RLinf (see the module docstring).
 
     Args:
-        model_path: the released (or :meth:`save_pretrained`) directory.
+        model_path: the released (or :meth:`save_pretrained`) directory, or a training checkpoint of the
+            RLinf/opensora fork (``epoch*-global_step*/``, which holds the DiT only: give ``vae_path`` and
+            ``stats_path``).
         chunk: frames generated per policy chunk (released: 8; ``pad_action_num + chunk`` latent frames per pass).
         num_sampling_steps: RFLOW Euler steps per chunk (released: 10).
         use_timestep_transform: shift the sampling / training timesteps by resolution as upstream (the identity
@@ -76,6 +86,12 @@ class OpenSoraWorldModel(WorldModel):
         vae_micro_batch: frames per VAE encode / decode call (upstream: 64).
         encode_seed: seed of the VAE posterior sample at reset (fixed, so a reset is reproducible).
         gradient_checkpointing: recompute block activations in :meth:`training_loss`.
+        vae_path: the VAE directory (diffusers ``AutoencoderKL``); None: ``model_path/vae`` (RLinf's YAML:
+            ``world_model_cfg.vae.from_pretrained``).
+        stats_path: the ``dataset_statistics.json`` whose action q01/q99 normalise actions; None: the one in
+            ``model_path`` (RLinf's YAML: ``world_model_cfg.stats_path``).
+        dit_weights: in a fork training checkpoint, ``ema`` (``ema.pt``, what the fork's inference config loads) or
+            ``model`` (``model/``, the trained weights in bf16); other layouts have one set of weights.
     """
 
     #: (condition, generated) frames of a training clip (released: 4 + 8); set per instance from config.json
@@ -94,18 +110,32 @@ class OpenSoraWorldModel(WorldModel):
         encode_seed: int = 0,
         gradient_checkpointing: bool = False,
         dit_config: dict[str, Any] | None = None,
+        vae_path: str | None = None,
+        stats_path: str | None = None,
+        dit_weights: str = "ema",
     ) -> None:
         super().__init__()
         if inference_dtype not in ("auto", "bf16", "fp32"):
             raise ValueError(f"inference_dtype must be 'auto', 'bf16' or 'fp32', got {inference_dtype!r}")
         if chunk < 1 or num_sampling_steps < 1:
             raise ValueError(f"chunk and num_sampling_steps must be >= 1, got {chunk} and {num_sampling_steps}")
+        if dit_weights not in DIT_WEIGHTS:
+            raise ValueError(f"dit_weights must be one of {', '.join(DIT_WEIGHTS)}, got {dit_weights!r}")
         root = Path(model_path)
         meta = is_meta_init()
         released = meta and not root.is_dir()  # a meta build from a placeholder path: the released sizes
         if not root.is_dir() and not released:
             raise FileNotFoundError(f"OpenSora world model directory {root} does not exist; {TINY_HINT}")
         self.model_path = str(root)
+        self.vae_path = Path(vae_path) if vae_path else root / "vae"
+        self.stats_path = Path(stats_path) if stats_path else root / STATS_NAME
+        self.dit_weights = dit_weights
+        if not released and is_training_checkpoint(root) and not (self.vae_path.is_dir() and self.stats_path.is_file()):
+            raise FileNotFoundError(
+                f"{root} is an RLinf/opensora training checkpoint ({RUNNING_STATES}, model/, ema.pt): it holds the DiT "
+                f"only; set vae_path (the VAE directory) and stats_path (its dataset_statistics.json), as RLinf's "
+                f"world_model_cfg.vae.from_pretrained and stats_path"
+            )
         if released:
             known = {f.name for f in fields(STDiT3Config)}
             self.config = STDiT3Config(**{k: v for k, v in RELEASED_CONFIG.items() if k in known})
@@ -125,13 +155,13 @@ class OpenSoraWorldModel(WorldModel):
         if released:
             q01, q99 = -np.ones(self.action_dim, np.float32), np.ones(self.action_dim, np.float32)
         else:
-            q01, q99 = read_action_bounds(root / STATS_NAME, self.action_dim)
+            q01, q99 = read_action_bounds(self.stats_path, self.action_dim)
         self.register_buffer("action_q01", torch.from_numpy(q01), persistent=False)
         self.register_buffer("action_q99", torch.from_numpy(q99), persistent=False)
 
         self.dit = STDiT3(self.config)
         self.dit.gradient_checkpointing = gradient_checkpointing
-        vae = build_vae(SDXL_VAE_CONFIG) if released else load_vae(root / "vae", load_weights=not meta)
+        vae = build_vae(SDXL_VAE_CONFIG) if released else load_vae(self.vae_path, load_weights=not meta)
         self.vae = vae.requires_grad_(False).eval()
         if self.vae.config.latent_channels != self.config.in_channels:
             raise ValueError(
@@ -139,7 +169,7 @@ class OpenSoraWorldModel(WorldModel):
                 f"config.json's in_channels is {self.config.in_channels}"
             )
         if not meta:
-            weights_source = load_dit_weights(self.dit, root)
+            weights_source = load_dit_weights(self.dit, root, dit_weights)
             log.info("OpenSora world model %s: sizes from %s; weights from %s", root, config_source, weights_source)
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -329,10 +359,11 @@ class OpenSoraWorldModel(WorldModel):
         self.vae.save_config(path / "vae")
         vae_state = {k: v.detach().float().cpu().contiguous() for k, v in self.vae.state_dict().items()}
         save_file(vae_state, str(path / "vae" / VAE_WEIGHTS_NAME), metadata={"format": "pt"})
+        if self.stats_path.is_file() and self.stats_path.resolve() != (path / STATS_NAME).resolve():
+            shutil.copy2(self.stats_path, path / STATS_NAME)
         if src.resolve() != path.resolve():
-            for name in (STATS_NAME, "resnet_rm.pth"):
-                if (src / name).is_file():
-                    shutil.copy2(src / name, path / name)
+            if (src / "resnet_rm.pth").is_file():
+                shutil.copy2(src / "resnet_rm.pth", path / "resnet_rm.pth")
             if (src / "dataset").is_dir():
                 shutil.copytree(src / "dataset", path / "dataset", dirs_exist_ok=True)
 
@@ -354,10 +385,10 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     return q01, q99
 
 
-def load_dit_weights(dit: STDiT3, root: Path) -> str:
+def load_dit_weights(dit: STDiT3, root: Path, dit_weights: str = "ema") -> str:
     """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent); returns
     which files were read."""
-    state, source = load_dit_state(root, hint=TINY_HINT)
+    state, source = load_dit_state(root, hint=TINY_HINT, dit_weights=dit_weights)
     expected = dit.state_dict()
     missing = sorted(k for k in expected if k not in state and not is_optional_key(k))
     unexpected = sorted(k for k in state if k not in expected)
