@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -118,12 +118,23 @@ class Env(EnvRuntime):
     #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``
     #: (declared up front: every rank must reduce the same keys).
     episode_metrics: tuple[str, ...] = ()
+    #: flat setting names → ``(config group, field)`` for an env whose constructor groups its settings (the flat
+    #: names RLinf's configs and older configs use, ``{"reward_coef": ("reward", "coef")}``): ``rlinf fit`` names the
+    #: grouped key of such a key, and the constructor refuses it with the same hint
+    FLAT_SETTINGS: ClassVar[dict[str, tuple[str, str]]] = {}
 
     # marked as a wrapper of object.__new__ so that signature readers (jsonargparse) read __init__'s parameters
     @functools.wraps(object.__new__)
     def __new__(cls, *args: Any, **kwargs: Any) -> Env:
         # Record the outermost constructor's arguments for clone(): stage, eval and worker copies of an
         # env are built from the same config with a few overrides (Python passes __new__ what __init__ gets).
+        moved = [k for k in kwargs if k in cls.FLAT_SETTINGS]
+        if moved:
+            group, field = cls.FLAT_SETTINGS[moved[0]]
+            raise TypeError(
+                f"{cls.__name__} got the flat setting {moved[0]!r}: it is {group}.{field} now "
+                f"({group}={{{field!r}: ...}} in Python, {group}: {{{field}: ...}} in YAML)"
+            )
         env = object.__new__(cls)
         env._init_args = (args, dict(kwargs))
         return env
