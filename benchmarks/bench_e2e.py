@@ -400,7 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     n_chunks = ro.max_steps_per_rollout_epoch // C
     S, W = ro.pipeline_stage_num, max(env.num_workers, 1)
     raw_kw = dict(tasks=env.task_names, n_chunks=n_chunks, chunk=C, max_episode_steps=env.max_episode_steps,
-                  image_size=env.image_size, camera_name=env.camera_name, fast_render=env.fast_render)  # fmt: skip
+                  image_size=env.render.image_size, camera_name=env.render.camera_name,
+                  fast_render=env.render.fast_render)  # fmt: skip
     layout = f"{S} stage(s) x {env.num_workers} worker process(es)"
     variants = {
         f"Env.chunk_step, {layout}": EnvOnly(_stage_clones(module), n_chunks, C),
@@ -414,8 +415,8 @@ def main(argv: list[str] | None = None) -> None:
         variants["Env.chunk_step, 1 process"] = EnvOnly([env.clone(num_workers=0)], n_chunks, C)
         variants["raw simulator, 1 process"] = RawSim(num_envs=env.num_envs, **raw_kw)
     print(f"{type(env).__name__} {env.task_names}, {env.num_envs} envs, {layout}, {n_chunks} chunks of C={C}, "
-          f"horizon {env.max_episode_steps}, {env.image_size}px; {args.warmup} warm-up + {args.epochs} measured "
-          f"epochs", flush=True)  # fmt: skip
+          f"horizon {env.max_episode_steps}, {env.render.image_size}px; {args.warmup} warm-up + {args.epochs} "
+          f"measured epochs", flush=True)  # fmt: skip
     bench = E2EBench(variants, args.warmup, args.profile, args.update_threads)
     trainer.callbacks.append(bench)
     for fn in variants.values():  # build simulators and start processes outside the timings

@@ -332,7 +332,7 @@ def _throughput_env(check: Check, kind: str, num_envs: int, steps: int, stages: 
         "auto_reset": False,
     }
     if check.dry_run:
-        args["image_size"] = 64
+        args["render"] = {**args.get("render", {}), "image_size": 64}
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(cls, "env")
     return parser.instantiate(parser.parse_object({"env": args})).env

@@ -85,11 +85,14 @@ def make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
         kind = "metaworld" if metaworld_available() else "reach"
     if kind == "metaworld":
         from rlinf_env_metaworld.env import MetaWorldEnv
+        from rlinf_env_metaworld.settings import MetaWorldRenderConfig
 
         return MetaWorldEnv(
             task_set="MT1",
             task_name="pick-place-v3",
-            image_size=image_size,
+            render=MetaWorldRenderConfig(
+                image_size=image_size, wrist_camera_name=kwargs.pop("wrist_camera_name", None)
+            ),
             num_envs=num_envs,
             max_episode_steps=kwargs.pop("max_episode_steps", 10_000),
             **kwargs,
