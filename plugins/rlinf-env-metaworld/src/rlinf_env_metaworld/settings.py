@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from rlinf_core.foundation.checks import check_choice, check_number
+from rlinf_core import check_choice, check_number
 
 
 @dataclass(frozen=True)
