@@ -10,6 +10,7 @@ import torch  # noqa: E402
 
 from rlinf_core.envs.vector import EnvWorkerError, vectorize  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
 
 def test_runs_in_worker_processes_and_reports_simulator_errors():
@@ -17,9 +18,8 @@ def test_runs_in_worker_processes_and_reports_simulator_errors():
         LiberoEnv(
             num_envs=2,
             num_workers=2,
-            image_size=32,
-            fast_render=True,
-            settle_steps=1,
+            render=LiberoRenderConfig(image_size=32, fast_render=True),
+            sim=LiberoSimConfig(settle_steps=1),
             task_id_filter=[0],
             trials_per_task=2,
             is_eval=True,
