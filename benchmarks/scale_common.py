@@ -78,9 +78,15 @@ def metaworld_available() -> bool:
     return True
 
 
-def make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
+def make_env(kind: str, num_envs: int, image_size: int = 128, num_workers: int = 0, **kwargs):
     """``kind``: ``metaworld`` (pick-place, fast render), ``reach`` (CostlyReachEnv, CPU work) or
-    ``reach-sleep`` (CostlyReachEnv waiting off the CPU)."""
+    ``reach-sleep`` (CostlyReachEnv waiting off the CPU); in ``num_workers`` worker processes when > 0."""
+    from rlinf_core.envs.vector import vectorize
+
+    return vectorize(_make_env(kind, num_envs, image_size, **kwargs), num_workers)
+
+
+def _make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
     if kind == "auto":
         kind = "metaworld" if metaworld_available() else "reach"
     if kind == "metaworld":

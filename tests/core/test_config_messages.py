@@ -280,3 +280,14 @@ def test_flat_env_keys_name_their_grouped_key(tmp_path, capsys, monkeypatch, plu
         *_fit(tmp_path, capsys, None, "--config", config, *FAST, f"--model.init_args.env.init_args.{flat}=1")
     )
     assert f"use --model.init_args.env.init_args.{grouped}" in line, line
+
+
+def test_an_env_num_workers_names_the_rl_loop_setting(tmp_path, capsys, monkeypatch):
+    """The worker count left the Env contract for the vector layer: an env's num_workers (old configs) names
+    rollout.env_workers, an eval env's rollout.eval_env_workers."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_error(*_fit(tmp_path, capsys, _toy(), *FAST, "--model.init_args.env.init_args.num_workers=2"))
+    assert "num_workers: its worker processes are --model.init_args.rollout.env_workers" in line, line
+    cfg = _toy(model__init_args__eval_env={"class_path": "ReachEnv", "init_args": {"num_workers": 1}})
+    line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
+    assert "--model.init_args.rollout.eval_env_workers" in line and "c0.yaml" in line, line

@@ -17,7 +17,6 @@ def test_runs_in_worker_processes_and_reports_simulator_errors():
     env = vectorize(
         LiberoEnv(
             num_envs=2,
-            num_workers=2,
             render=LiberoRenderConfig(image_size=32, fast_render=True),
             sim=LiberoSimConfig(settle_steps=1),
             task_id_filter=[0],
@@ -26,7 +25,8 @@ def test_runs_in_worker_processes_and_reports_simulator_errors():
             auto_reset=True,
             ignore_terminations=True,
             max_episode_steps=4,
-        )
+        ),
+        num_workers=2,
     )
     try:
         obs = env.reset()

@@ -116,6 +116,9 @@ def suggestion(exc: BaseException, argv: list[str]) -> str | None:
     else:
         head = " "
     parent, _, leaf = key.rpartition(".")
+    if leaf == "num_workers" and any(c.__name__ == "Env" for c in cls.__mro__):  # the env's worker count moved
+        new = "rollout.eval_env_workers" if "eval_env" in typed or "eval_env" in nested else "rollout.env_workers"
+        return f"{head}An env no longer takes num_workers: its worker processes are --model.init_args.{new}"
     moved = (getattr(cls, "FLAT_SETTINGS", None) or {}).get(leaf)  # an RLinf flat key now in a config group
     if moved is not None:
         grouped = ".".join(p for p in (parent, *moved) if p)

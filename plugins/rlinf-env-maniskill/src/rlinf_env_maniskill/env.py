@@ -38,7 +38,7 @@ class ManiSkillEnv(Env):
     ``fail_once``, logged as ``env/fail_once`` and ``eval/fail_once``.
 
     On the CPU backend every sub-env is its own ManiSkill env (ManiSkill's CPU physics holds one
-    env); use ``num_workers`` to spread them over processes. On the GPU backend each task is one
+    env); use ``rollout.env_workers`` to spread them over processes. On the GPU backend each task is one
     batched ManiSkill env of ``num_envs`` sub-envs. Without a GPU, SAPIEN needs Mesa >= 24.3
     lavapipe: run ``scripts/install_lavapipe.sh`` once (or ``python -m rlinf_env_maniskill.lavapipe
     install``); it is found automatically.

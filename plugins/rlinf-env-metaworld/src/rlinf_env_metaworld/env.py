@@ -211,10 +211,9 @@ class MetaWorldEnv(Env):
         Uses metaworld's hand-written policies on the simulator state. For ``chunk > 1`` the
         expert is simulated ahead and the simulator rewound, so ``chunk_step`` of the result
         reproduces the expert's closed-loop trajectory. Sub-envs without a running episode get
-        zeros. For demonstrations and tests; policies never see the simulator state.
+        zeros. For demonstrations and tests; policies never see the simulator state. It reads the simulator, so it
+        exists on the env itself only (a :class:`~rlinf_core.envs.vector.WorkerEnv` has none).
         """
-        if self.num_workers > 0:
-            raise ValueError("MetaWorldEnv.expert_actions reads the simulator: it needs num_workers: 0")
         self.ensure_built()
         out = np.zeros((self.num_envs, chunk, self.action_dim), np.float32)
         live = self.live_envs
