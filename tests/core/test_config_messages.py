@@ -290,4 +290,4 @@ def test_an_env_num_workers_names_the_rl_loop_setting(tmp_path, capsys, monkeypa
     assert "num_workers: its worker processes are --model.init_args.rollout.env_workers" in line, line
     cfg = _toy(model__init_args__eval_env={"class_path": "ReachEnv", "init_args": {"num_workers": 1}})
     line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
-    assert "--model.init_args.rollout.eval_env_workers" in line and "c0.yaml" in line, line
+    assert "--model.init_args.rollout.eval_env_workers" in line and "c1.yaml" in line, line
