@@ -9,6 +9,7 @@ appends the closest one to the message.
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 from argparse import ArgumentError
 from collections.abc import Callable
@@ -38,8 +39,6 @@ def closest_key(key: str, accepted: list[str]) -> str | None:
 
 def _resolve_class(name: str, base: type) -> type | None:
     if "." in name:
-        import importlib
-
         module, _, qualname = name.rpartition(".")
         try:
             return getattr(importlib.import_module(module), qualname)
