@@ -34,7 +34,7 @@ them (``reset``, ``chunk_step``, episodes, frames, ``clone``) is :class:`rlinf_c
 the base class. An env runs its sub-envs in this process: how many processes run them is not the env's business.
 Worker processes are a wrapper, :class:`rlinf_core.envs.vector.WorkerEnv`, that the RL loop applies when its
 ``rollout.env_workers > 0`` (:func:`rlinf_core.envs.vector.vectorize`); the two share one typed interface,
-:class:`rlinf_core.contracts.env_runtime.BatchedEnv`. Initial-state sampling lives in
+:class:`rlinf_core.contracts.batched_env.BatchedEnv`. Initial-state sampling lives in
 :mod:`rlinf_core.contracts.reset_states` and the step result in :mod:`rlinf_core.contracts.observation`.
 """
 
@@ -102,8 +102,8 @@ class Env(EnvRuntime):
         if moved:
             group, field = cls.FLAT_SETTINGS[moved[0]]
             raise TypeError(
-                f"{cls.__name__} got the flat setting {moved[0]!r}: it is {group}.{field} now "
-                f"({group}={{{field!r}: ...}} in Python, {group}: {{{field}: ...}} in YAML)"
+                f"{cls.__name__} got the flat setting {moved[0]!r}: it is {group}.{field} now (the {group} config "
+                f"group: a dataclass in Python, {group}: {{{field}: ...}} in YAML)"
             )
         env = object.__new__(cls)
         env._init_args = (args, dict(kwargs))
