@@ -22,7 +22,7 @@ Prints wall and CPU seconds (main process + env workers) and env-steps/s of each
 training / simulator (target >= 0.8) and where the training epoch's time goes (``time/*``
 metrics plus clocks on the update, logging and checkpoint). ``--old-render-threads`` adds the
 stage envs with every stage's workers rendering on all cores (the behaviour before
-``Env.concurrent_envs``); ``--update-threads N`` gives the update N torch threads; unknown options
+``WorkerEnv.concurrent_envs``); ``--update-threads N`` gives the update N torch threads; unknown options
 go to ``rlinf fit``::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_e2e.py [--epochs 5] [--in-process] [--profile out.prof]
@@ -51,6 +51,7 @@ import lightning.pytorch as pl  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from rlinf_core.envs.vector import WorkerEnv  # noqa: E402
 from scale_common import Clock, fmt_table, load_line  # noqa: E402  (sets OMP_NUM_THREADS / MUJOCO_GL defaults)
 
 
@@ -69,7 +70,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def worker_pids(envs: list) -> list[int]:
-    return [pid for e in envs if e._workers is not None for pid in e._workers.pids]
+    return [pid for e in envs if isinstance(e, WorkerEnv) for pid in e.pids]
 
 
 # ------------------------------------------------------------------------------------------------ simulator only
@@ -325,7 +326,8 @@ def _stage_clones(module, concurrent: bool = True) -> list:
     else:
         envs = [env.clone(num_envs=env.num_envs // S, seed=env.seed + 1000 * s) for s in range(S)]
     for s, e in enumerate(envs):
-        e.concurrent_envs = S if concurrent else 1
+        if isinstance(e, WorkerEnv):
+            e.concurrent_envs = S if concurrent else 1
         e.shard(s, S)
     return envs
 
@@ -398,10 +400,12 @@ def main(argv: list[str] | None = None) -> None:
     env, ro = module.env, module.rollout_cfg
     C = module.policy.num_action_chunks
     n_chunks = ro.max_steps_per_rollout_epoch // C
-    S, W = ro.pipeline_stage_num, max(env.num_workers, 1)
+    workers = env.num_workers if isinstance(env, WorkerEnv) else 0
+    S, W = ro.pipeline_stage_num, max(workers, 1)
     raw_kw = dict(tasks=env.task_names, n_chunks=n_chunks, chunk=C, max_episode_steps=env.max_episode_steps,
-                  image_size=env.image_size, camera_name=env.camera_name, fast_render=env.fast_render)  # fmt: skip
-    layout = f"{S} stage(s) x {env.num_workers} worker process(es)"
+                  image_size=env.unwrapped.render.image_size, camera_name=env.unwrapped.render.camera_name,
+                  fast_render=env.unwrapped.render.fast_render)  # fmt: skip
+    layout = f"{S} stage(s) x {workers} worker process(es)"
     variants = {
         f"Env.chunk_step, {layout}": EnvOnly(_stage_clones(module), n_chunks, C),
         f"raw simulator, {S * W} processes": RawSimProcs(S * W, num_envs=env.num_envs // (S * W), **raw_kw),
@@ -411,11 +415,11 @@ def main(argv: list[str] | None = None) -> None:
             _stage_clones(module, concurrent=False), n_chunks, C
         )
     if args.in_process:
-        variants["Env.chunk_step, 1 process"] = EnvOnly([env.clone(num_workers=0)], n_chunks, C)
+        variants["Env.chunk_step, 1 process"] = EnvOnly([env.unwrapped.clone()], n_chunks, C)
         variants["raw simulator, 1 process"] = RawSim(num_envs=env.num_envs, **raw_kw)
     print(f"{type(env).__name__} {env.task_names}, {env.num_envs} envs, {layout}, {n_chunks} chunks of C={C}, "
-          f"horizon {env.max_episode_steps}, {env.image_size}px; {args.warmup} warm-up + {args.epochs} measured "
-          f"epochs", flush=True)  # fmt: skip
+          f"horizon {env.max_episode_steps}, {env.unwrapped.render.image_size}px; {args.warmup} warm-up + "
+          f"{args.epochs} measured epochs", flush=True)  # fmt: skip
     bench = E2EBench(variants, args.warmup, args.profile, args.update_threads)
     trainer.callbacks.append(bench)
     for fn in variants.values():  # build simulators and start processes outside the timings

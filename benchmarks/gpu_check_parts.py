@@ -314,10 +314,11 @@ def throughput_env_kind(requested: str) -> str:
 
 
 def _throughput_env(check: Check, kind: str, num_envs: int, steps: int, stages: int):
+    """The env and its worker processes per pipeline stage (``rollout.env_workers``)."""
     if kind == "reach":
         from rlinf_core.builtin.toy_env import ReachEnv
 
-        return ReachEnv(num_envs=num_envs, group_size=2, max_episode_steps=steps, auto_reset=False)
+        return ReachEnv(num_envs=num_envs, group_size=2, max_episode_steps=steps, auto_reset=False), 0
     import yaml
     from jsonargparse import ArgumentParser
 
@@ -332,16 +333,15 @@ def _throughput_env(check: Check, kind: str, num_envs: int, steps: int, stages: 
     args = {
         **node["init_args"],
         "num_envs": num_envs,
-        "num_workers": workers,
         "group_size": 2,
         "max_episode_steps": steps,
         "auto_reset": False,
     }
     if check.dry_run:
-        args["image_size"] = 64
+        args["render"] = {**args.get("render", {}), "image_size": 64}
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(cls, "env")
-    return parser.instantiate(parser.parse_object({"env": args})).env
+    return parser.instantiate(parser.parse_object({"env": args})).env, workers
 
 
 def part_throughput(check: Check) -> dict:
@@ -397,7 +397,7 @@ def part_throughput(check: Check) -> dict:
                     check.progress(f"throughput: stages={stages}, RL step {len(metrics)} {times}")
 
             t0 = time.perf_counter()
-            env = _throughput_env(check, kind, envs, steps, stages)
+            env, workers = _throughput_env(check, kind, envs, steps, stages)
             check.progress(f"throughput: stages={stages}: env built in {time.perf_counter() - t0:.1f} s")
             module = RLModule(
                 env=env,
@@ -406,6 +406,7 @@ def part_throughput(check: Check) -> dict:
                 rollout=RolloutConfig(
                     max_steps_per_rollout_epoch=steps,
                     pipeline_stage_num=stages,
+                    env_workers=workers,
                     recompute_logprobs=True,
                     show_progress=False,
                 ),

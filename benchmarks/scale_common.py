@@ -78,18 +78,27 @@ def metaworld_available() -> bool:
     return True
 
 
-def make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
+def make_env(kind: str, num_envs: int, image_size: int = 128, num_workers: int = 0, **kwargs):
     """``kind``: ``metaworld`` (pick-place, fast render), ``reach`` (CostlyReachEnv, CPU work) or
-    ``reach-sleep`` (CostlyReachEnv waiting off the CPU)."""
+    ``reach-sleep`` (CostlyReachEnv waiting off the CPU); in ``num_workers`` worker processes when > 0."""
+    from rlinf_core.envs.vector import vectorize
+
+    return vectorize(_make_env(kind, num_envs, image_size, **kwargs), num_workers)
+
+
+def _make_env(kind: str, num_envs: int, image_size: int = 128, **kwargs):
     if kind == "auto":
         kind = "metaworld" if metaworld_available() else "reach"
     if kind == "metaworld":
         from rlinf_env_metaworld.env import MetaWorldEnv
+        from rlinf_env_metaworld.settings import MetaWorldRenderConfig
 
         return MetaWorldEnv(
             task_set="MT1",
             task_name="pick-place-v3",
-            image_size=image_size,
+            render=MetaWorldRenderConfig(
+                image_size=image_size, wrist_camera_name=kwargs.pop("wrist_camera_name", None)
+            ),
             num_envs=num_envs,
             max_episode_steps=kwargs.pop("max_episode_steps", 10_000),
             **kwargs,

@@ -528,11 +528,17 @@ def _load(rel: str) -> dict:
 
 
 def _flat_keys(class_path: str | None) -> dict[str, tuple[str, str]]:
-    """RLinf's flat policy key → (config group, field) of our policy class, for the policies with groups."""
+    """RLinf's flat policy / env key → (config group, field) of our class, for the classes with groups."""
     if class_path == "OpenPIPolicy":
         from rlinf_policy_openpi.settings import FLAT_KEYS
     elif class_path in ("OpenVLAPolicy", "OpenVLAOFTPolicy"):
         from rlinf_policy_openvla.settings import FLAT_KEYS
+    elif class_path == "LiberoEnv":
+        from rlinf_env_libero.settings import FLAT_KEYS
+    elif class_path == "MetaWorldEnv":
+        from rlinf_env_metaworld.settings import FLAT_KEYS
+    elif class_path == "ManiSkillEnv":
+        from rlinf_env_maniskill.settings import FLAT_KEYS
     else:
         return {}
     return FLAT_KEYS
@@ -551,7 +557,7 @@ def _value(cfg: dict, key: str):
     if name == "class_path":
         return block.get("class_path")
     if name in _flat_keys(block.get("class_path")):
-        group, name = _flat_keys(block.get("class_path"))[name]  # RLinf's flat name → our policy's config group
+        group, name = _flat_keys(block.get("class_path"))[name]  # RLinf's flat name → our config group
         block = block.get("init_args", {}).get(group) or {}
     elif "class_path" in block:
         block = block.get("init_args", {})
@@ -595,11 +601,13 @@ def drift(rel: str, cfg: dict, text: str, docs: str) -> list[str]:
     # LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
     # steps before the first frame. Every real-simulator env of a seeds' config does the same.
     for section, args in _env_blocks(cfg, "LiberoEnv"):
-        if args.get("placement_seed") != "rlinf":
-            out.append(f"{rel}: {section}.placement_seed = {args.get('placement_seed')!r}, needs 'rlinf'")
+        seed = (args.get("sim") or {}).get("placement_seed")
+        if seed != "rlinf":
+            out.append(f"{rel}: {section}.sim.placement_seed = {seed!r}, needs 'rlinf'")
     for section, args in _env_blocks(cfg, "MetaWorldEnv"):
-        if args.get("settle_steps") != 16:
-            out.append(f"{rel}: {section}.settle_steps = {args.get('settle_steps')!r}, needs 16")
+        settle = (args.get("sim") or {}).get("settle_steps")
+        if settle != 16:
+            out.append(f"{rel}: {section}.sim.settle_steps = {settle!r}, needs 16")
     return out
 
 

@@ -256,3 +256,38 @@ def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeyp
         "RLinf's flat value_after_vlm is critic.after_vlm in OpenPIPolicy: use --model.init_args.policy."
         "init_args.critic.after_vlm" in line
     ), line
+
+
+@pytest.mark.parametrize(
+    ("plugin", "config", "flat", "grouped"),
+    [
+        ("rlinf_env_libero", "libero/spatial_cpu_smoke.yaml", "reward_coef", "reward.coef"),  # RLinf's key
+        ("rlinf_env_metaworld", "metaworld/quickstart_grpo.yaml", "camera_name", "render.camera_name"),  # our old key
+        ("rlinf_env_maniskill", "maniskill/pickcube_cpu_smoke.yaml", "sim_backend", "sim.backend"),
+    ],
+)
+def test_flat_env_keys_name_their_grouped_key(tmp_path, capsys, monkeypatch, plugin, config, flat, grouped):
+    """The simulator envs group render / reward / sim settings; a flat key (RLinf's, or ours before the groups) in a
+    YAML file or on the command line is one line naming the grouped key (through the env's FLAT_SETTINGS)."""
+    pytest.importorskip(plugin)
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
+    cfg["model"]["init_args"]["env"]["init_args"][flat] = cfg["model"]["init_args"]["env"]["init_args"].get(flat)
+    line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
+    assert f"flat {flat} is {grouped} in " in line and "c0.yaml" in line, line
+    assert f"model.init_args.env.init_args.{grouped}" in line, line
+    line = _one_error(
+        *_fit(tmp_path, capsys, None, "--config", config, *FAST, f"--model.init_args.env.init_args.{flat}=1")
+    )
+    assert f"use --model.init_args.env.init_args.{grouped}" in line, line
+
+
+def test_an_env_num_workers_names_the_rl_loop_setting(tmp_path, capsys, monkeypatch):
+    """The worker count left the Env contract for the vector layer: an env's num_workers (old configs) names
+    rollout.env_workers, an eval env's rollout.eval_env_workers."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_error(*_fit(tmp_path, capsys, _toy(), *FAST, "--model.init_args.env.init_args.num_workers=2"))
+    assert "num_workers: its worker processes are --model.init_args.rollout.env_workers" in line, line
+    cfg = _toy(model__init_args__eval_env={"class_path": "ReachEnv", "init_args": {"num_workers": 1}})
+    line = _one_error(*_fit(tmp_path, capsys, cfg, *FAST))
+    assert "--model.init_args.rollout.eval_env_workers" in line and "c1.yaml" in line, line

@@ -21,7 +21,7 @@ QUICK_EVAL = [  # 4 held-out episodes of 24 steps instead of 40 of 100, no video
     "--model.init_args.eval_env.init_args.max_episode_steps=24",
     "--model.init_args.eval_env.init_args.video_cfg.save_video=false",
     "--model.init_args.env.init_args.num_envs=8",
-    "--model.init_args.env.init_args.num_workers=0",
+    "--model.init_args.rollout.env_workers=0",
 ]
 ONE_EPOCH = ["--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
 # (doc, command) -> extra arguments of its cheap variant, or why it does not run here (a test file named in the
@@ -104,7 +104,7 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "scaling.md",
         "srun rlinf fit --config configs/libero/spatial.yaml --trainer.accelerator gpu "
         "--trainer.num_nodes 2 --trainer.devices 8 --trainer.strategy.class_path "
-        "rlinf_core.distributed.strategies.FSDP2Strategy --model.init_args.env.init_args.num_workers 8",
+        "rlinf_core.distributed.strategies.FSDP2Strategy --model.init_args.rollout.env_workers 8",
     ): "a 2-node SLURM job; tests/scale/test_strategies_multiprocess.py runs FSDP2 on CPU ranks",
     ("serving.md", "pip install -e 'core[serve]'"): "scripts/install.sh installs core[serve]",
     (

@@ -153,3 +153,20 @@ def test_world_model_that_cannot_run_on_meta_reports_weights_and_a_note():
     assert any("ToyWorldModel: inference peak not measured" in n and "meta" in n for n in mem.notes)
     with pytest.raises(ValueError, match="meta-built"):  # a real model is never profiled by running it
         ToyWorldModel().memory_profile(1, 2)
+
+
+def test_rollout_buffer_reads_the_image_size_of_a_render_group():
+    """Plugin envs group their image size under ``render:``; ``rlinf memory`` sizes the stored images with it (not
+    with the policy's input size) as it does with a top-level ``image_size``."""
+    from types import SimpleNamespace
+
+    from rlinf_core.cli.memory import _buffer_bytes_per_rank
+
+    policy = SimpleNamespace(num_action_chunks=1, action_dim=1, image_size=8, num_images_in_input=1)
+    rollout = {"max_steps_per_rollout_epoch": 1}
+
+    def size(env_args: dict) -> float:
+        return _buffer_bytes_per_rank({"env": {"init_args": {"num_envs": 1, **env_args}}, "rollout": rollout}, policy)
+
+    top, grouped, none = size({"image_size": 64}), size({"render": {"image_size": 64}}), size({})
+    assert top == grouped and grouped - none == 3 * (64 * 64 - 8 * 8)

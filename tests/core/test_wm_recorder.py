@@ -13,6 +13,7 @@ from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf_core.callbacks.recorder import RolloutRecorder
 from rlinf_core.cli.main import main
+from rlinf_core.envs.vector import vectorize
 from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.world_models.datasets import ClipDataset, FrameDataset
 from rlinf_core.world_models.init_data import load_init_trajectory
@@ -109,7 +110,7 @@ def test_bad_settings_fail_in_one_line(bad):
 def test_worker_process_envs_record_the_same_files(tmp_path):
     out = {}
     for workers in (0, 2):
-        env = ReachEnv(num_envs=4, max_episode_steps=4, image_size=8, num_workers=workers)
+        env = vectorize(ReachEnv(num_envs=4, max_episode_steps=4, image_size=8), workers)
         rec = RolloutRecorder(out_dir=str(tmp_path / str(workers)))
         rec.attach(env, "train")
         try:

@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
+from rlinf_core.envs.vector import vectorize
 from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.testing.conformance import EnvPluginTests
 
@@ -140,8 +141,8 @@ def test_instructions_reach_the_reward_model_and_workers_are_refused(tmp_path):
     env.reset(reset_state_ids=np.array([1, 0]))
     env.chunk_step(torch.zeros(2, 3, 2))
     assert rm.seen == ["centre the dot 1"] * 3 + ["centre the dot 0"] * 3
-    with pytest.raises(ValueError, match="num_workers: 0"):
-        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2, num_workers=1)
+    with pytest.raises(ValueError, match="rollout.env_workers: 0"):
+        vectorize(WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2), 1)
 
 
 def test_rl_module_sets_the_env_device_before_rollouts(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ pytest.importorskip("rlinf_env_metaworld")
 
 import bench_e2e  # noqa: E402
 from rlinf_env_metaworld.env import MetaWorldEnv  # noqa: E402
+from rlinf_env_metaworld.settings import MetaWorldRenderConfig  # noqa: E402
 
 TASKS = ["button-press-topdown-v3", "drawer-close-v3"]
 
@@ -22,7 +23,7 @@ def test_raw_simulator_matches_env_cadence():
     """Chunks of 4 over a horizon of 6: the last chunk runs 2 live steps; one render per sub-env per chunk."""
     kw = dict(image_size=16, camera_name="corner", fast_render=True)
     env = MetaWorldEnv(tasks=TASKS, trials_per_task=5, num_envs=4, group_size=2, max_episode_steps=6,
-                       ignore_terminations=True, **kw)  # fmt: skip
+                       ignore_terminations=True, render=MetaWorldRenderConfig(**kw))  # fmt: skip
     env_only = bench_e2e.EnvOnly([env], n_chunks=2, chunk=4)
     raw = bench_e2e.RawSim(tasks=TASKS, num_envs=4, n_chunks=2, chunk=4, max_episode_steps=6, **kw)
     try:

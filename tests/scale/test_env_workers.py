@@ -1,4 +1,4 @@
-"""Worker-process envs (``num_workers > 0``): same results as in-process, shared memory, restarts."""
+"""Worker-process envs (``vectorize(env, num_workers)``): same results as in-process, shared memory, restarts."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ class TestReachEnvInWorkerProcesses(EnvPluginTests):
     """The plugin conformance suite passes unchanged when the env runs in a worker process."""
 
     env_class = ReachEnv
-    env_kwargs = {"image_size": 16, "num_workers": 1}
+    env_kwargs = {"image_size": 16}
+    num_workers = 1
 
 
 def _actions(env, seed: int, chunk: int = 2) -> torch.Tensor:
@@ -59,7 +60,7 @@ def _actions(env, seed: int, chunk: int = 2) -> torch.Tensor:
 def test_workers_match_in_process_envs():
     """Worker w behaves exactly like an in-process env sharded to every W-th initial state."""
     kw = dict(group_size=2, max_episode_steps=5, auto_reset=False, image_size=16)
-    env = vectorize(ReachEnv(num_envs=8, num_workers=2, **kw))
+    env = vectorize(ReachEnv(num_envs=8, **kw), 2)
     refs = [ReachEnv(num_envs=4, **kw) for _ in range(2)]
     for w, ref in enumerate(refs):
         ref.shard(w, 2)
@@ -103,9 +104,7 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
     def collect(num_workers: int):
         envs = []
         for s in range(2):
-            env = vectorize(
-                ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16, num_workers=num_workers)
-            )
+            env = vectorize(ReachEnv(num_envs=4, group_size=2, max_episode_steps=5, image_size=16), num_workers)
             env.shard(s, 2)
             envs.append(env)
         collector = RolloutCollector(envs, policy, need_values=True)
@@ -137,9 +136,7 @@ def test_pipelined_rollout_with_worker_envs_matches_in_process_stages():
 def test_eval_visits_every_state_once_across_workers_and_ranks():
     visited = []
     for rank in range(2):
-        env = vectorize(
-            ReachEnv(num_envs=4, num_workers=2, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3)
-        )
+        env = vectorize(ReachEnv(num_envs=4, is_eval=True, auto_reset=True, max_episode_steps=3, trials_per_task=3), 2)
         env.shard(rank, 2)
         try:
             env.reset()
@@ -156,13 +153,15 @@ def test_eval_visits_every_state_once_across_workers_and_ranks():
 
 def test_worker_split_must_keep_groups_whole():
     with pytest.raises(ValueError, match="straddles"):
-        ReachEnv(num_envs=8, group_size=4, num_workers=4)
+        vectorize(ReachEnv(num_envs=8, group_size=4), 4)
     with pytest.raises(ValueError, match="num_workers"):
-        ReachEnv(num_envs=6, num_workers=4)
+        vectorize(ReachEnv(num_envs=6), 4)
+    with pytest.raises(ValueError, match=r"rollout.env_workers must be in \[0, inf\], got -1"):
+        RolloutConfig(env_workers=-1)
 
 
 def test_observations_travel_through_shared_memory(monkeypatch):
-    env = vectorize(ReachEnv(num_envs=4, num_workers=2, image_size=64, auto_reset=True))
+    env = vectorize(ReachEnv(num_envs=4, image_size=64, auto_reset=True), 2)
     sizes = []
     original = EnvWorkerPool._recv
 
@@ -190,7 +189,7 @@ def test_observations_travel_through_shared_memory(monkeypatch):
 
 
 def test_killed_worker_is_restarted_in_training_and_counted():
-    env = vectorize(ReachEnv(num_envs=4, num_workers=2, auto_reset=True, max_episode_steps=50))
+    env = vectorize(ReachEnv(num_envs=4, auto_reset=True, max_episode_steps=50), 2)
     try:
         env.reset()
         env.chunk_step(_actions(env, 0))
@@ -212,7 +211,7 @@ def test_killed_worker_is_restarted_in_training_and_counted():
 
 
 def test_dead_worker_in_eval_raises_with_its_error():
-    env = vectorize(ReachEnv(num_envs=2, num_workers=2, is_eval=True, auto_reset=True))
+    env = vectorize(ReachEnv(num_envs=2, is_eval=True, auto_reset=True), 2)
     try:
         env.reset()
         os.kill(env.pids[0], signal.SIGKILL)
@@ -223,7 +222,7 @@ def test_dead_worker_in_eval_raises_with_its_error():
 
 
 def test_simulator_exception_is_reported_and_repeated_failures_give_up():
-    env = vectorize(FailingReachEnv(fail_after=0, num_envs=2, num_workers=1, auto_reset=True))
+    env = vectorize(FailingReachEnv(fail_after=0, num_envs=2, auto_reset=True), 1)
     try:
         env.reset()
         with pytest.warns(RuntimeWarning, match="FloatingPointError: simulated physics blow-up"):
@@ -239,7 +238,7 @@ def test_simulator_exception_is_reported_and_repeated_failures_give_up():
 
 def test_hung_worker_is_killed_after_the_timeout(monkeypatch):
     monkeypatch.setenv("RLINF_ENV_WORKER_TIMEOUT", "2")
-    env = vectorize(FailingReachEnv(fail_after=-1, num_envs=2, num_workers=1, auto_reset=True))
+    env = vectorize(FailingReachEnv(fail_after=-1, num_envs=2, auto_reset=True), 1)
     try:
         env.reset()
         t0 = time.perf_counter()
@@ -252,7 +251,7 @@ def test_hung_worker_is_killed_after_the_timeout(monkeypatch):
 
 
 def test_no_auto_reset_worker_stays_idle_until_next_reset():
-    env = vectorize(ReachEnv(num_envs=4, group_size=2, num_workers=2, max_episode_steps=50))
+    env = vectorize(ReachEnv(num_envs=4, group_size=2, max_episode_steps=50), 2)
     try:
         env.reset()
         env.chunk_step(_actions(env, 0))
@@ -271,7 +270,7 @@ def test_no_auto_reset_worker_stays_idle_until_next_reset():
 
 
 def test_frames_sampler_state_and_close():
-    env = vectorize(ReachEnv(num_envs=4, num_workers=2, image_size=16, auto_reset=True))
+    env = vectorize(ReachEnv(num_envs=4, image_size=16, auto_reset=True), 2)
     env.video_cfg.max_envs = 3
     try:
         env.capture_frames = True
@@ -319,7 +318,7 @@ def test_dropped_episode_steps_are_masked_in_the_trajectory():
 
 
 def test_plugin_close_override_also_stops_workers():
-    env = vectorize(ClosingReachEnv(num_envs=2, num_workers=1))
+    env = vectorize(ClosingReachEnv(num_envs=2), 1)
     env.reset()
     pids = env.pids
     env.close()
@@ -329,7 +328,7 @@ def test_plugin_close_override_also_stops_workers():
 
 
 def test_worker_env_can_be_pickled_and_gets_its_own_workers():
-    env = vectorize(ReachEnv(num_envs=2, num_workers=1, image_size=16))
+    env = vectorize(ReachEnv(num_envs=2, image_size=16), 1)
     try:
         first = env.reset()
         copy = pickle.loads(pickle.dumps(env))
@@ -370,35 +369,44 @@ def test_pipeline_stages_split_the_cores_between_their_workers():
     """Two stages of one worker each: each worker gets half the cores for rendering, not all of them."""
     if "LP_NUM_THREADS" in os.environ:
         pytest.skip("LP_NUM_THREADS is set: workers keep the user's value")
-    env = RenderThreadsReachEnv(num_envs=8, group_size=2, max_episode_steps=4, image_size=16, num_workers=1)
+    env = RenderThreadsReachEnv(num_envs=8, group_size=2, max_episode_steps=4, image_size=16)
     module = RLModule(
         env=env,
         policy=TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False),
         algorithm=GRPO(),
-        rollout=RolloutConfig(max_steps_per_rollout_epoch=4, pipeline_stage_num=2, show_progress=False),
+        rollout=RolloutConfig(max_steps_per_rollout_epoch=4, pipeline_stage_num=2, env_workers=1, show_progress=False),
     )
     module.setup("fit")
     try:
         expected = str(render_threads(os.cpu_count() or 1, 2))
         for stage in module._stage_envs:
-            assert isinstance(stage, WorkerEnv), "the RL loop runs num_workers > 0 envs in workers"
+            assert isinstance(stage, WorkerEnv), "the RL loop runs its envs in workers when rollout.env_workers > 0"
             assert stage.reset().task_descriptions == [expected] * 4
     finally:
         module.teardown("fit")
 
 
 def test_the_env_contract_runs_in_process_and_vectorize_wraps_it():
-    """``Env`` is the plugin contract only: ``num_workers`` is read by ``vectorize``, never by the env itself."""
-    env = ReachEnv(num_envs=2, num_workers=2, image_size=16)
-    assert not hasattr(env, "pids") and env.reset().main_images.shape[0] == 2  # no processes behind the contract
+    """``Env`` is the plugin contract only: the worker count is ``vectorize``'s argument (the RL loop's
+    ``rollout.env_workers``), never the env's; the env and its WorkerEnv implement one interface, BatchedEnv, and the
+    WorkerEnv forwards nothing by name (a plugin's extras are on ``unwrapped``)."""
+    from rlinf_core.contracts.batched_env import BatchedEnv
+
+    env = ReachEnv(num_envs=2, image_size=16)
+    assert not hasattr(env, "pids") and not hasattr(env, "num_workers") and env.reset().main_images.shape[0] == 2
+    with pytest.raises(TypeError, match="num_workers"):
+        ReachEnv(num_envs=2, num_workers=2)
     plain = ReachEnv(num_envs=2, image_size=16)
-    assert vectorize(plain) is plain and vectorize(None) is None
-    wrapped = vectorize(env.clone())
+    assert vectorize(plain) is plain and vectorize(plain, 0) is plain and vectorize(None, 2) is None
+    wrapped = vectorize(env.clone(), 2)
     try:
-        assert isinstance(wrapped, WorkerEnv) and vectorize(wrapped) is wrapped
-        assert wrapped.num_envs == 2 and wrapped.task_names == env.task_names  # read through to the env
+        assert isinstance(wrapped, WorkerEnv) and vectorize(wrapped, 2) is wrapped and wrapped.unwrapped is wrapped.env
+        assert isinstance(wrapped, BatchedEnv) and isinstance(env, BatchedEnv) and env.unwrapped is env
+        assert wrapped.num_envs == 2 and wrapped.task_names == env.task_names  # the env's settings, typed properties
+        assert not hasattr(wrapped, "image_size"), "no attribute forwarding: a plugin's own settings are on unwrapped"
+        assert wrapped.unwrapped.image_size == 16
         wrapped.capture_frames = True
-        assert wrapped.env.capture_frames, "settings reach the wrapped env, where the workers read them"
+        assert wrapped.capturing and not wrapped.env.capture_frames, "the WorkerEnv's own setting, read by its pool"
         eval_env = wrapped.clone(is_eval=True, auto_reset=True)
         assert isinstance(eval_env, WorkerEnv) and eval_env.is_eval and eval_env.num_workers == 2
         assert wrapped.reset().main_images.shape[0] == 2 and len(wrapped.pids) == 2
@@ -406,7 +414,7 @@ def test_the_env_contract_runs_in_process_and_vectorize_wraps_it():
     finally:
         wrapped.close()
     with pytest.raises(ValueError, match="num_workers >= 1"):
-        WorkerEnv(plain)
+        WorkerEnv(plain, 0)
 
 
 def test_config_parsers_read_the_env_constructor_and_clone_keeps_its_arguments():

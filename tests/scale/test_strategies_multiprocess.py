@@ -50,7 +50,7 @@ def _fit(
 
 @pytest.mark.slow
 def test_ddp_two_ranks_with_pipeline_stages_and_worker_envs(tmp_path):
-    records = _fit(tmp_path, "ddp", env_extra={"num_workers": 1}, rollout_extra={"pipeline_stage_num": 2})
+    records = _fit(tmp_path, "ddp", rollout_extra={"pipeline_stage_num": 2, "env_workers": 1})
     assert all(r["strategy"] == "DDPStrategy" for r in records)
     epoch = records[0]["epochs"][0]
     assert len(epoch["pools"]) == 2, "two pipeline stages per rank"

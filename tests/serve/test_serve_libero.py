@@ -15,6 +15,8 @@ import pytest  # noqa: E402
 from tests.serve.conftest import serving  # noqa: E402
 
 libero = pytest.importorskip("rlinf_env_libero")
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
+
 WebsocketClientPolicy = pytest.importorskip(
     "openpi_client.websocket_client_policy", reason="scripts/install.sh installs openpi-client"
 ).WebsocketClientPolicy
@@ -28,10 +30,8 @@ def _env(reset_state_id: int | None = None):
         task_suite_name="libero_spatial",
         num_envs=1,
         is_eval=True,
-        use_wrist_image=True,
-        image_size=64,
-        fast_render=True,
-        settle_steps=2,
+        render=LiberoRenderConfig(use_wrist_image=True, image_size=64, fast_render=True),
+        sim=LiberoSimConfig(settle_steps=2),
         max_episode_steps=16,
         **kw,
     )

@@ -24,6 +24,8 @@ _LAZY = {
     "GRPO": "rlinf_core.rl.algorithms",
     "MissingDependencyError": "rlinf_core.foundation.optional_deps",
     "require": "rlinf_core.foundation.optional_deps",
+    "check_choice": "rlinf_core.foundation.checks",
+    "check_number": "rlinf_core.foundation.checks",
 }
 
 __all__ = sorted([*_LAZY, "hookimpl", "lazy_getattr"])

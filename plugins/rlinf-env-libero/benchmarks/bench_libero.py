@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlinf_env_libero import LiberoEnv, clear_sim_cache  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
 
 def timed(fn, repeat: int = 1) -> float:
@@ -46,21 +47,21 @@ def main() -> None:
     def ids(task: int, first_trial: int = 0) -> np.ndarray:
         return np.array([task * 50 + first_trial + i for i in range(B)])
 
-    for label, kwargs in (
-        ("state only", dict(obs_mode="state")),
-        ("128px fast_render", dict(image_size=128, fast_render=True)),
-        ("128px standard", dict(image_size=128)),
-        ("256px fast_render", dict(image_size=256, fast_render=True)),
-        ("256px standard", dict(image_size=256)),
+    for label, render in (
+        ("state only", LiberoRenderConfig(obs_mode="state")),
+        ("128px fast_render", LiberoRenderConfig(image_size=128, fast_render=True)),
+        ("128px standard", LiberoRenderConfig(image_size=128)),
+        ("256px fast_render", LiberoRenderConfig(image_size=256, fast_render=True)),
+        ("256px standard", LiberoRenderConfig(image_size=256)),
     ):
         clear_sim_cache()
-        env = LiberoEnv(task_suite_name=args.suite, num_envs=B, max_episode_steps=10_000, sim_cache_size=B, **kwargs)
-        env.settle_steps = 0
+        still, settling = LiberoSimConfig(settle_steps=0, cache_size=B), LiberoSimConfig(settle_steps=10, cache_size=B)
+        env = LiberoEnv(task_suite_name=args.suite, num_envs=B, max_episode_steps=10_000, render=render, sim=still)
         cold = timed(lambda: env.reset(reset_state_ids=ids(0)))
         soft = timed(lambda: env.reset(reset_state_ids=ids(0, 5)), 3)
-        env.settle_steps = 10
+        env.sim = settling
         settle = timed(lambda: env.reset(reset_state_ids=ids(0, 10)), 2)
-        env.settle_steps = 0
+        env.sim = still
         rebuild = timed(lambda: env.reset(reset_state_ids=ids(1)))  # new task: 1 compile + B-1 scene copies
         back = timed(lambda: env.reset(reset_state_ids=ids(0, 20)))  # task 0's simulators come from the cache
         sps = steps_per_second(env, args.chunks)

@@ -7,6 +7,7 @@ os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-conf
 
 from rlinf_core.testing.conformance import EnvPluginTests  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
 
 class TestLiberoEnvConformance(EnvPluginTests):
@@ -16,8 +17,6 @@ class TestLiberoEnvConformance(EnvPluginTests):
         "task_suite_name": "libero_spatial",
         "task_id_filter": [0],
         "trials_per_task": 4,
-        "image_size": 64,
-        "fast_render": True,
-        "settle_steps": 2,
-        "sim_cache_size": 4,
+        "render": LiberoRenderConfig(image_size=64, fast_render=True),
+        "sim": LiberoSimConfig(settle_steps=2),
     }

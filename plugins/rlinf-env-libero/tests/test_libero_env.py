@@ -1,6 +1,7 @@
 """Real LIBERO episodes: initial states, simulator reuse, observations, success, GRPO groups."""
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 
@@ -12,24 +13,28 @@ import torch  # noqa: E402
 
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper  # noqa: E402
 from rlinf_env_libero import LIBERO_130_PARTS, LiberoEnv, clear_sim_cache, load_tasks  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig as Render  # noqa: E402
+from rlinf_env_libero.settings import LiberoSimConfig as Sim  # noqa: E402
 from rlinf_env_libero.suites import load_init_states  # noqa: E402
 
-SMALL = {"image_size": 64, "fast_render": True, "sim_cache_size": 4}
+SMALL = {"render": Render(image_size=64, fast_render=True)}
 HOLD = [0, 0, 0, 0, 0, 0, -1]  # no motion, gripper open (robosuite convention)
 
 
 @pytest.fixture(scope="module")
 def env():
-    env = LiberoEnv(task_suite_name="libero_spatial", num_envs=2, settle_steps=2, **SMALL)
+    env = LiberoEnv(task_suite_name="libero_spatial", num_envs=2, sim=Sim(settle_steps=2), **SMALL)
     yield env
     env.close()
 
 
 @contextlib.contextmanager
 def configured(env, **attrs):
+    """``env`` with attributes set for the block; a dict for a config group (``sim={"settle_steps": 0}``) replaces
+    those fields of the group."""
     old = {k: getattr(env, k) for k in attrs}
     for k, v in attrs.items():
-        setattr(env, k, v)
+        setattr(env, k, dataclasses.replace(old[k], **v) if isinstance(v, dict) else v)
     try:
         yield env
     finally:
@@ -67,11 +72,11 @@ def test_suite_index_without_simulators():
 
 def test_reset_loads_the_given_initial_state(env):
     ids = np.array([env.reset_state_id(0, 7), env.reset_state_id(4, 3)])
-    with configured(env, settle_steps=0):
+    with configured(env, sim={"settle_steps": 0}):
         obs = env.reset(reset_state_ids=ids)
     for e, (task, trial) in enumerate([(0, 7), (4, 3)]):
         expected = load_init_states("libero_spatial", task)[trial]
-        np.testing.assert_array_equal(env.sim(e).sim.get_state().flatten(), expected)
+        np.testing.assert_array_equal(env.simulator(e).sim.get_state().flatten(), expected)
         assert obs.task_descriptions[e] == env.instructions[task]
     assert env.reset_state_ids.tolist() == ids.tolist()
     assert obs.main_images.shape == (2, 64, 64, 3) and obs.states.shape == (2, 8)
@@ -81,20 +86,22 @@ def test_reset_loads_the_given_initial_state(env):
 
 def test_resets_reuse_simulators_and_rebuild_only_on_task_change(env):
     env.reset(reset_state_ids=np.array([env.reset_state_id(0, 0), env.reset_state_id(0, 1)]))
-    sims, builds = [env.sim(0), env.sim(1)], env.num_sim_builds
+    sims, builds = [env.simulator(0), env.simulator(1)], env.num_sim_builds
     env.reset(reset_state_ids=np.array([env.reset_state_id(0, 5), env.reset_state_id(0, 9)]))
-    assert env.num_sim_builds == builds and [env.sim(0), env.sim(1)] == sims, "same task: no rebuild"
+    assert env.num_sim_builds == builds and [env.simulator(0), env.simulator(1)] == sims, "same task: no rebuild"
     env.reset(reset_state_ids=np.array([env.reset_state_id(0, 2), env.reset_state_id(1, 0)]))
-    assert env.num_sim_builds == builds + 1 and env.sim(0) is sims[0], "only the sub-env whose task changed"
+    assert env.num_sim_builds == builds + 1 and env.simulator(0) is sims[0], "only the sub-env whose task changed"
     env.reset(reset_state_ids=np.array([env.reset_state_id(0, 3), env.reset_state_id(0, 4)]))
-    assert env.num_sim_builds == builds + 1 and env.sim(1) is sims[1], "task 0's simulator came back from the cache"
+    assert env.num_sim_builds == builds + 1 and env.simulator(1) is sims[1], (
+        "task 0's simulator came back from the cache"
+    )
 
 
 def test_state_is_eef_position_axis_angle_and_gripper(env):
     env.reset(reset_state_ids=np.array([3, 60]))
     out = hold(env, 2)
     for e in range(2):
-        sim = env.sim(e)
+        sim = env.simulator(e)
         robot = sim._robosuite.robots[0]
         data = sim.sim.data
         state = out.obs.states[e].double().numpy()
@@ -114,7 +121,7 @@ def _bowl_pixels_without_and_with(env, size):
     """Render sub-env 0 with the bowl hidden and in place; return images and its projected pixel."""
     from robosuite.utils.camera_utils import get_camera_transform_matrix, project_points_from_world_to_camera
 
-    sim = env.sim(0)
+    sim = env.simulator(0)
     joint = "akita_black_bowl_1_joint0"
     qpos = sim.sim.data.get_joint_qpos(joint).copy()
     world_to_pixels = get_camera_transform_matrix(sim.sim, "agentview", size, size)
@@ -131,14 +138,14 @@ def _bowl_pixels_without_and_with(env, size):
 
 
 def test_images_have_the_orientation_openvla_was_trained_with(env):
-    with configured(env, settle_steps=0):
+    with configured(env, sim={"settle_steps": 0}):
         env.reset(reset_state_ids=np.array([0, 1]))
-    size = env.image_size
+    size = env.render.image_size
     # 1) what OpenVLA-OFT's LIBERO eval feeds its policy: robosuite's frame rotated by 180 degrees
-    raw_sim = env.sim(0).sim
+    raw_sim = env.simulator(0).sim
     raw_sim._render_context_offscreen.gl_ctx.make_current()
     raw = raw_sim.render(camera_name="agentview", width=size, height=size)
-    with configured(env, use_wrist_image=True):
+    with configured(env, render={"use_wrist_image": True}):
         obs = env._observe(np.array([0]))
     ours = obs.main_images[0].numpy()
     np.testing.assert_array_equal(ours, raw[::-1, ::-1])
@@ -169,12 +176,12 @@ def _put_bowl_on_plate(sim):
 
 
 def test_success_ends_the_episode_with_the_reward(env):
-    with configured(env, reward_coef=5.0):
+    with configured(env, reward={"coef": 5.0}):
         env.reset(reset_state_ids=np.array([env.reset_state_id(0, 0), env.reset_state_id(0, 1)]))
         env.pop_episodes()
         first = hold(env, 2)
         assert not first.success.any() and not first.dones.any() and (first.rewards == 0).all()
-        _put_bowl_on_plate(env.sim(0))
+        _put_bowl_on_plate(env.simulator(0))
         out = hold(env, 8)
     k = int(np.argmax(out.success[0].numpy()))
     assert out.success[0, k] and out.terminations[0, k] and not out.terminations[0, :k].any()
@@ -190,7 +197,7 @@ def test_ignore_terminations_keeps_going_and_rewards_the_change_once(env):
     with configured(env, ignore_terminations=True, max_episode_steps=6):
         env.reset(reset_state_ids=np.array([env.reset_state_id(0, 0), env.reset_state_id(0, 1)]))
         env.pop_episodes()
-        _put_bowl_on_plate(env.sim(0))
+        _put_bowl_on_plate(env.simulator(0))
         out = hold(env, 6)
         assert not out.terminations.any() and out.truncations[:, -1].all()
         assert out.success[0, -1] and out.rewards[0].sum() == 1.0, "relative reward: +coef once"
@@ -225,7 +232,7 @@ def test_bad_actions_are_explained(env):
 
 
 def test_grpo_group_members_start_from_the_same_state():
-    env = LiberoEnv(num_envs=2, group_size=2, seed=3, task_id_filter=[0], settle_steps=2, **SMALL)
+    env = LiberoEnv(num_envs=2, group_size=2, seed=3, task_id_filter=[0], sim=Sim(settle_steps=2), **SMALL)
     try:
         obs = env.reset()
         ids = env.reset_state_ids
@@ -254,12 +261,12 @@ def test_settle_steps_command_the_configured_gripper(env, gripper, expected):
     (reset_gripper_open: false); OpenVLA-OFT's eval holds the gripper open."""
     env.reset(reset_state_ids=np.array([0, 1]))  # builds (or reuses) both simulators
     sent = []
-    sims = [env.sim(e) for e in range(2)]
+    sims = [env.simulator(e) for e in range(2)]
     originals = [sim.env.step for sim in sims]
     for sim, orig in zip(sims, originals):
         sim.env.step = lambda a, _orig=orig: (sent.append(np.array(a, dtype=float)), _orig(a))[1]
     try:
-        with configured(env, settle_steps=3, settle_gripper=gripper):
+        with configured(env, sim={"settle_steps": 3, "settle_gripper": gripper}):
             env.reset(reset_state_ids=np.array([0, 1]))
     finally:
         for sim, orig in zip(sims, originals):
@@ -267,8 +274,10 @@ def test_settle_steps_command_the_configured_gripper(env, gripper, expected):
     assert len(sent) == 6
     for action in sent:
         np.testing.assert_array_equal(action, [0, 0, 0, 0, 0, 0, expected])
-    with pytest.raises(ValueError, match="settle_gripper"):
-        LiberoEnv(settle_gripper="closed")
+    with pytest.raises(ValueError, match="sim.settle_gripper"):
+        Sim(settle_gripper="closed")
+    with pytest.raises(TypeError, match=r"flat setting 'settle_gripper': it is sim.settle_gripper now"):
+        LiberoEnv(settle_gripper="open")
 
 
 FIXTURES = ("wooden_cabinet_1_main", "flat_stove_1_main", "wine_rack_1_main")  # libero_goal's scene
@@ -286,12 +295,13 @@ def test_rlinf_placement_seed_puts_fixtures_where_rlinfs_libero_does():
 
     task = load_tasks("libero_goal")[0]
     init = load_init_states("libero_goal", 0)
-    kw = dict(task_suite_name="libero_goal", num_envs=2, obs_mode="state", settle_steps=0, task_id_filter=[0])
-    rlinf, ours = LiberoEnv(placement_seed="rlinf", **kw), LiberoEnv(**kw)
+    kw = dict(task_suite_name="libero_goal", num_envs=2, render=Render(obs_mode="state"), task_id_filter=[0])
+    rlinf = LiberoEnv(sim=Sim(settle_steps=0, placement_seed="rlinf"), **kw)
+    ours = LiberoEnv(sim=Sim(settle_steps=0), **kw)
     reference = OffScreenRenderEnv(bddl_file_name=task.bddl_file, camera_heights=64, camera_widths=64)
     try:
         rlinf.reset(reset_state_ids=np.array([0, 1]))
-        first = [_fixture_positions(rlinf.sim(e).sim.model) for e in range(2)]
+        first = [_fixture_positions(rlinf.simulator(e).sim.model) for e in range(2)]
         for e in range(2):  # RLinf's worker e: env.seed(0 * 2 + e) -> np.random.seed(e), reset, set_init_state
             reference.seed(e)
             reference.reset()
@@ -300,16 +310,16 @@ def test_rlinf_placement_seed_puts_fixtures_where_rlinfs_libero_does():
         assert not np.array_equal(first[0], first[1])  # two sub-envs, two seeds
         rlinf.reset(reset_state_ids=np.array([2, 3]))  # other trials: each sub-env keeps its fixture placement
         for e in range(2):
-            np.testing.assert_array_equal(_fixture_positions(rlinf.sim(e).sim.model), first[e])
+            np.testing.assert_array_equal(_fixture_positions(rlinf.simulator(e).sim.model), first[e])
         ours.reset(reset_state_ids=np.array([0, 1]))  # per_trial: the placement follows the (task, trial) id
-        per_trial = [_fixture_positions(ours.sim(e).sim.model) for e in range(2)]
+        per_trial = [_fixture_positions(ours.simulator(e).sim.model) for e in range(2)]
         assert not np.array_equal(per_trial[0], first[0])
         ours.reset(reset_state_ids=np.array([1, 0]))
-        np.testing.assert_array_equal(_fixture_positions(ours.sim(0).sim.model), per_trial[1])
+        np.testing.assert_array_equal(_fixture_positions(ours.simulator(0).sim.model), per_trial[1])
     finally:
         reference.close()
         rlinf.close()
         ours.close()
         clear_sim_cache()
-    with pytest.raises(ValueError, match="placement_seed"):
-        LiberoEnv(placement_seed="zero")
+    with pytest.raises(ValueError, match="sim.placement_seed"):
+        Sim(placement_seed="zero")

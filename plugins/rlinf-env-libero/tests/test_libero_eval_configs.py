@@ -34,8 +34,8 @@ def test_libero_130_rl_eval_config_runs_two_sampled_passes(tmp_path):
                 f"{ev}max_episode_steps=8",
                 f"{ev}trials_per_task=1",
                 f"{ev}task_id_filter=[0]",
-                f"{ev}image_size=32",
-                f"{ev}fast_render=true",
+                f"{ev}render.image_size=32",
+                f"{ev}render.fast_render=true",
                 f"{ev}num_envs=2",
             ]
         )

@@ -10,6 +10,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlinf_env_libero import LiberoEnv, clear_sim_cache  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
 TRIALS = 3
 SHARDS = 2
@@ -20,14 +21,13 @@ def run_shard(index: int) -> tuple[list[dict], int]:
     env = LiberoEnv(
         task_suite_name="libero_goal",
         trials_per_task=TRIALS,
-        obs_mode="state",
+        render=LiberoRenderConfig(obs_mode="state"),
         num_envs=1,
         is_eval=True,
         auto_reset=True,
         ignore_terminations=True,
         max_episode_steps=2,
-        settle_steps=0,
-        sim_cache_size=10,
+        sim=LiberoSimConfig(settle_steps=0, cache_size=10),
     )
     try:
         env.shard(index, SHARDS)

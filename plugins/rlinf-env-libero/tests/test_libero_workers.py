@@ -10,23 +10,23 @@ import torch  # noqa: E402
 
 from rlinf_core.envs.vector import EnvWorkerError, vectorize  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
+from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
 
 def test_runs_in_worker_processes_and_reports_simulator_errors():
     env = vectorize(
         LiberoEnv(
             num_envs=2,
-            num_workers=2,
-            image_size=32,
-            fast_render=True,
-            settle_steps=1,
+            render=LiberoRenderConfig(image_size=32, fast_render=True),
+            sim=LiberoSimConfig(settle_steps=1),
             task_id_filter=[0],
             trials_per_task=2,
             is_eval=True,
             auto_reset=True,
             ignore_terminations=True,
             max_episode_steps=4,
-        )
+        ),
+        num_workers=2,
     )
     try:
         obs = env.reset()

@@ -15,6 +15,9 @@ import torch
 
 from rlinf_core.testing.conformance import EnvPluginTests
 from rlinf_env_maniskill import ManiSkillEnv, lavapipe
+from rlinf_env_maniskill.settings import ManiSkillRenderConfig as Render
+from rlinf_env_maniskill.settings import ManiSkillRewardConfig as Reward
+from rlinf_env_maniskill.settings import ManiSkillSimConfig as Sim
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -24,7 +27,7 @@ if not (lavapipe.is_installed() or lavapipe.nvidia_present() or os.environ.get("
         allow_module_level=True,
     )
 
-SMALL = dict(image_size=32, trials_per_task=8, include_state=True, sim_backend="cpu")
+SMALL = dict(render=Render(image_size=32), trials_per_task=8, include_state=True, sim=Sim(backend="cpu"))
 
 
 class TestManiSkillConformance(EnvPluginTests):
@@ -153,7 +156,7 @@ def test_truncation_keeps_the_final_observation_and_auto_resets():
 
 
 def test_dense_relative_reward_and_bridge_actions():
-    dense = ManiSkillEnv(num_envs=1, reward_mode="dense", relative_reward=True, **SMALL)
+    dense = ManiSkillEnv(num_envs=1, reward=Reward(mode="dense", relative=True), **SMALL)
     bridge = ManiSkillEnv(num_envs=1, action_format="bridge", **SMALL)
     try:
         dense.reset(np.array([5]))
@@ -237,10 +240,12 @@ def test_unknown_task_suggests_a_name():
 
 
 def test_arguments_are_checked_without_starting_the_simulator():
-    with pytest.raises(ValueError, match="reward_mode must be one of"):
-        ManiSkillEnv(reward_mode="shaped")
-    with pytest.raises(ValueError, match="image_size"):
-        ManiSkillEnv(image_size=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"reward.mode must be one of"):
+        Reward(mode="shaped")
+    with pytest.raises(ValueError, match="render.image_size"):
+        Render(image_size=[1, 2, 3])
+    with pytest.raises(TypeError, match=r"flat setting 'reward_mode': it is reward.mode now"):
+        ManiSkillEnv(reward_mode="dense")
     env = ManiSkillEnv(tasks=["PickCube-v1", "PegInsertionSide-v1"])
     assert env.max_episode_steps == 100 and ManiSkillEnv().max_episode_steps == 50
     assert not env._built and env._sims == {}
@@ -248,11 +253,11 @@ def test_arguments_are_checked_without_starting_the_simulator():
 
 
 def test_grasp_shaped_relative_reward_follows_rlinf():
-    """reward_mode grasp + relative_reward: per-step change of 0.1·grasped + 0.1·consecutive_grasp
+    """reward.mode grasp + reward.relative: per-step change of 0.1·grasped + 0.1·consecutive_grasp
     + 1·(success ∧ grasped), checked against the simulator's own info at every step."""
     from rlinf_env_maniskill._sim import grasp_shaped_reward
 
-    env = ManiSkillEnv(num_envs=1, reward_mode="grasp", relative_reward=True, **SMALL)
+    env = ManiSkillEnv(num_envs=1, reward=Reward(mode="grasp", relative=True), **SMALL)
     try:
         env.reset(np.array([3]))
         u = _sim(env, 0)
@@ -273,8 +278,8 @@ def test_grasp_shaped_relative_reward_follows_rlinf():
         assert sum(rewards) == pytest.approx(1.1, abs=1e-5)  # telescopes to grasped (0.1) + success (1)
     finally:
         env.close()
-    with pytest.raises(ValueError, match="reward_mode"):
-        ManiSkillEnv(reward_mode="shaped")
+    with pytest.raises(ValueError, match="reward.mode"):
+        Reward(mode="shaped")
 
 
 BRIDGE_K = [[623.588, 0, 319.501], [0, 623.588, 239.545], [0, 0, 1]]  # ManiSkill's Bridge 3rd_view_camera, 640x480
@@ -290,7 +295,8 @@ def test_camera_with_fixed_intrinsic_must_render_at_its_native_size():
     with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
         check_camera_size("T", "3rd_view_camera", BRIDGE_K, (224, 224))
     # the same check on a real simulator: PickCube's camera given the Bridge intrinsics at 32x32
-    kw = {**SMALL, "make_kwargs": {"sensor_configs": {"intrinsic": BRIDGE_K, "fov": None, "width": 32, "height": 32}}}
+    sensor = {"sensor_configs": {"intrinsic": BRIDGE_K, "fov": None, "width": 32, "height": 32}}
+    kw = {**SMALL, "sim": Sim(backend="cpu", make_kwargs=sensor)}
     env = ManiSkillEnv(num_envs=1, **kw)
     try:
         with pytest.raises(ValueError, match=r"image_size: \[480, 640\]"):
@@ -311,7 +317,7 @@ def test_reset_with_episode_id_places_every_group_member_in_the_id_s_scene(monke
     kwargs = dict(
         SMALL,
         tasks=["EpisodeIdPickCube-v1"],
-        task_modules=["episode_id_task"],
+        sim=Sim(backend="cpu", task_modules=["episode_id_task"]),
         trials_per_task=16,
         instructions={"EpisodeIdPickCube-v1": "pick up the cube"},
         num_envs=2,
@@ -366,9 +372,8 @@ def test_images_come_through_the_task_s_own_observation_path(monkeypatch):
     env = ManiSkillEnv(
         num_envs=1,
         tasks=["OverlayPickCube-v1"],
-        task_modules=["overlay_task"],
         instructions={"OverlayPickCube-v1": "pick"},
-        **{**SMALL, "image_size": 64},
+        **{**SMALL, "render": Render(image_size=64), "sim": Sim(backend="cpu", task_modules=["overlay_task"])},
     )
     try:
         for step in range(2):

@@ -51,10 +51,10 @@ def test_ood_eval_config_writes_vision_semantic_position_average(tmp_path, capsy
                 "--model.init_args.policy.init_args.precision=fp32",
                 "--model.init_args.policy.init_args.inputs.max_prompt_length=64",  # the tiny tokenizer splits finer
                 "--model.init_args.rollout.show_progress=false",
-                "--model.init_args.env.init_args.sim_backend=cpu",
+                "--model.init_args.env.init_args.sim.backend=cpu",
                 f"{ev}tasks={json.dumps(TASKS)}",
-                f"{ev}make_kwargs={make}",
-                f"{ev}sim_backend=cpu",
+                f"{ev}sim.make_kwargs={make}",
+                f"{ev}sim.backend=cpu",
                 f"{ev}trials_per_task=1",
                 f"{ev}num_envs=3",
                 f"{ev}max_episode_steps=2",

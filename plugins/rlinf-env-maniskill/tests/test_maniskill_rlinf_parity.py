@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rlinf_env_maniskill import ManiSkillEnv, lavapipe
+from rlinf_env_maniskill.settings import ManiSkillRenderConfig, ManiSkillSimConfig
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -41,7 +42,12 @@ def test_cameras_use_the_default_shader_pack_as_rlinf_sets_it():
     default is "minimal"."""
     from mani_skill.render.shaders import PREBUILT_SHADER_CONFIGS
 
-    env = ManiSkillEnv(num_envs=1, image_size=32, trials_per_task=2, sim_backend="cpu")
+    env = ManiSkillEnv(
+        num_envs=1,
+        render=ManiSkillRenderConfig(image_size=32),
+        trials_per_task=2,
+        sim=ManiSkillSimConfig(backend="cpu"),
+    )
     try:
         obs = env.reset(np.array([0]))
         u = env._sim_of(0, 0)[0].u
@@ -51,6 +57,6 @@ def test_cameras_use_the_default_shader_pack_as_rlinf_sets_it():
         assert obs.main_images.float().std() > 5
     finally:
         env.close()
-    assert ManiSkillEnv(shader_pack="minimal").shader_pack == "minimal"
-    with pytest.raises(ValueError, match="shader_pack must be one of"):
-        ManiSkillEnv(shader_pack="fancy")
+    assert ManiSkillEnv(render=ManiSkillRenderConfig(shader_pack="minimal")).render.shader_pack == "minimal"
+    with pytest.raises(ValueError, match="render.shader_pack must be one of"):
+        ManiSkillRenderConfig(shader_pack="fancy")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlinf_env_maniskill import ManiSkillEnv, lavapipe
+from rlinf_env_maniskill.settings import ManiSkillRenderConfig, ManiSkillSimConfig
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -28,12 +29,9 @@ def make_env(synthetic, tasks, obj_set="train", **kw):
     make = {"obj_set": obj_set, "asset_dir": str(synthetic.asset_dir), "bridge_dir": str(synthetic.bridge_dir)}
     args = dict(
         tasks=tasks,
-        make_kwargs=make,
-        camera="3rd_view_camera",
-        control_mode=None,
-        image_size=[480, 640],
+        sim=ManiSkillSimConfig(backend="cpu", control_mode=None, make_kwargs=make),
+        render=ManiSkillRenderConfig(image_size=[480, 640], camera="3rd_view_camera"),
         action_format="bridge",
-        sim_backend="cpu",
         reset_with="episode_id",
         trials_per_task=1000,
         include_state=True,

@@ -12,11 +12,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from rlinf_core.testing.conformance import EnvPluginTests  # noqa: E402
 from rlinf_env_metaworld import DIFFICULTY, INSTRUCTIONS, ML45_TEST, ML45_TRAIN, MT10, MT50, MetaWorldEnv  # noqa: E402
+from rlinf_env_metaworld.settings import MetaWorldRenderConfig as Render  # noqa: E402
+from rlinf_env_metaworld.settings import MetaWorldSimConfig as Sim  # noqa: E402
 
 
 class TestMetaWorldConformance(EnvPluginTests):
     env_class = MetaWorldEnv
-    env_kwargs = {"task_set": "MT1", "task_name": "reach-v3", "image_size": 64, "trials_per_task": 4}
+    env_kwargs = {"task_set": "MT1", "task_name": "reach-v3", "render": Render(image_size=64), "trials_per_task": 4}
 
 
 def test_task_sets_match_installed_metaworld():
@@ -92,14 +94,14 @@ def _run_expert(env: MetaWorldEnv, chunk: int, ids: np.ndarray) -> list[dict]:
     obs = env.reset(ids)
     done = torch.zeros(env.num_envs, dtype=torch.bool)
     while not done.all():
-        assert obs.main_images.shape[1:] == (env.image_size, env.image_size, 3)
+        assert obs.main_images.shape[1:] == (env.render.image_size, env.render.image_size, 3)
         out = env.chunk_step(env.expert_actions(chunk))
         obs, done = out.obs, done | out.dones.any(1)
     return sorted(env.pop_episodes(), key=lambda e: e["reset_state_id"])
 
 
 def test_scripted_expert_succeeds_through_chunk_interface():
-    env = MetaWorldEnv(tasks=["reach-v3", "button-press-topdown-v3"], num_envs=2, image_size=64,
+    env = MetaWorldEnv(tasks=["reach-v3", "button-press-topdown-v3"], num_envs=2, render=Render(image_size=64),
                        trials_per_task=3, max_episode_steps=100)  # fmt: skip
     try:
         closed_loop = _run_expert(env, 1, np.array([0, 4]))
@@ -121,8 +123,8 @@ def test_scripted_expert_succeeds_through_chunk_interface():
 
 
 def test_reset_state_is_deterministic_and_trials_differ():
-    env = MetaWorldEnv(task_set="MT1", task_name="pick-place-v3", num_envs=1, image_size=64, trials_per_task=3,
-                       state_type="full")  # fmt: skip
+    env = MetaWorldEnv(task_set="MT1", task_name="pick-place-v3", num_envs=1, render=Render(image_size=64),
+                       trials_per_task=3, state_type="full")  # fmt: skip
     held_out = env.clone(trial_seed=1)
     try:
         a = env.reset(np.array([1]))
@@ -142,8 +144,9 @@ def test_reset_state_is_deterministic_and_trials_differ():
 
 
 def test_eval_grid_covers_every_task_and_trial_once():
-    env = MetaWorldEnv(task_set="ML45", split="test", trials_per_task=2, num_envs=2, image_size=32, is_eval=True,
-                       auto_reset=True, ignore_terminations=True, max_episode_steps=2, state_type="full")  # fmt: skip
+    env = MetaWorldEnv(task_set="ML45", split="test", trials_per_task=2, num_envs=2, render=Render(image_size=32),
+                       is_eval=True, auto_reset=True, ignore_terminations=True, max_episode_steps=2,
+                       state_type="full")  # fmt: skip
     try:
         obs = env.reset()
         assert obs.task_descriptions == [INSTRUCTIONS["bin-picking-v3"]] * 2
@@ -164,13 +167,13 @@ def test_eval_grid_covers_every_task_and_trial_once():
 
 
 def test_cameras_flip_and_fast_render_switch():
-    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=48, trials_per_task=1)
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, trials_per_task=1)
     flipped, raw, slow = (
-        MetaWorldEnv(**kw),
-        MetaWorldEnv(flip_corner_cameras=False, **kw),
-        MetaWorldEnv(fast_render=False, **kw),
+        MetaWorldEnv(render=Render(image_size=48), **kw),
+        MetaWorldEnv(render=Render(image_size=48, flip_corner_cameras=False), **kw),
+        MetaWorldEnv(render=Render(image_size=48, fast_render=False), **kw),
     )
-    wrist = MetaWorldEnv(wrist_camera_name="gripperPOV", camera_name="topview", **kw)
+    wrist = MetaWorldEnv(render=Render(image_size=48, wrist_camera_name="gripperPOV", camera_name="topview"), **kw)
     try:
         a, b, c, w = (e.reset(np.array([0])) for e in (flipped, raw, slow, wrist))
         assert torch.equal(a.main_images[0], b.main_images[0].flip(0, 1))
@@ -186,14 +189,16 @@ def test_cameras_flip_and_fast_render_switch():
         for e in (flipped, raw, slow, wrist):
             e.close()
     with pytest.raises(ValueError, match="gripperPOV"):
-        MetaWorldEnv(camera_name="wrist", **kw).reset(np.array([0]))
+        MetaWorldEnv(render=Render(image_size=48, camera_name="wrist"), **kw).reset(np.array([0]))
 
 
 def test_env_can_be_stepped_from_different_threads():
     """Pipelined rollouts step stage envs from a thread pool: the GL context must follow."""
     from concurrent.futures import ThreadPoolExecutor
 
-    env = MetaWorldEnv(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=32, trials_per_task=1)
+    env = MetaWorldEnv(
+        task_set="MT1", task_name="reach-v3", num_envs=1, render=Render(image_size=32), trials_per_task=1
+    )
     other = env.clone()
     try:
         first = env.reset(np.array([0])).main_images
@@ -213,8 +218,9 @@ def test_env_can_be_stepped_from_different_threads():
 def test_corner4_is_rlinfs_moved_corner2():
     """RLinf sets corner2's position to [0.75, 0.075, 0.7] "to align with SFT"; in MetaWorld 3 that
     renders exactly what corner4 renders."""
-    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=48, trials_per_task=1)
-    corner4, moved = MetaWorldEnv(camera_name="corner4", **kw), MetaWorldEnv(camera_name="corner2", **kw)
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, trials_per_task=1)
+    corner4 = MetaWorldEnv(render=Render(image_size=48, camera_name="corner4"), **kw)
+    moved = MetaWorldEnv(render=Render(image_size=48, camera_name="corner2"), **kw)
     try:
         a = corner4.reset(np.array([0])).main_images
         moved.reset(np.array([0]))
@@ -225,7 +231,7 @@ def test_corner4_is_rlinfs_moved_corner2():
         mujoco.mj_forward(sim.model, sim.data)  # camera poses in world frame follow the model
         moved._stale[:] = True
         b = moved._observe(np.array([0])).main_images
-        unmoved = MetaWorldEnv(camera_name="corner2", **kw)
+        unmoved = MetaWorldEnv(render=Render(image_size=48, camera_name="corner2"), **kw)
         c = unmoved.reset(np.array([0])).main_images
         unmoved.close()
 
@@ -242,7 +248,7 @@ def test_corner4_is_rlinfs_moved_corner2():
 def test_7d_actions_drive_xyz_and_gripper_only():
     """action_format 7d (RLinf's OpenVLA-OFT with 7-D norm stats): dims 0-2 and 6 reach the arm,
     rotation dims 3-5 are ignored, as RLinf's prepare_actions_for_metaworld."""
-    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, image_size=16, trials_per_task=1, fast_render=True)
+    kw = dict(task_set="MT1", task_name="reach-v3", num_envs=1, render=Render(image_size=16), trials_per_task=1)
     four, seven = MetaWorldEnv(**kw), MetaWorldEnv(action_format="7d", **kw)
     try:
         assert (four.action_dim, seven.action_dim) == (4, 7)
@@ -268,9 +274,9 @@ def test_7d_actions_drive_xyz_and_gripper_only():
 def test_settle_steps_take_rlinfs_zero_actions_before_the_first_frame():
     """RLinf steps every reset MetaWorld env 15 + 1 times with zero actions before its first
     observation (RLinf v0.3 rlinf/envs/metaworld/metaworld_env.py:312-316): ``settle_steps: 16``."""
-    kw = dict(task_set="MT1", task_name="pick-place-v3", num_envs=1, image_size=48, trials_per_task=2,
+    kw = dict(task_set="MT1", task_name="pick-place-v3", num_envs=1, render=Render(image_size=48), trials_per_task=2,
               state_type="full", max_episode_steps=50)  # fmt: skip
-    settled, plain = MetaWorldEnv(settle_steps=16, **kw), MetaWorldEnv(**kw)
+    settled, plain = MetaWorldEnv(sim=Sim(settle_steps=16), **kw), MetaWorldEnv(**kw)
     try:
         first = settled.reset(np.array([1]))
         raw = plain.reset(np.array([1]))
@@ -285,5 +291,7 @@ def test_settle_steps_take_rlinfs_zero_actions_before_the_first_frame():
     finally:
         settled.close()
         plain.close()
-    with pytest.raises(ValueError, match="settle_steps"):
-        MetaWorldEnv(settle_steps=-1)
+    with pytest.raises(ValueError, match="sim.settle_steps"):
+        Sim(settle_steps=-1)
+    with pytest.raises(TypeError, match=r"flat setting 'settle_steps': it is sim.settle_steps now"):
+        MetaWorldEnv(settle_steps=16)

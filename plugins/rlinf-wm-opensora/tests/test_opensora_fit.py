@@ -47,10 +47,9 @@ def test_grpo_in_the_tiny_world_model_then_fine_tune_it_on_the_recorded_rollouts
                                 "auto_reset": True,
                                 "ignore_terminations": True,
                                 "max_episode_steps": 16,
-                                "image_size": 64,
-                                "fast_render": True,
-                                "settle_steps": 2,
-                                "reward_coef": 5.0,
+                                "render": {"image_size": 64, "fast_render": True},
+                                "sim": {"settle_steps": 2},
+                                "reward": {"coef": 5.0},
                             },
                         }
                     }

@@ -11,6 +11,7 @@ import torch
 
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.observation import Observation
+from rlinf_core.foundation.checks import check_number
 
 COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230)}
 
@@ -40,7 +41,6 @@ class ReachEnv(Env):
         radius: float = 0.12,
         **kwargs,
     ) -> None:
-        from rlinf_core.foundation.checks import check_number
 
         check_number("env.image_size", image_size, low=8, high=4096, hint="pixels per side of the rendered image")
         super().__init__(**kwargs)

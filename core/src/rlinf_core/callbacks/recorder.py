@@ -149,7 +149,8 @@ class RolloutRecorder(Callback):
             return
         if self.root is None:
             self.root = Path(self.out_dir or "rollouts")
-        if self.all_envs and env.num_workers == 0 and env.video_cfg.max_envs < env.num_envs:
+        in_process = env.unwrapped is env  # a WorkerEnv's workers were built with the video_cfg they had
+        if self.all_envs and in_process and env.video_cfg.max_envs < env.num_envs:
             env.video_cfg.max_envs = env.num_envs
 
         def observer(env: Env, event: str, arg: Any, result: Any, frames: list[dict[str, Any]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,6 @@ def _tensorboard_gif(writer: Any, tag: str, video: np.ndarray, step: int, fps: i
     a ready Summary proto, so the summary goes through ``_get_file_writer()``;
     ``tests/core/test_video_tensorboard.py`` reads it back with TensorBoard and fails if torch changes that.
     """
-    import io
 
     from tensorboard.compat.proto.summary_pb2 import Summary
 

@@ -17,6 +17,8 @@ run's logger (TensorBoard text ``rlinf/warnings``) once the run starts.
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -159,8 +161,6 @@ _PLUGIN_KEYS = ("env", "eval_env", "policy", "world_model", "reward_model")  # r
 
 
 def _check_dotted(class_path: str, where: str, name: str) -> None:
-    import difflib
-    import importlib
 
     module_name, _, attr = class_path.rpartition(".")
     try:

@@ -9,6 +9,8 @@ Packages are located without importing them (no simulator or model library is lo
 
 from __future__ import annotations
 
+import difflib
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -118,15 +120,13 @@ def config_provider(name: str) -> str | None:
 def missing_config_message(value: str) -> str:
     """One line for a ``--config`` that is neither a file nor a shipped config: the install hint when the package
     that ships that name is not installed, else the nearest file beside it or shipped name."""
-    import difflib
-    from importlib.metadata import PackageNotFoundError, distribution
 
     name = value.removeprefix("configs/")
     dist = config_provider(name)
     if dist is not None:
         try:
-            distribution(dist)
-        except PackageNotFoundError:
+            importlib.metadata.distribution(dist)  # looked up at call time: tests stand in for it
+        except importlib.metadata.PackageNotFoundError:
             return (
                 f"config '{value}' is shipped by {dist}, which is not installed: pip install -e plugins/{dist} "
                 f"(or pip install {dist})"

@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.memory.estimate import MemoryTarget
 from rlinf_core.run.checkpointing import RLCheckpoint
 
@@ -52,7 +53,6 @@ class RLinfCLI(LightningCLI):
                 load_checkpoint_file(ckpt, mmap=True)
 
     def before_instantiate_classes(self) -> None:
-        from rlinf_core.foundation.checks import check_number
 
         config = self.config[self.subcommand] if self.subcommand else self.config
         trainer = config.get("trainer")

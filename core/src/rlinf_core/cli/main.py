@@ -11,7 +11,9 @@ package (``libero/spatial.yaml``, see :mod:`rlinf_core.cli.configs`) when no suc
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import sys
 
 from rlinf_core.cli.class_paths import check_config_class_paths
@@ -101,7 +103,6 @@ def plot_command(argv: list[str]) -> int:
 def _dispatch(argv: list[str]) -> int | None:
     """Run ``rlinf --help`` and every non-Lightning command (built-in or a plugin's); ``None`` for fit / validate /
     test / predict, which go to LightningCLI."""
-    import importlib
 
     from rlinf_core.cli.commands import (
         LIGHTNING_COMMANDS,
@@ -152,8 +153,6 @@ def main(args: list[str] | None = None) -> int | None:
     try:
         code = _dispatch(argv)
     except BrokenPipeError:  # `rlinf plugins | head`: the reader has gone, nothing is wrong
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0
     if code is not None:

@@ -166,7 +166,7 @@ def _buffer_bytes_per_rank(model_args: dict, policy) -> float:
     C = policy.num_action_chunks
     steps = int(ro.get("max_steps_per_rollout_epoch", 100))
     samples = int(ro.get("rollout_epoch", 1)) * (steps // C) * int(env.get("num_envs", 1))
-    size = env.get("image_size")
+    size = env.get("image_size", (env.get("render") or {}).get("image_size"))  # plugin envs group it under render:
     if size is None:
         size = policy.image_size or 224
     size = size if isinstance(size, (list, tuple)) else (size, size)

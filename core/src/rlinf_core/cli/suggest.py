@@ -9,6 +9,7 @@ appends the closest one to the message.
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 from argparse import ArgumentError
 from collections.abc import Callable
@@ -38,8 +39,6 @@ def closest_key(key: str, accepted: list[str]) -> str | None:
 
 def _resolve_class(name: str, base: type) -> type | None:
     if "." in name:
-        import importlib
-
         module, _, qualname = name.rpartition(".")
         try:
             return getattr(importlib.import_module(module), qualname)
@@ -116,6 +115,9 @@ def suggestion(exc: BaseException, argv: list[str]) -> str | None:
     else:
         head = " "
     parent, _, leaf = key.rpartition(".")
+    if leaf == "num_workers" and any(c.__name__ == "Env" for c in cls.__mro__):  # the env's worker count moved
+        new = "rollout.eval_env_workers" if "eval_env" in typed or "eval_env" in nested else "rollout.env_workers"
+        return f"{head}An env no longer takes num_workers: its worker processes are --model.init_args.{new}"
     moved = (getattr(cls, "FLAT_SETTINGS", None) or {}).get(leaf)  # an RLinf flat key now in a config group
     if moved is not None:
         grouped = ".".join(p for p in (parent, *moved) if p)

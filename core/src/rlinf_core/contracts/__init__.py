@@ -5,6 +5,7 @@ from rlinf_core.foundation.lazy import lazy_getattr
 # public name -> module that defines it (imported on first use: importing this package stays cheap)
 _LAZY = {
     "ActOutput": "rlinf_core.contracts.policy",
+    "BatchedEnv": "rlinf_core.contracts.batched_env",
     "ChunkStepResult": "rlinf_core.contracts.observation",
     "ConditionSpec": "rlinf_core.contracts.world_model",
     "Env": "rlinf_core.contracts.env",
@@ -14,7 +15,7 @@ _LAZY = {
     "Policy": "rlinf_core.contracts.policy",
     "RewardModel": "rlinf_core.contracts.world_model",
     "Stack": "rlinf_core.memory.estimate",
-    "VideoConfig": "rlinf_core.contracts.env",
+    "VideoConfig": "rlinf_core.contracts.batched_env",
     "WorldModel": "rlinf_core.contracts.world_model",
     "WorldModelMemory": "rlinf_core.memory.meta_peak",
     "module_bytes": "rlinf_core.memory.meta_peak",
@@ -23,6 +24,7 @@ _LAZY = {
 
 __all__ = [
     "ActOutput",
+    "BatchedEnv",
     "ChunkStepResult",
     "ConditionSpec",
     "Env",

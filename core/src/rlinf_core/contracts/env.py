@@ -31,58 +31,27 @@ own mapping through :meth:`task_ids`).
 
 This module is the contract only: the hooks above, documented, plus ``episode_info``; the public API built on
 them (``reset``, ``chunk_step``, episodes, frames, ``clone``) is :class:`rlinf_core.contracts.env_runtime.EnvRuntime`,
-the base class. An env runs its sub-envs in this process. Worker processes are a
-wrapper, :class:`rlinf_core.envs.vector.WorkerEnv`, that the RL loop applies to any env whose
-``num_workers > 0`` (:func:`rlinf_core.envs.vector.vectorize`); initial-state sampling lives in
+the base class. An env runs its sub-envs in this process: how many processes run them is not the env's business.
+Worker processes are a wrapper, :class:`rlinf_core.envs.vector.WorkerEnv`, that the RL loop applies when its
+``rollout.env_workers > 0`` (:func:`rlinf_core.envs.vector.vectorize`); the two share one typed interface,
+:class:`rlinf_core.contracts.batched_env.BatchedEnv`. Initial-state sampling lives in
 :mod:`rlinf_core.contracts.reset_states` and the step result in :mod:`rlinf_core.contracts.observation`.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from rlinf_core.contracts.batched_env import VideoConfig
 from rlinf_core.contracts.env_runtime import EnvRuntime, _Episode, observed
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
 from rlinf_core.contracts.reset_states import ResetStateSampler
 
-__all__ = ["ChunkStepResult", "Env", "VideoConfig", "check_worker_split", "observed"]
-
-
-@dataclass
-class VideoConfig:
-    """Video recording of rollouts (the seeds' ``video_cfg``).
-
-    Args:
-        save_video: record videos of this env's episodes.
-        video_base_dir: where mp4 files go; default ``<log_dir>/video/{train,eval}``.
-        info_on_video: draw step, reward and success on every tile.
-        fps: frames per second of the written video.
-        every_n_epochs: record one rollout every this many training epochs (eval: every eval).
-        max_envs: at most this many sub-envs are tiled into the video.
-    """
-
-    save_video: bool = False
-    video_base_dir: str | None = None
-    info_on_video: bool = True
-    fps: int = 10
-    every_n_epochs: int = 1
-    max_envs: int = 16
-
-
-def check_worker_split(num_envs: int, group_size: int, num_workers: int) -> None:
-    """Raise a one-line ``ValueError`` if ``num_envs`` does not split into ``num_workers`` workers."""
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-    if num_workers and (num_envs % num_workers or (num_envs // num_workers) % group_size):
-        raise ValueError(
-            f"num_envs ({num_envs}) must split into num_workers ({num_workers}) workers that each hold a "
-            f"multiple of group_size ({group_size}) sub-envs, so that no GRPO group straddles two workers"
-        )
+__all__ = ["ChunkStepResult", "Env", "VideoConfig", "observed"]
 
 
 class Env(EnvRuntime):
@@ -102,8 +71,6 @@ class Env(EnvRuntime):
         task_id_filter: restrict initial states to these task ids.
         reset_state_id_filter: restrict initial states to these flat reset state ids (e.g. one
             pinned state, RLinf's ``specific_reset_id``).
-        num_workers: the RL loop runs the sub-envs in this many worker processes (0: in this process);
-            see :class:`rlinf_core.envs.vector.WorkerEnv`.
         video_cfg: video recording of this env's rollouts.
     """
 
@@ -118,12 +85,26 @@ class Env(EnvRuntime):
     #: ManiSkill's ``fail_once``); the RL loop logs their means as ``env/<key>`` and ``eval/<key>``
     #: (declared up front: every rank must reduce the same keys).
     episode_metrics: tuple[str, ...] = ()
+    #: flat setting names → ``(config group, field)`` for an env whose constructor groups its settings (the flat
+    #: names RLinf's configs and older configs use, ``{"reward_coef": ("reward", "coef")}``): ``rlinf fit`` names the
+    #: grouped key of such a key, and the constructor refuses it with the same hint
+    FLAT_SETTINGS: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: the env cannot run in worker processes (a world model on the training device):
+    #: :class:`rlinf_core.envs.vector.WorkerEnv` refuses it
+    in_process_only: ClassVar[bool] = False
 
     # marked as a wrapper of object.__new__ so that signature readers (jsonargparse) read __init__'s parameters
     @functools.wraps(object.__new__)
     def __new__(cls, *args: Any, **kwargs: Any) -> Env:
         # Record the outermost constructor's arguments for clone(): stage, eval and worker copies of an
         # env are built from the same config with a few overrides (Python passes __new__ what __init__ gets).
+        moved = [k for k in kwargs if k in cls.FLAT_SETTINGS]
+        if moved:
+            group, field = cls.FLAT_SETTINGS[moved[0]]
+            raise TypeError(
+                f"{cls.__name__} got the flat setting {moved[0]!r}: it is {group}.{field} now (the {group} config "
+                f"group: a dataclass in Python, {group}: {{{field}: ...}} in YAML)"
+            )
         env = object.__new__(cls)
         env._init_args = (args, dict(kwargs))
         return env
@@ -139,7 +120,6 @@ class Env(EnvRuntime):
         is_eval: bool = False,
         task_id_filter: list[int] | None = None,
         reset_state_id_filter: list[int] | None = None,
-        num_workers: int = 0,
         video_cfg: VideoConfig | None = None,
     ) -> None:
         if num_envs < 1:
@@ -174,13 +154,6 @@ class Env(EnvRuntime):
             self.reset_state_id_filter,
             owner=type(self).__name__,
         )
-        check_worker_split(num_envs, group_size, num_workers)
-        #: worker processes the RL loop runs this env in (:func:`rlinf_core.envs.vector.vectorize`); the env
-        #: itself always runs its sub-envs in the calling process
-        self.num_workers = num_workers
-        #: envs of the same run that step at the same time (pipeline stages); their worker
-        #: processes share the cores (set by the RL loop, see ``rlinf_core.envs.vector.workers``)
-        self.concurrent_envs = 1
         self.video_cfg = video_cfg or VideoConfig()
         self.capture_frames = False
         self._frames: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
 
 __all__ = ["EnvRuntime", "observed"]
@@ -49,9 +50,14 @@ def observed(method):
     return wrapper
 
 
-class EnvRuntime:
-    """The public API of :class:`rlinf_core.Env` (its base class): built on the env's hooks (``_reset_envs``,
-    ``_chunk`` / ``_step``, ``_observe``, ...) and the state :meth:`Env.__init__` sets up."""
+class EnvRuntime(BatchedEnv):
+    """The public API of :class:`rlinf_core.Env` (its base class), :class:`BatchedEnv` in this process: built on
+    the env's hooks (``_reset_envs``, ``_chunk`` / ``_step``, ``_observe``, ...) and the state :meth:`Env.__init__`
+    sets up."""
+
+    @property
+    def unwrapped(self) -> EnvRuntime:
+        return self
 
     def shard(self, index: int, count: int) -> None:
         """Use only every ``count``-th initial state starting at ``index`` (ranks, workers)."""
@@ -225,16 +231,7 @@ class EnvRuntime:
         out, self._finished = self._finished, []
         return out
 
-    def pop_metrics(self) -> dict[str, float]:
-        """Env-level counters since the last call (worker envs: ``env/worker_restarts``, ``env/dropped_episodes``)."""
-        return {}
-
     # ------------------------------------------------------------------ frames
-    @property
-    def capturing(self) -> bool:
-        """Frames are captured this step: a video is recorded (``capture_frames``) or a step observer is set."""
-        return self.capture_frames or bool(self.step_observers)
-
     def _frame_buffer(self) -> list[dict[str, Any]]:
         """The list :meth:`pop_frames` empties."""
         return self._frames

@@ -6,8 +6,8 @@ them). Reset state id *i* is the *i*-th file in sorted order; the world model's 
 which frames and actions of it start the episode.
 
 The env runs in the training process on the training device (``device``, set from the Lightning
-module's device by :class:`rlinf_core.RLModule`): frames and the model state stay there, so
-``num_workers`` must be 0.
+module's device by :class:`rlinf_core.RLModule`): frames and the model state stay there, so it never runs in
+worker processes (``in_process_only``; ``rollout.env_workers`` must be 0).
 
 Unlike RLinf (defect D10) only the finished sub-envs are reset, each env keeps its own step
 count, and success needs ``success_frames`` consecutive frames above the threshold, so a single
@@ -45,8 +45,10 @@ class WorldModelEnv(Env):
         sampler_seed: seed of the world model's sampler noise (advanced every chunk, not fixed).
         device: where the models run and frames live (``cpu``, ``cuda``, ``cuda:1``); the RL module
             sets it to its own device before rollouts and evals.
-        **kwargs: :class:`rlinf_core.Env` arguments (``num_workers`` must stay 0).
+        **kwargs: :class:`rlinf_core.Env` arguments.
     """
+
+    in_process_only = True  # models and frames live on the training device
 
     def __init__(
         self,
@@ -62,11 +64,6 @@ class WorldModelEnv(Env):
         device: str = "cpu",
         **kwargs,
     ) -> None:
-        if kwargs.get("num_workers", 0):
-            raise ValueError(
-                "WorldModelEnv runs on the training device in the training process: set num_workers: 0 "
-                "(use rollout.pipeline_stage_num to overlap stages instead)"
-            )
         super().__init__(**kwargs)
         self.world_model = world_model.eval().requires_grad_(False)
         self.reward_model = reward_model.eval().requires_grad_(False)

@@ -44,3 +44,9 @@ def check_number(
         high is not None and (value > high or (high_open and value == high))
     ):
         raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
+
+
+def check_choice(name: str, value: object, choices: tuple | list) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (``name``: the config key, ``reward.mode``)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")

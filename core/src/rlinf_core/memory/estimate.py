@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
+from rlinf_core.foundation.checks import check_number
+
 if TYPE_CHECKING:
     from rlinf_core.memory.meta_peak import WorldModelMemory
 
@@ -174,7 +176,6 @@ class MemoryTarget:
     world_size: int | None = None
 
     def __post_init__(self) -> None:
-        from rlinf_core.foundation.checks import check_number
 
         check_number("memory.gpu_memory_gb", self.gpu_memory_gb, low=0, low_open=True)
         check_number("memory.world_size", self.world_size, low=1, optional=True)

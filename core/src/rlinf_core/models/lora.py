@@ -18,6 +18,7 @@ from torch import nn
 
 from rlinf_core.foundation.optional_deps import require
 from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import load_safetensors as load_file
 
 ADAPTER = "default"
 PEFT_INSTALL = "pip install 'peft>=0.17'"
@@ -153,8 +154,6 @@ def apply_lora(
 
 def _adapter_weights(path: Path) -> dict[str, torch.Tensor]:
     if (path / "adapter_model.safetensors").is_file():
-        from rlinf_core.models.weights import load_safetensors as load_file
-
         return load_file(str(path / "adapter_model.safetensors"))
     if (path / "adapter_model.bin").is_file():
         return torch.load(str(path / "adapter_model.bin"), map_location="cpu", weights_only=True)

@@ -13,6 +13,8 @@ from typing import Literal
 
 import torch
 
+from rlinf_core.models.weights import read_json
+
 NormalizationType = Literal["bounds_q99", "bounds"]
 STATISTICS_FILE = "dataset_statistics.json"
 
@@ -26,8 +28,6 @@ def read_norm_stats(path: str | Path, config: dict | None = None) -> dict:
     stats = dict((config or {}).get("norm_stats") or {})
     extra = path / STATISTICS_FILE
     if extra.is_file():
-        from rlinf_core.models.weights import read_json
-
         data = read_json(extra)
         if "action" in data and isinstance(data["action"], dict) and "q01" in data["action"]:
             data = {path.name: data}

@@ -23,7 +23,11 @@ class RolloutConfig:
         eval_rollout_epoch: passes over the eval grid per evaluation.
         pipeline_stage_num: split the envs into this many stages that step while the policy infers
             another stage. Simulators that hold the GIL overlap with inference only in worker
-            processes (the env's ``num_workers >= 1``).
+            processes (``env_workers >= 1``).
+        env_workers: run the training env's sub-envs in this many worker processes per pipeline stage (0: in the
+            training process); each holds ``num_envs / (pipeline_stage_num · env_workers)`` sub-envs, whole GRPO
+            groups (see :class:`rlinf_core.envs.vector.WorkerEnv`).
+        eval_env_workers: worker processes of the eval env (``null``: ``env_workers``).
         recompute_logprobs: recompute the old log-probs with the training forward (train mode, same
             precision context) after the rollout, use them as the ratio's denominator, and log the
             largest difference to the rollout's as ``rollout/logprob_mismatch``.
@@ -38,12 +42,16 @@ class RolloutConfig:
     temperature_eval: float = 1.0
     eval_rollout_epoch: int = 1
     pipeline_stage_num: int = 1
+    env_workers: int = 0
+    eval_env_workers: int | None = None
     recompute_logprobs: bool = False
     show_progress: bool = True
 
     def __post_init__(self) -> None:
         for key in ("rollout_epoch", "max_steps_per_rollout_epoch", "eval_rollout_epoch", "pipeline_stage_num"):
             check_number(f"rollout.{key}", getattr(self, key), low=1)
+        check_number("rollout.env_workers", self.env_workers, low=0)
+        check_number("rollout.eval_env_workers", self.eval_env_workers, low=0, optional=True)
         for key in ("temperature_train", "temperature_eval"):
             check_number(
                 f"rollout.{key}",

@@ -30,7 +30,7 @@ from rlinf_core.contracts.policy import Policy
 from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
 from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
 from rlinf_core.distributed.rollout_mode import rollout_mode
-from rlinf_core.envs.vector import vectorize
+from rlinf_core.envs.vector import WorkerEnv, vectorize
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.weights import first_non_finite
 from rlinf_core.rl.algorithms.base import Algorithm
@@ -85,8 +85,10 @@ class RLModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.env = vectorize(env)  # worker processes when env.num_workers > 0
-        self.eval_env = vectorize(eval_env)
+        # worker processes when rollout.env_workers > 0
+        self.env = vectorize(env, rollout.env_workers)
+        self._eval_workers = rollout.env_workers if rollout.eval_env_workers is None else rollout.eval_env_workers
+        self.eval_env = vectorize(eval_env, self._eval_workers)
         self.policy = policy
         self.algorithm = algorithm
         self.rollout_cfg = rollout
@@ -142,12 +144,15 @@ class RLModule(pl.LightningModule):
                 n = self.env.num_envs // S
                 self._stage_envs = [self.env.clone(num_envs=n, seed=self.env.seed + 1000 * s) for s in range(S)]
             for s, env in enumerate(self._stage_envs):
-                env.concurrent_envs = S  # read when its workers start (first reset)
+                if isinstance(env, WorkerEnv):
+                    env.concurrent_envs = S  # read when its workers start (first reset)
                 env.shard(rank * S + s, world * S)
             self.collector = RolloutCollector(self._stage_envs, self.policy, self.algorithm.uses_critic)
             self.steps_per_epoch = self.buffer.num_micro_batches(self.samples_per_rank(), world)
         if self.eval_env is None:
-            self.eval_env = self.env.clone(is_eval=True, auto_reset=True, group_size=1)
+            self.eval_env = vectorize(
+                self.env.unwrapped.clone(is_eval=True, auto_reset=True, group_size=1), self._eval_workers
+            )
         self.eval_env.shard(rank, world)
 
     def samples_per_rank(self) -> int:
@@ -388,5 +393,5 @@ class RLModule(pl.LightningModule):
         if self.collector is not None and stage == "fit":
             self.collector.close()
         for env in [*self._stage_envs, self.eval_env]:
-            if env is not None and env.num_workers:
+            if isinstance(env, WorkerEnv):
                 env.close()  # stops the worker processes; they restart on the next use

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, Policy
@@ -57,21 +58,23 @@ class _KitTests:
 class EnvPluginTests(_KitTests):
     """Checks the :class:`rlinf_core.Env` contract on a real instance of the plugin's env.
 
-    Reads the class attributes ``env_class``, ``env_kwargs``, ``chunk`` and ``eval_grid_states``."""
+    Reads the class attributes ``env_class``, ``env_kwargs``, ``num_workers``, ``chunk`` and ``eval_grid_states``."""
 
     #: the env class under test (required).
     env_class: type[Env]
     #: extra constructor arguments for every env the tests build.
     env_kwargs: dict[str, Any] = {}
+    #: run the env in this many worker processes, as ``rollout.env_workers`` does (0: in the test process).
+    num_workers: int = 0
     #: sub-steps per chunk used by the tests.
     chunk: int = 2
     #: initial states visited by the eval-grid test (keep small for slow simulators).
     eval_grid_states: int = 4
 
-    def make_env(self, **overrides: Any) -> Env:
-        """``env_class(**env_kwargs, **overrides)``, as the RL loop builds it (in worker processes when
-        ``env_kwargs`` sets ``num_workers > 0``)."""
-        return vectorize(self.env_class(**{**self.env_kwargs, **overrides}))
+    def make_env(self, **overrides: Any) -> BatchedEnv:
+        """``env_class(**env_kwargs, **overrides)``, as the RL loop builds it (in ``num_workers`` worker processes
+        when that is > 0)."""
+        return vectorize(self.env_class(**{**self.env_kwargs, **overrides}), self.num_workers)
 
     def random_actions(self, env: Env, chunk: int | None = None) -> torch.Tensor:
         """Seeded uniform actions in [-1, 1], ``[num_envs, chunk, env.action_dim]``."""

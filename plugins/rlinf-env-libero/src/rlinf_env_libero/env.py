@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from rlinf_core.contracts import Env, Observation
+from rlinf_env_libero.settings import FLAT_KEYS, LiberoRenderConfig, LiberoRewardConfig, LiberoSimConfig
 from rlinf_env_libero.suites import MAX_EPISODE_STEPS, check_suite, load_init_states, load_tasks, num_init_states
 
 STATE_DIM = 8
@@ -36,7 +37,7 @@ class LiberoEnv(Env):
     Simulators: each sub-env runs one robosuite simulator in this process. A reset to a task the
     sub-env already simulates is a soft reset plus ``set_init_state`` (milliseconds, no rebuild);
     a simulator is built only when a sub-env needs a task it does not hold and no idle simulator
-    of that task is cached (``sim_cache_size``, shared by the LiberoEnvs of the process).
+    of that task is cached (``sim.cache_size``, shared by the LiberoEnvs of the process).
 
     Args:
         task_suite_name: ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``,
@@ -46,44 +47,20 @@ class LiberoEnv(Env):
             object), 320 (goal), 512 (10, 90, 130).
         trials_per_task: use only the first N shipped initial states of every task (default: all
             50). Smaller grids give quick evals.
-        image_size: side of the square camera images, pixels (the seeds render 256; OpenVLA-OFT
-            resizes to 224 itself).
-        use_wrist_image: also render the wrist camera as ``wrist_images``.
-        obs_mode: ``rgb`` (cameras rendered) or ``state`` (no renderer is built: cheaper
-            simulators for state-based policies; ``main_images`` is then a black 1x1 placeholder).
-        settle_steps: still steps (zero arm motion) after every reset so objects come to rest, not
-            counted in the episode (OpenVLA-OFT's eval waits 10, RLinf 15).
-        settle_gripper: gripper command during the settle steps: ``open`` (-1, OpenVLA-OFT's dummy
-            action and RLinf's ``reset_gripper_open: true``) or ``neutral`` (0, RLinf's experiment
-            configs, ``reset_gripper_open: false``).
-        placement_seed: numpy seed of LIBERO's fixture placement (cabinets, stoves: bodies the initial states do
-            not cover) at every reset. ``per_trial``: a hash of the task and trial, so the scene is a function of
-            the initial state id. ``rlinf``: as RLinf v0.3, which seeds every sub-env before each reset with
-            ``(seed + rank) * n + e`` (``n`` sub-envs reset together, ``e`` the sub-env's index; rank = this env's
-            shard index; rlinf/envs/libero/libero_env.py:663 through rlinf/envs/venv/venv.py:844-866): on rank 0
-            with seed 0, sub-env ``e`` always gets ``e``, so the fixtures of a sub-env land in the same place in
-            every episode, the scenes RLinf's LIBERO checkpoints were trained and evaluated in.
-        reward_coef: reward for reaching the goal (RLinf: 5 for GRPO, whose reward filter bounds
-            0.5 / 4.5 assume it; 1 otherwise).
-        use_rel_reward: reward the change of success (``coef`` when the goal is reached, ``-coef``
-            when it is lost again under ``ignore_terminations``) instead of ``coef`` on every
-            successful step.
-        fast_render: no shadow maps, anti-aliasing or reflections (several times faster on CPU).
-            Images look flatter than the standard renders pretrained LIBERO policies saw: keep
-            ``false`` to evaluate or fine-tune them.
-        sim_cache_size: idle simulators kept in this process for reuse (each holds a compiled
-            scene and a GL context: about 0.75 GB of RAM with CPU rendering).
-        scene_cache_size: compiled MuJoCo scenes kept in this process, so another simulator of a
-            recent task (e.g. the 8 members of a GRPO group) skips MuJoCo's compile (several
-            seconds); about 0.25 GB each.
-        gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``); must be chosen
-            before anything imports MuJoCo.
+        render: what the cameras render (:class:`~rlinf_env_libero.settings.LiberoRenderConfig`: ``image_size``,
+            ``use_wrist_image``, ``obs_mode``, ``fast_render``, ``gl_backend``).
+        reward: how a step is rewarded (:class:`~rlinf_env_libero.settings.LiberoRewardConfig`: ``coef``,
+            ``relative``).
+        sim: how the simulators start an episode and how many this process keeps
+            (:class:`~rlinf_env_libero.settings.LiberoSimConfig`: ``settle_steps``, ``settle_gripper``,
+            ``placement_seed``, ``cache_size``, ``scene_cache_size``).
         **kwargs: :class:`rlinf_core.Env` arguments (``num_envs`` per rank, ``group_size``,
             ``auto_reset``, ``ignore_terminations``, ``seed``, ``is_eval``, ``task_id_filter``,
             ``video_cfg``, ...).
     """
 
     action_dim = 7
+    FLAT_SETTINGS = FLAT_KEYS
 
     def __init__(
         self,
@@ -92,18 +69,9 @@ class LiberoEnv(Env):
         ] = "libero_spatial",
         max_episode_steps: int | None = None,
         trials_per_task: int | None = None,
-        image_size: int = 256,
-        use_wrist_image: bool = False,
-        obs_mode: Literal["rgb", "state"] = "rgb",
-        settle_steps: int = 10,
-        settle_gripper: Literal["open", "neutral"] = "open",
-        placement_seed: Literal["per_trial", "rlinf"] = "per_trial",
-        reward_coef: float = 1.0,
-        use_rel_reward: bool = True,
-        fast_render: bool = False,
-        sim_cache_size: int = 4,
-        scene_cache_size: int = 4,
-        gl_backend: Literal["egl", "osmesa"] | None = None,
+        render: LiberoRenderConfig = LiberoRenderConfig(),
+        reward: LiberoRewardConfig = LiberoRewardConfig(),
+        sim: LiberoSimConfig = LiberoSimConfig(),
         **kwargs,
     ) -> None:
         if "gripper_action" in kwargs:
@@ -117,36 +85,11 @@ class LiberoEnv(Env):
         super().__init__(max_episode_steps=max_episode_steps, **kwargs)
         if trials_per_task is not None and trials_per_task < 1:
             raise ValueError(f"trials_per_task must be >= 1 (or null for all), got {trials_per_task}")
-        if obs_mode not in ("rgb", "state"):
-            raise ValueError(f"obs_mode must be 'rgb' or 'state', got {obs_mode!r}")
-        if obs_mode == "rgb" and image_size < 8:
-            raise ValueError(f"image_size must be >= 8 pixels, got {image_size}")
-        if obs_mode == "state" and use_wrist_image:
-            raise ValueError("use_wrist_image needs obs_mode: rgb")
-        if settle_steps < 0:
-            raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
-        if settle_gripper not in ("open", "neutral"):
-            raise ValueError(f"settle_gripper must be 'open' or 'neutral', got {settle_gripper!r}")
-        if placement_seed not in ("per_trial", "rlinf"):
-            raise ValueError(f"placement_seed must be 'per_trial' or 'rlinf', got {placement_seed!r}")
-        if sim_cache_size < 0 or scene_cache_size < 0:
-            raise ValueError(
-                f"sim_cache_size and scene_cache_size must be >= 0, got {sim_cache_size}, {scene_cache_size}"
-            )
         self.task_suite_name = task_suite_name
         self.trials_per_task = trials_per_task
-        self.image_size = image_size
-        self.use_wrist_image = use_wrist_image
-        self.obs_mode = obs_mode
-        self.settle_steps = settle_steps
-        self.settle_gripper = settle_gripper
-        self.placement_seed = placement_seed
-        self.reward_coef = reward_coef
-        self.use_rel_reward = use_rel_reward
-        self.fast_render = fast_render
-        self.sim_cache_size = sim_cache_size
-        self.scene_cache_size = scene_cache_size
-        self.gl_backend = gl_backend
+        self.render = render
+        self.reward = reward
+        self.sim = sim
         #: simulators this env built (a reset that reuses one does not count).
         self.num_sim_builds = 0
         #: camera images rendered so far.
@@ -206,7 +149,7 @@ class LiberoEnv(Env):
     def _build(self) -> None:
         from rlinf_env_libero import _sim
 
-        _sim.setup_gl(self.gl_backend)
+        _sim.setup_gl(self.render.gl_backend)
         _sim.import_robosuite()
         self._sim_mod = _sim
         self._slots: list = [None] * self.num_envs
@@ -214,14 +157,16 @@ class LiberoEnv(Env):
         self._prev_success = np.zeros(self.num_envs, dtype=bool)
 
     def _key(self, task_id: int) -> tuple:
-        render = self.obs_mode == "rgb"
-        return (self.tasks[task_id].bddl_file, render, self.fast_render and render)
+        rendered = self.render.obs_mode == "rgb"
+        return (self.tasks[task_id].bddl_file, rendered, self.render.fast_render and rendered)
 
     def _new_sim(self, task_id: int):
         task = self.tasks[task_id]
-        self._sim_mod.SCENES.trim(self.scene_cache_size)
+        self._sim_mod.SCENES.trim(self.sim.scene_cache_size)
         try:
-            sim = self._sim_mod.LiberoSim(task.bddl_file, render=self.obs_mode == "rgb", fast_render=self.fast_render)
+            sim = self._sim_mod.LiberoSim(
+                task.bddl_file, render=self.render.obs_mode == "rgb", fast_render=self.render.fast_render
+            )
         except Exception as exc:
             raise RuntimeError(
                 f"building the LIBERO simulator of {task.suite} task {task.index} ({task.name}) failed: "
@@ -230,7 +175,7 @@ class LiberoEnv(Env):
         self.num_sim_builds += 1
         return sim
 
-    def sim(self, env_id: int):
+    def simulator(self, env_id: int):
         """The :class:`~rlinf_env_libero._sim.LiberoSim` of sub-env ``env_id`` (None before its first episode)."""
         self.ensure_built()
         return self._slots[env_id]
@@ -254,16 +199,16 @@ class LiberoEnv(Env):
                 self._slots[e] = pool.take(self._key(t))
                 if self._slots[e] is None:
                     missing.append((e, t))
-        pool.trim(self.sim_cache_size)  # before building, so evicted simulators free their memory first
+        pool.trim(self.sim.cache_size)  # before building, so evicted simulators free their memory first
         for e, t in missing:
             self._slots[e] = self._new_sim(t)
         for e, t, trial in zip(env_ids, task_ids, self.trial_ids(reset_state_ids).tolist()):
             task = self.tasks[t]
             seed = zlib.crc32(f"{task.name}/{trial}".encode())
-            if self.placement_seed == "rlinf":
+            if self.sim.placement_seed == "rlinf":
                 seed = (self.seed + self._states.shard_spec[0]) * len(env_ids) + e
             self._slots[e].reset_to(
-                load_init_states(task.suite, task.index)[trial], self.settle_steps, seed, self.settle_gripper
+                load_init_states(task.suite, task.index)[trial], self.sim.settle_steps, seed, self.sim.settle_gripper
             )
             self._slot_task[e] = t
             self._prev_success[e] = False
@@ -287,19 +232,19 @@ class LiberoEnv(Env):
                     f"LIBERO simulator of sub-env {e} ({task.suite} task {task.index}, reset state "
                     f"{self.reset_state_ids[e]}) failed at step {sim.steps}: {type(exc).__name__}: {exc}"
                 ) from exc
-            if self.use_rel_reward:
-                rewards[e] = self.reward_coef * (float(success[e]) - float(self._prev_success[e]))
+            if self.reward.relative:
+                rewards[e] = self.reward.coef * (float(success[e]) - float(self._prev_success[e]))
             else:
-                rewards[e] = self.reward_coef * float(success[e])
+                rewards[e] = self.reward.coef * float(success[e])
             self._prev_success[e] = success[e]
         return rewards, success.copy(), success
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         env_ids = [int(e) for e in env_ids]
         n = len(env_ids)
-        size = self.image_size if self.obs_mode == "rgb" else 1
+        size = self.render.image_size if self.render.obs_mode == "rgb" else 1
         main = np.zeros((n, size, size, 3), np.uint8)
-        wrist = np.zeros((n, size, size, 3), np.uint8) if self.use_wrist_image else None
+        wrist = np.zeros((n, size, size, 3), np.uint8) if self.render.use_wrist_image else None
         states = np.zeros((n, STATE_DIM), np.float32)
         descriptions = []
         for i, e in enumerate(env_ids):
@@ -308,7 +253,7 @@ class LiberoEnv(Env):
                 descriptions.append(self.instructions[int(self.task_ids(self.pool[:1])[0])])
                 continue
             descriptions.append(self.tasks[self._slot_task[e]].language)
-            if self.obs_mode == "rgb":
+            if self.render.obs_mode == "rgb":
                 main[i] = sim.render("agentview", size)
                 self.num_renders += 1
                 if wrist is not None:
@@ -323,9 +268,9 @@ class LiberoEnv(Env):
         )
 
     def _close(self) -> None:
-        """Hand this env's simulators to the process's idle cache (then trimmed to ``sim_cache_size``)."""
+        """Hand this env's simulators to the process's idle cache (then trimmed to ``sim.cache_size``)."""
         for e, sim in enumerate(self._slots):
             if sim is not None:
                 self._sim_mod.POOL.release(sim)
                 self._slots[e] = None
-        self._sim_mod.POOL.trim(self.sim_cache_size)
+        self._sim_mod.POOL.trim(self.sim.cache_size)

@@ -12,8 +12,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from rlinf_core import check_choice
 from rlinf_core.contracts import Env, Observation
 from rlinf_env_maniskill import lavapipe
+from rlinf_env_maniskill.settings import FLAT_KEYS, ManiSkillRenderConfig, ManiSkillRewardConfig, ManiSkillSimConfig
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, default_max_episode_steps
 
 
@@ -36,7 +38,7 @@ class ManiSkillEnv(Env):
     ``fail_once``, logged as ``env/fail_once`` and ``eval/fail_once``.
 
     On the CPU backend every sub-env is its own ManiSkill env (ManiSkill's CPU physics holds one
-    env); use ``num_workers`` to spread them over processes. On the GPU backend each task is one
+    env); use ``rollout.env_workers`` to spread them over processes. On the GPU backend each task is one
     batched ManiSkill env of ``num_envs`` sub-envs. Without a GPU, SAPIEN needs Mesa >= 24.3
     lavapipe: run ``scripts/install_lavapipe.sh`` once (or ``python -m rlinf_env_maniskill.lavapipe
     install``); it is found automatically.
@@ -59,44 +61,24 @@ class ManiSkillEnv(Env):
             train``: 16 carrots x 16 table overlays x 784 placements x 4 rotations, one plate). Reset by
             ``seed``, those tasks draw the id from the torch RNG ManiSkill seeds with the episode seed: each
             trial is then a fixed pseudo-random scene, and the run only ever sees ``trials_per_task`` of them.
-        image_size: camera resolution, one side or ``[height, width]``.
-        camera: ManiSkill sensor camera used as ``main_images`` (Bridge scenes: ``3rd_view_camera``).
-        control_mode: ManiSkill control mode; must take 7-D actions (``null``: the task's default,
-            e.g. the WidowX controller of the Bridge scenes).
-        show_goal: render goal markers that ManiSkill hides from cameras (PickCube's green
-            sphere); an image-only policy cannot see the goal otherwise.
-        reward_mode: ``sparse`` (1 on success, -1 on ManiSkill's fail), ``dense`` (ManiSkill's
-            normalized dense reward in [0, 1]) or ``grasp`` (RLinf's default ManiSkill reward
-            ``0.1·grasped + 0.1·consecutive_grasp + 1·(success ∧ grasped)``, used with
-            ``relative_reward: true`` as RLinf's ``use_rel_reward``).
-        relative_reward: reward the change of the reward since the previous step (RLinf's
-            ``use_rel_reward``).
         action_format: ``normalized`` (ManiSkill's [-1, 1] scale: ±1 = ±10 cm / ±0.1 rad, gripper
             -1 closed … 1 open) or ``bridge`` (metres and radians, gripper 0 closed … 1 open, as
             OpenVLA un-normalizes Bridge actions; the gripper is binarized as RLinf does: open above 0.5).
         include_state: add ``states`` = joint positions + TCP pose (16-D for the Panda).
-        sim_backend: ``auto`` (GPU when CUDA is available), ``cpu`` or ``gpu``.
-        shader_pack: SAPIEN shader pack of the cameras: ``default`` as RLinf sets it
-            (``sensor_configs.shader_pack``), ``minimal`` (ManiSkill's default, faster) or ``rt``.
-        obs_mode: ManiSkill observation mode the tasks run in (RLinf: ``rgb+segmentation``). The images
-            are the ``rgb`` of the task's own observation (``_get_obs_sensor_data``), so a task that edits
-            its pixels there (RL4VLA's green screen) is seen as the task shows it.
-        sim_config: ManiSkill ``sim_config`` overrides, e.g. ``{sim_freq: 500, control_freq: 5}``.
-        make_kwargs: extra ``gym.make`` keyword arguments (e.g. ``robot_init_qpos_noise``).
         instructions: natural-language instruction per task id, overriding the built-in ones
             (needed for tasks outside the list above).
-        task_modules: Python modules imported before the simulator starts, to register more
-            ManiSkill tasks. RL4VLA's PutOnPlateInScene25 family (``rlinf_env_maniskill.rl4vla``) is imported
-            by itself when a task id needs it; its assets: ``make_kwargs: {asset_dir: ...}`` or
-            ``MANISKILL_ASSET_DIR`` (see ``rlinf maniskill-assets check``).
-        cache_dir: holds ManiSkill assets (``maniskill/``, used as ``MS_ASSET_DIR``) and the Mesa
-            shader cache; default ``$RLINF_CACHE_DIR`` or ``~/.cache/rlinf`` (an exported
-            ``MS_ASSET_DIR`` is kept when ``cache_dir`` is not given).
+        render: what the camera renders (:class:`~rlinf_env_maniskill.settings.ManiSkillRenderConfig`:
+            ``image_size``, ``camera``, ``show_goal``, ``shader_pack``, ``obs_mode``).
+        reward: how a step is rewarded (:class:`~rlinf_env_maniskill.settings.ManiSkillRewardConfig`: ``mode``,
+            ``relative``).
+        sim: the simulator (:class:`~rlinf_env_maniskill.settings.ManiSkillSimConfig`: ``backend``,
+            ``control_mode``, ``config``, ``make_kwargs``, ``task_modules``, ``cache_dir``).
         max_episode_steps: truncation limit; default the tasks' own (PickCube 50, PutOnPlate 80).
         **kwargs: :class:`rlinf_core.Env` arguments (``num_envs``, ``group_size``, ``auto_reset``, ...).
     """
 
     episode_metrics = ("fail_once",)
+    FLAT_SETTINGS = FLAT_KEYS
 
     action_dim = 7
 
@@ -106,22 +88,12 @@ class ManiSkillEnv(Env):
         trials_per_task: int = 100,
         episode_seed_offset: int = 0,
         reset_with: Literal["seed", "episode_id"] = "seed",
-        image_size: int | list[int] = 224,
-        camera: str = "base_camera",
-        control_mode: str | None = "pd_ee_delta_pose",
-        show_goal: bool = True,
-        reward_mode: Literal["sparse", "dense", "grasp"] = "sparse",
-        relative_reward: bool = False,
         action_format: Literal["normalized", "bridge"] = "normalized",
         include_state: bool = False,
-        sim_backend: Literal["auto", "cpu", "gpu"] = "auto",
-        shader_pack: Literal["default", "minimal", "rt"] = "default",
-        obs_mode: str = "rgb+segmentation",
-        sim_config: dict[str, Any] | None = None,
-        make_kwargs: dict[str, Any] | None = None,
         instructions: dict[str, str] | None = None,
-        task_modules: list[str] | None = None,
-        cache_dir: str | None = None,
+        render: ManiSkillRenderConfig = ManiSkillRenderConfig(),
+        reward: ManiSkillRewardConfig = ManiSkillRewardConfig(),
+        sim: ManiSkillSimConfig = ManiSkillSimConfig(),
         max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -130,18 +102,8 @@ class ManiSkillEnv(Env):
         super().__init__(max_episode_steps=max_episode_steps or default_max_episode_steps(tasks), **kwargs)
         if trials_per_task < 1:
             raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
-        size = [image_size] if isinstance(image_size, int) else list(image_size)
-        if len(size) not in (1, 2) or min(size) < 1:
-            raise ValueError(f"image_size must be one positive int or [height, width], got {image_size}")
-        for name, value, valid in (
-            ("reward_mode", reward_mode, ("sparse", "dense", "grasp")),
-            ("action_format", action_format, ("normalized", "bridge")),
-            ("sim_backend", sim_backend, ("auto", "cpu", "gpu")),
-            ("reset_with", reset_with, ("seed", "episode_id")),
-            ("shader_pack", shader_pack, ("default", "minimal", "rt")),
-        ):
-            if value not in valid:
-                raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        check_choice("action_format", action_format, ("normalized", "bridge"))
+        check_choice("reset_with", reset_with, ("seed", "episode_id"))
         self.instructions = {t: OFFLINE_TASKS[t].instruction for t in tasks if t in OFFLINE_TASKS}
         self.instructions.update(instructions or {})
         self.tasks = tasks
@@ -149,23 +111,12 @@ class ManiSkillEnv(Env):
         self.trials_per_task = trials_per_task
         self.episode_seed_offset = episode_seed_offset
         self.reset_with = reset_with
-        self.image_size = (size[0], size[-1])
-        self.camera = camera
-        self.control_mode = control_mode
-        self.show_goal = show_goal
-        self.reward_mode = reward_mode
-        self.relative_reward = relative_reward
         self.action_format = action_format
         self.include_state = include_state
-        self.sim_backend = sim_backend
-        self.shader_pack = shader_pack
-        if "rgb" not in obs_mode.split("+"):
-            raise ValueError(f"obs_mode must contain rgb (e.g. rgb+segmentation), got {obs_mode!r}")
-        self.obs_mode = obs_mode
-        self.sim_config = dict(sim_config) if sim_config else None
-        self.make_kwargs = dict(make_kwargs) if make_kwargs else None
-        self.task_modules = list(task_modules or [])
-        self.cache_dir = cache_dir
+        self.render = render
+        self.reward = reward
+        self.sim = sim
+        self.image_size = render.height_width
         self._sims: dict[Any, Any] = {}
         self._slot_task = np.zeros(self.num_envs, np.int64)
         self._started = np.zeros(self.num_envs, bool)  # simulators are made at a slot's first reset
@@ -186,17 +137,17 @@ class ManiSkillEnv(Env):
     # ------------------------------------------------------------------ simulator
     @property
     def uses_gpu(self) -> bool:
-        if self.sim_backend == "auto":
+        if self.sim.backend == "auto":
             return torch.cuda.is_available()
-        return self.sim_backend == "gpu"
+        return self.sim.backend == "gpu"
 
     def _prepare_process(self) -> None:
         """Vulkan driver, asset and shader-cache locations: before SAPIEN/ManiSkill are imported."""
         lavapipe.configure()
-        cache = Path(self.cache_dir).expanduser() if self.cache_dir else _default_cache_dir()
+        cache = Path(self.sim.cache_dir).expanduser() if self.sim.cache_dir else _default_cache_dir()
         asset_root = str(cache / "maniskill")
         os.environ["MS_SKIP_ASSET_DOWNLOAD_PROMPT"] = "1"
-        if self.cache_dir or "MS_ASSET_DIR" not in os.environ:
+        if self.sim.cache_dir or "MS_ASSET_DIR" not in os.environ:
             loaded = sys.modules.get("mani_skill")
             if loaded is not None and str(loaded.ASSET_DIR.parent) != asset_root:
                 warnings.warn(
@@ -217,7 +168,7 @@ class ManiSkillEnv(Env):
                 "(mani-skill==3.0.1, sapien==3.0.3)"
             ) from exc
         lavapipe.check_render_device()
-        for module in self.task_modules:
+        for module in self.sim.task_modules or ():
             importlib.import_module(module)
         if any(t.startswith("PutOnPlateInScene25") for t in self.tasks):
             importlib.import_module("rlinf_env_maniskill.rl4vla")  # our RL4VLA task family
@@ -241,15 +192,15 @@ class ManiSkillEnv(Env):
                 n=self.num_envs if self.uses_gpu else 1,
                 gpu=self.uses_gpu,
                 image_size=self.image_size,
-                camera=self.camera,
-                show_goal=self.show_goal,
-                reward_mode={"dense": "normalized_dense"}.get(self.reward_mode, self.reward_mode),
-                sim_config=self.sim_config,
-                make_kwargs=self.make_kwargs,
-                control_mode=self.control_mode,
+                camera=self.render.camera,
+                show_goal=self.render.show_goal,
+                reward_mode={"dense": "normalized_dense"}.get(self.reward.mode, self.reward.mode),
+                sim_config=self.sim.config,
+                make_kwargs=self.sim.make_kwargs,
+                control_mode=self.sim.control_mode,
                 render_gpu=torch.cuda.is_available(),
-                shader_pack=self.shader_pack,
-                obs_mode=self.obs_mode,
+                shader_pack=self.render.shader_pack,
+                obs_mode=self.render.obs_mode,
             )
             self._check_episode_ids(sim)
             self._sims[key] = sim
@@ -308,7 +259,7 @@ class ManiSkillEnv(Env):
             rewards[slots], success[slots], fail[slots] = r[rows], s[rows], f[rows]
         for slot in np.nonzero(live)[0]:
             self.episode_info(int(slot), reduce="max", fail_once=float(fail[slot]))
-        if self.relative_reward:
+        if self.reward.relative:
             raw = rewards.copy()
             rewards = np.where(live, raw - self._prev_reward, 0.0).astype(np.float32)
             self._prev_reward = np.where(live, raw, self._prev_reward).astype(np.float32)

@@ -17,12 +17,14 @@ import argparse
 import functools
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from rlinf_core.supervised import DemoWriter, LeRobotDemoWriter
 from rlinf_env_metaworld.env import MetaWorldEnv
+from rlinf_env_metaworld.settings import MetaWorldRenderConfig
 from rlinf_env_metaworld.tasks import TASK_SETS
 
 
@@ -58,19 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def collect(args: argparse.Namespace) -> dict:
     """Run the experts and write the dataset; returns a summary (episodes, successes, seconds)."""
+    render = MetaWorldRenderConfig(
+        image_size=args.image_size,
+        camera_name=args.camera_name,
+        wrist_camera_name=args.wrist_camera_name,
+        fast_render=not args.no_fast_render,
+    )
     env_kwargs = dict(
         tasks=args.tasks, task_set=args.task_set, split=args.split, trials_per_task=args.episodes_per_task,
-        trial_seed=args.trial_seed, image_size=args.image_size, camera_name=args.camera_name,
-        wrist_camera_name=args.wrist_camera_name, fast_render=not args.no_fast_render, state_type=args.state_type,
-        max_episode_steps=args.max_episode_steps,
+        trial_seed=args.trial_seed, state_type=args.state_type, render=render, max_episode_steps=args.max_episode_steps,
     )  # fmt: skip
     probe = MetaWorldEnv(**env_kwargs)
     total = probe.num_reset_states
     env = MetaWorldEnv(**env_kwargs, num_envs=min(args.num_envs, total), is_eval=True, auto_reset=True)
+    recorded = {k: asdict(v) if k == "render" else v for k, v in env_kwargs.items() if k != "max_episode_steps"}
     lerobot = getattr(args, "format", "rlinf") == "lerobot"
     writer = (functools.partial(LeRobotDemoWriter, fps=args.fps) if lerobot else DemoWriter)(
         args.out, action_dim=env.action_dim, num_action_chunks=args.num_action_chunks, overwrite=args.overwrite,
-        meta={"env": "MetaWorldEnv", "env_args": {k: v for k, v in env_kwargs.items() if k != "max_episode_steps"},
+        meta={"env": "MetaWorldEnv", "env_args": recorded,
               "max_episode_steps": args.max_episode_steps, "tasks": env.task_names, "image_size": args.image_size,
               "collector": "metaworld scripted experts (rlinf_env_metaworld.collect)"},
     )  # fmt: skip

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rlinf_core.contracts import Env, Observation
+from rlinf_env_metaworld.settings import FLAT_KEYS, MetaWorldRenderConfig, MetaWorldRewardConfig, MetaWorldSimConfig
 from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
 
 STATE_DIMS = {"proprio": 4, "full": 39, "none": 0}
@@ -36,35 +37,24 @@ class MetaWorldEnv(Env):
         tasks: explicit task list (overrides ``task_set``), e.g. ``[reach-v3, push-v3]``.
         trials_per_task: initial configurations per task (the trial axis of the eval grid).
         trial_seed: seed of the initial configurations; use another value for held-out scenes.
-        image_size: side of the square RGB images, pixels.
-        camera_name: main camera: ``corner``, ``corner2``, ``corner3``, ``corner4``, ``topview``,
-            ``behindGripper`` or ``gripperPOV``. RLinf moves ``corner2`` to ``[0.75, 0.075, 0.7]``
-            "to align with SFT": in MetaWorld 3 that is exactly ``corner4`` (same orientation and
-            field of view), the view of RLinf's MetaWorld SFT checkpoint.
-        wrist_camera_name: optional second camera returned as ``wrist_images`` (e.g. ``gripperPOV``).
-        flip_corner_cameras: rotate ``corner*`` images by 180 degrees (they render upside down).
-        fast_render: turn off shadows, anti-aliasing and reflections (~10x faster on CPU). Images
-            then look flatter than standard renders: keep ``false`` for policies pretrained on
-            standard MetaWorld images.
         state_type: ``Observation.states``: ``proprio`` (hand xyz + gripper opening, 4-D),
             ``full`` (metaworld's 39-D observation; the goal is zeroed for ML45) or ``none``.
-        reward_type: ``sparse`` (1 while successful, else 0) or ``dense`` (metaworld's shaped
-            reward divided by 10).
-        reward_coef: multiplies every reward.
         action_format: ``4d`` (xyz deltas + gripper, metaworld's own) or ``7d`` (a VLA's 7-D action,
             e.g. RLinf's OpenVLA-OFT with 7-D ``meta_world_strict`` norm stats: dimensions 0-2 and
             6 drive the arm, the rotation dimensions 3-5 are ignored, as RLinf does).
-        settle_steps: zero-action steps after every reset, before the first observation; not
-            counted in the episode. RLinf's env takes 16 (15 on the reset sub-envs, then 1 on all;
-            RLinf v0.3 rlinf/envs/metaworld/metaworld_env.py:59,312-316), so checkpoints trained or
-            evaluated with RLinf expect 16; LeRobot's MetaWorld env (the ``lerobot/metaworld_mt50``
-            recordings) takes none.
-        gl_backend: ``egl`` or ``osmesa`` (default: ``$MUJOCO_GL``, else ``egl``).
+        render: what the cameras render (:class:`~rlinf_env_metaworld.settings.MetaWorldRenderConfig`:
+            ``image_size``, ``camera_name``, ``wrist_camera_name``, ``flip_corner_cameras``, ``fast_render``,
+            ``gl_backend``).
+        reward: how a step is rewarded (:class:`~rlinf_env_metaworld.settings.MetaWorldRewardConfig`: ``mode``,
+            ``coef``).
+        sim: how the simulator starts an episode (:class:`~rlinf_env_metaworld.settings.MetaWorldSimConfig`:
+            ``settle_steps``).
         **kwargs: :class:`rlinf_core.Env` arguments (``num_envs``, ``group_size``, ``max_episode_steps``,
             ``seed``, ``is_eval``, ...).
     """
 
     action_dim = 4
+    FLAT_SETTINGS = FLAT_KEYS
 
     def __init__(
         self,
@@ -74,17 +64,11 @@ class MetaWorldEnv(Env):
         tasks: list[str] | None = None,
         trials_per_task: int = 10,
         trial_seed: int = 0,
-        image_size: int = 128,
-        camera_name: str = "corner2",
-        wrist_camera_name: str | None = None,
-        flip_corner_cameras: bool = True,
-        fast_render: bool = True,
         state_type: Literal["proprio", "full", "none"] = "proprio",
-        reward_type: Literal["sparse", "dense"] = "sparse",
-        reward_coef: float = 1.0,
         action_format: Literal["4d", "7d"] = "4d",
-        settle_steps: int = 0,
-        gl_backend: str | None = None,
+        render: MetaWorldRenderConfig = MetaWorldRenderConfig(),
+        reward: MetaWorldRewardConfig = MetaWorldRewardConfig(),
+        sim: MetaWorldSimConfig = MetaWorldSimConfig(),
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,30 +77,18 @@ class MetaWorldEnv(Env):
             raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
         if state_type not in STATE_DIMS:
             raise ValueError(f"state_type must be one of {', '.join(STATE_DIMS)}, got {state_type!r}")
-        if reward_type not in ("sparse", "dense"):
-            raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}")
         if action_format not in ("4d", "7d"):
             raise ValueError(f"action_format must be '4d' or '7d', got {action_format!r}")
-        if image_size < 8:
-            raise ValueError(f"image_size must be >= 8 pixels, got {image_size}")
-        if settle_steps < 0:
-            raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
         self.task_set = task_set
         self.trials_per_task = trials_per_task
         self.trial_seed = trial_seed
-        self.image_size = image_size
-        self.camera_name = camera_name
-        self.wrist_camera_name = wrist_camera_name
-        self.flip_corner_cameras = flip_corner_cameras
-        self.fast_render = fast_render
         self.state_type = state_type
         self.hide_goal = task_set == "ML45" and not tasks
-        self.reward_type = reward_type
-        self.reward_coef = reward_coef
         self.action_format = action_format
         self.action_dim = 7 if action_format == "7d" else 4
-        self.settle_steps = settle_steps
-        self.gl_backend = gl_backend
+        self.render = render
+        self.reward = reward
+        self.sim = sim
         #: images rendered so far (one per camera per sub-env observation).
         self.num_renders = 0
 
@@ -152,17 +124,20 @@ class MetaWorldEnv(Env):
     def _build(self) -> None:
         from rlinf_env_metaworld import _sim
 
-        _sim.setup_gl(self.gl_backend)
+        _sim.setup_gl(self.render.gl_backend)
         _sim.import_metaworld()
         self._sim_mod = _sim
-        self._cameras = [self.camera_name] + ([self.wrist_camera_name] if self.wrist_camera_name else [])
-        self._flip = [self.flip_corner_cameras and c.startswith("corner") for c in self._cameras]
-        self._renderer = _sim.SceneRenderer(self.image_size, self.fast_render)
+        render = self.render
+        self._cameras = [render.camera_name] + ([render.wrist_camera_name] if render.wrist_camera_name else [])
+        self._flip = [render.flip_corner_cameras and c.startswith("corner") for c in self._cameras]
+        self._renderer = _sim.SceneRenderer(render.image_size, render.fast_render)
         self._slots: list = [None] * self.num_envs
         self._spare: dict[str, list] = {}
         self._camera_ids: list[int] | None = None
         # last rendered images per sub-env; re-rendered only after the simulator state changed
-        self._last_images = np.zeros((len(self._cameras), self.num_envs, self.image_size, self.image_size, 3), np.uint8)
+        self._last_images = np.zeros(
+            (len(self._cameras), self.num_envs, render.image_size, render.image_size, 3), np.uint8
+        )
         self._stale = np.ones(self.num_envs, bool)
 
     def _instance(self, task: str):
@@ -183,7 +158,7 @@ class MetaWorldEnv(Env):
                     self._spare.setdefault(sim.task, []).append(sim)
                 sim = self._slots[e] = self._instance(task)
             sim.reset(self.trial_seed_of(rid))
-            for _ in range(self.settle_steps):
+            for _ in range(self.sim.settle_steps):
                 sim.step(_ZERO_ACTION)
             self._stale[e] = True
 
@@ -194,11 +169,11 @@ class MetaWorldEnv(Env):
         self._stale |= live
         for e in np.nonzero(live)[0]:
             shaped, success[e] = self._slots[e].step(actions[e, XYZ_GRIPPER] if self.action_dim == 7 else actions[e])
-            rewards[e] = float(success[e]) if self.reward_type == "sparse" else shaped / 10.0
-        return rewards * self.reward_coef, success.copy(), success
+            rewards[e] = float(success[e]) if self.reward.mode == "sparse" else shaped / 10.0
+        return rewards * self.reward.coef, success.copy(), success
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
-        n, S = len(env_ids), self.image_size
+        n, S = len(env_ids), self.render.image_size
         images = np.zeros((len(self._cameras), n, S, S, 3), np.uint8)
         states = np.zeros((n, STATE_DIMS[self.state_type]), np.float32)
         descriptions = []
@@ -224,7 +199,7 @@ class MetaWorldEnv(Env):
         return Observation(
             main_images=torch.from_numpy(images[0]),
             task_descriptions=descriptions,
-            wrist_images=torch.from_numpy(images[1]) if self.wrist_camera_name else None,
+            wrist_images=torch.from_numpy(images[1]) if self.render.wrist_camera_name else None,
             states=torch.from_numpy(states) if self.state_type != "none" else None,
         )
 
@@ -236,10 +211,9 @@ class MetaWorldEnv(Env):
         Uses metaworld's hand-written policies on the simulator state. For ``chunk > 1`` the
         expert is simulated ahead and the simulator rewound, so ``chunk_step`` of the result
         reproduces the expert's closed-loop trajectory. Sub-envs without a running episode get
-        zeros. For demonstrations and tests; policies never see the simulator state.
+        zeros. For demonstrations and tests; policies never see the simulator state. It reads the simulator, so it
+        exists on the env itself only (a :class:`~rlinf_core.envs.vector.WorkerEnv` has none).
         """
-        if self.num_workers > 0:
-            raise ValueError("MetaWorldEnv.expert_actions reads the simulator: it needs num_workers: 0")
         self.ensure_built()
         out = np.zeros((self.num_envs, chunk, self.action_dim), np.float32)
         live = self.live_envs

@@ -6,6 +6,7 @@ held-out test tasks; a test checks that they stay in sync with the installed met
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable
 from importlib import resources
@@ -126,7 +127,6 @@ def resolve_tasks(
 
 def _did_you_mean(name: object, choices: Iterable[str] | None = None) -> str:
     """``; did you mean 'pick-place-v3'?`` for a near miss (a typo, a missing ``-v3``), else ``""``."""
-    import difflib
 
     if not isinstance(name, str):
         return ""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 from pathlib import Path
 
 import torch
@@ -191,7 +192,6 @@ def make_tiny(
         value_head: add RLinf ``value_head.*`` weights (None: only for the ``rlinf`` layout).
         seed: seed of weights and statistics.
     """
-    import json
 
     from rlinf_core.models.weights import save_weights
     from rlinf_policy_openpi._gemma_layers import AdaRMSNorm

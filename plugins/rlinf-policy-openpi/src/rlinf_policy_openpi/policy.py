@@ -9,6 +9,7 @@ normalised actions, un-normalised. The record holds the chain, the stochastic st
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -495,7 +496,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         """An RLinf-Pi0-style directory that :meth:`from_pretrained` (and RLinf) load: ``model.safetensors``,
         ``config.json`` (openpi form + the policy settings under ``rlinf``), ``assets/<asset_id>/norm_stats.json``
         and the tokenizer."""
-        import shutil
 
         from rlinf_core.models.weights import save_weights
         from rlinf_policy_openpi.checkpoint import write_norm_stats

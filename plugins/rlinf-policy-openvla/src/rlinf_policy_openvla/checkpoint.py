@@ -10,6 +10,7 @@ Weights (sharded safetensors + index) and norm stats go through core's :mod:`rli
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -245,7 +246,6 @@ def saved_value_head_outputs(model_path: str | Path) -> int | None:
     per sub-step), read from the file headers only; None when the weights hold no value head. RLinf's exports carry
     the critic but no record of ``add_value_head``, so the weights tell. Unreadable weights also give None: the
     weight loader names what is wrong with them."""
-    import json
 
     from safetensors import safe_open
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +134,6 @@ def default_image_resize(model_path: str | Path) -> tuple[str, str]:
 
 def announce_image_resize(model_path: str | Path, mode: str, why: str) -> None:
     """The one line a load prints when ``image_resize`` is a guess: the mode, why, and the key that changes it."""
-    import sys
 
     print(
         f"rlinf: note: {model_path}: image_resize={mode} ({why}); set inputs.image_resize: "

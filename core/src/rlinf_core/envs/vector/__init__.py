@@ -1,4 +1,5 @@
-"""Vectorised envs: any :class:`rlinf_core.Env` run in worker processes (``num_workers > 0``)."""
+"""Vectorised envs: any :class:`rlinf_core.Env` run in worker processes (``vectorize(env, num_workers)``, what the RL
+loop does when ``rollout.env_workers > 0``)."""
 
 from rlinf_core.envs.vector.worker_env import WorkerEnv, vectorize
 from rlinf_core.envs.vector.workers import EnvWorkerError

@@ -1,6 +1,6 @@
-"""``WorkerEnv``: any :class:`~rlinf_core.Env` run in ``num_workers`` worker processes, behind the same API.
+"""``WorkerEnv``: any :class:`~rlinf_core.Env` run in ``num_workers`` worker processes, behind the same interface.
 
-The RL loop applies it (:func:`vectorize`) to its envs whose ``num_workers > 0``; a plugin's env never
+The RL loop applies it (:func:`vectorize`) to its envs when ``rollout.env_workers > 0``; a plugin's env never
 knows about processes. Process management, restarts and the shared-memory merge are in
 :mod:`rlinf_core.envs.vector.workers`.
 """
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_core.contracts.batched_env import BatchedEnv, VideoConfig
 from rlinf_core.contracts.env import ChunkStepResult, Env, observed
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.envs.vector.worker_main import _FINAL_SLOT, _OBS_SLOT
@@ -20,43 +21,100 @@ from rlinf_core.envs.vector.workers import EnvWorkerPool, _Worker
 
 __all__ = ["WorkerEnv", "vectorize"]
 
-# settings the RL loop and callbacks assign on an env: they live on the wrapped env, where the pool reads them
-_FORWARDED_SETTINGS = ("capture_frames", "step_observers", "concurrent_envs")
 
+class WorkerEnv(EnvWorkerPool, BatchedEnv):
+    """An env whose ``num_envs`` sub-envs run in ``num_workers`` worker processes.
 
-class WorkerEnv(EnvWorkerPool):
-    """An env whose ``num_envs`` sub-envs run in ``env.num_workers`` worker processes.
-
-    Every Env method and property works as on ``env`` itself; anything else (``num_envs``, ``video_cfg``,
-    ``task_names``, …) is read from ``env``, which never builds a simulator in this process. Each worker
-    builds ``env.clone(num_envs=B // W, num_workers=0)`` sharded to every ``W``-th initial state.
+    It implements :class:`~rlinf_core.contracts.batched_env.BatchedEnv` as ``env`` does: the settings
+    (``num_envs``, ``video_cfg``, ``task_names``, ...) are read from ``env``, which never builds a simulator in this
+    process; a plugin's own extras are on :attr:`unwrapped` (and read the simulator only in-process). Each worker
+    builds ``env.clone(num_envs=B // W)`` sharded to every ``W``-th initial state.
 
     Args:
-        env: the env to run in workers; its ``num_workers`` (>= 1) is the number of processes.
+        env: the env to run in workers.
+        num_workers: the worker processes (>= 1); ``num_envs`` must split into them in whole GRPO groups.
     """
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: Env, num_workers: int) -> None:
         if isinstance(env, WorkerEnv):
             raise TypeError("WorkerEnv(env): env already runs in worker processes")
-        if env.num_workers < 1:
-            raise ValueError(f"WorkerEnv needs an env with num_workers >= 1, got {env.num_workers}")
-        super().__init__(env)
+        if env.in_process_only:
+            raise ValueError(
+                f"{type(env).__name__} runs in the training process (it holds models on the training device): "
+                f"set rollout.env_workers: 0 (got {num_workers} workers)"
+            )
+        super().__init__(env, num_workers)
+        self.step_observers = ()
+        self.capture_frames = False
 
-    def __getattr__(self, name: str) -> Any:
-        # only called for names the wrapper lacks; "env" is missing while unpickling: no recursion then
-        if name == "env" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.env, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FORWARDED_SETTINGS:
-            setattr(self.env, name, value)
-        else:
-            super().__setattr__(name, value)
+    # ------------------------------------------------------------------ the env's settings
+    @property
+    def num_workers(self) -> int:
+        """The worker processes."""
+        return len(self.workers)
 
     @property
-    def capturing(self) -> bool:
-        return self.env.capturing
+    def unwrapped(self) -> Env:
+        return self.env
+
+    @property
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    @property
+    def group_size(self) -> int:
+        return self.env.group_size
+
+    @property
+    def auto_reset(self) -> bool:
+        return self.env.auto_reset
+
+    @property
+    def ignore_terminations(self) -> bool:
+        return self.env.ignore_terminations
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self.env.max_episode_steps
+
+    @property
+    def seed(self) -> int:
+        return self.env.seed
+
+    @property
+    def is_eval(self) -> bool:
+        return self.env.is_eval
+
+    @property
+    def task_id_filter(self) -> list[int] | None:
+        return self.env.task_id_filter
+
+    @property
+    def reset_state_id_filter(self) -> list[int] | None:
+        return self.env.reset_state_id_filter
+
+    @property
+    def action_dim(self) -> int:
+        return self.env.action_dim
+
+    @property
+    def episode_metrics(self) -> tuple[str, ...]:
+        return self.env.episode_metrics
+
+    @property
+    def video_cfg(self) -> VideoConfig:
+        return self.env.video_cfg
+
+    @property
+    def num_reset_states(self) -> int:
+        return self.env.num_reset_states
+
+    def task_ids(self, reset_state_ids: np.ndarray) -> np.ndarray:
+        return self.env.task_ids(reset_state_ids)
+
+    @property
+    def task_names(self) -> list[str]:
+        return self.env.task_names
 
     def _frame_buffer(self) -> list[dict[str, Any]]:
         return self._frames
@@ -135,7 +193,7 @@ class WorkerEnv(EnvWorkerPool):
         while True:
             self._handle_failure(worker, cmd, payload)
             # auto-reset envs continue with fresh episodes; others stay idle until the next reset()
-            cmd = "reset" if self.env.auto_reset else "idle"
+            cmd = "reset" if self.auto_reset else "idle"
             self._send(worker, cmd, (None, False) if cmd == "reset" else (None,))
             kind, payload = self._recv(worker, cmd)
             if kind == "ok":
@@ -221,19 +279,22 @@ class WorkerEnv(EnvWorkerPool):
         """Process ids of the running workers."""
         return [w.process.pid for w in self.workers if w.process is not None]
 
-    def clone(self, **overrides: Any) -> WorkerEnv | Env:
-        """A new env (in its own workers, unless ``num_workers=0`` is among ``overrides``)."""
-        return vectorize(self.env.clone(**overrides))
+    def clone(self, **overrides: Any) -> WorkerEnv:
+        """A new env of the same arguments with ``overrides``, in as many worker processes of its own."""
+        return WorkerEnv(self.env.clone(**overrides), self.num_workers)
 
     def __repr__(self) -> str:
-        return f"WorkerEnv({self.env!r}, num_workers={self.env.num_workers})"
+        return f"WorkerEnv({self.env!r}, num_workers={self.num_workers})"
 
 
-def vectorize(env: Env | None) -> Env | WorkerEnv | None:
-    """``env`` in worker processes when its ``num_workers > 0``, else ``env`` itself (also ``None``)."""
-    if env is None or isinstance(env, WorkerEnv) or env.num_workers == 0:
+def vectorize(env: Env | WorkerEnv | None, num_workers: int = 0) -> Env | WorkerEnv | None:
+    """``env`` in ``num_workers`` worker processes when ``num_workers > 0``, else ``env`` itself (also ``None``, and an
+    env that already runs in workers)."""
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if env is None or isinstance(env, WorkerEnv) or num_workers == 0:
         return env
-    return WorkerEnv(env)
+    return WorkerEnv(env, num_workers)
 
 
 def _dropped_arrays(n: int, C: int, reset_state_ids: np.ndarray) -> dict[str, np.ndarray]:

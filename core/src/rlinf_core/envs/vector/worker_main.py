@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlinf_core.contracts.env import check_worker_split
 from rlinf_core.contracts.observation import Observation
 
 if TYPE_CHECKING:
@@ -24,6 +23,17 @@ if TYPE_CHECKING:
 __all__ = ["check_worker_split", "worker_main"]
 
 _OBS_SLOT, _FINAL_SLOT = 0, 1
+
+
+def check_worker_split(num_envs: int, group_size: int, num_workers: int) -> None:
+    """Raise a one-line ``ValueError`` if ``num_envs`` does not split into ``num_workers`` workers."""
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if num_workers and (num_envs % num_workers or (num_envs // num_workers) % group_size):
+        raise ValueError(
+            f"num_envs ({num_envs}) must split into num_workers ({num_workers}) workers that each hold a "
+            f"multiple of group_size ({group_size}) sub-envs, so that no GRPO group straddles two workers"
+        )
 
 
 def _obs_tensors(obs: Observation) -> dict[str, torch.Tensor | None]:

@@ -1,8 +1,8 @@
-"""Parent side of worker-process envs: any :class:`~rlinf_core.Env` with ``num_workers: W > 0``
+"""Parent side of worker-process envs: any :class:`~rlinf_core.Env` run in ``W > 0`` worker processes
 (the worker side is :mod:`rlinf_core.envs.vector.worker_main`).
 
 The env then holds no simulator itself. Its ``num_envs`` sub-envs are split into ``W`` contiguous
-slices; worker ``w`` is a separate process that owns ``env.clone(num_envs=B // W, num_workers=0)``
+slices; worker ``w`` is a separate process that owns ``env.clone(num_envs=B // W)``
 sharded to every ``W``-th initial state of the env's own shard, so that
 
 * GRPO groups never straddle workers (``B // W`` must be a multiple of ``group_size``);
@@ -20,8 +20,8 @@ sharded to every ``W``-th initial state of the env's own shard, so that
   ``MAX_FAILURES_IN_A_ROW`` times is treated as a deterministic bug and raises.
 
 Nothing here is plugin-specific: :class:`rlinf_core.envs.vector.WorkerEnv` (an :class:`EnvWorkerPool` with the
-Env API) wraps any env whose ``num_workers > 0``. Plugin-specific extra methods (e.g. scripted experts that
-read the simulator) only work in-process (``num_workers: 0``).
+Env API) wraps any env; the RL loop applies it when ``rollout.env_workers > 0``. Plugin-specific extra methods (e.g.
+scripted experts that read the simulator) only work in-process, on the env itself.
 
 Hand-written, not ``gymnasium.vector.AsyncVectorEnv``: it restarts a dead worker mid-rollout (counted drops),
 keeps GRPO groups and the eval pool split whole per worker, and moves observations through shared memory.
@@ -30,7 +30,7 @@ Workers start with the ``forkserver`` method by default (fast restarts, no fork 
 with threads); set ``RLINF_ENV_WORKER_START=spawn`` to use ``spawn``. ``RLINF_ENV_WORKER_TIMEOUT``
 (seconds, default 0 = none) kills a worker that does not answer one command in time and then
 handles it like a crash. Workers set ``LP_NUM_THREADS`` (Mesa llvmpipe render threads) to their
-share of the cores, ``cores // (num_workers * env.concurrent_envs)``, or to 0 (render in the
+share of the cores, ``cores // (num_workers * concurrent_envs)``, or to 0 (render in the
 worker's own thread) when that share is one core or less; a value you set wins.
 
 The Env API on top of the pool (``reset``, ``chunk_step``, sampler state, ...) is
@@ -122,21 +122,26 @@ def _shutdown(workers: list[_Worker]) -> None:
 
 
 class EnvWorkerPool:
-    """The worker processes behind one env with ``num_workers > 0`` (see :class:`WorkerEnv`).
+    """The worker processes behind one env (see :class:`WorkerEnv`).
 
     Args:
-        env: the parent env; its constructor arguments (with ``num_envs = B // W`` and
-            ``num_workers = 0``) build each worker's env.
+        env: the parent env; its constructor arguments (with ``num_envs = B // W``) build each worker's env.
+        num_workers: ``W``, the worker processes (>= 1).
     """
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: Env, num_workers: int) -> None:
+        if num_workers < 1:
+            raise ValueError(f"an env worker pool needs num_workers >= 1, got {num_workers}")
         self.env = env
-        W = env.num_workers
+        W = num_workers
         check_worker_split(env.num_envs, env.group_size, W)
+        #: envs of the same run that step at the same time (pipeline stages); their worker processes share the
+        #: cores (set by the RL loop before the first reset)
+        self.concurrent_envs = 1
         b = env.num_envs // W
         self.workers = [_Worker(index=w, lo=w * b, hi=(w + 1) * b) for w in range(W)]
         args, kwargs = env._init_args
-        self._spec = (type(env), args, {**kwargs, "num_envs": b, "num_workers": 0})
+        self._spec = (type(env), args, {**kwargs, "num_envs": b})
         self._episodes: list[dict[str, Any]] = []
         self._frames: list[dict[str, Any]] = []
         self._restarts = 0
@@ -173,7 +178,7 @@ class EnvWorkerPool:
     @property
     def render_threads(self) -> int:
         """``LP_NUM_THREADS`` for the workers: their share of the cores (see :func:`render_threads`)."""
-        return render_threads(os.cpu_count() or 1, len(self.workers) * max(1, getattr(self.env, "concurrent_envs", 1)))
+        return render_threads(os.cpu_count() or 1, len(self.workers) * max(1, self.concurrent_envs))
 
     def _worker_shard(self, w: int) -> tuple[int, int]:
         index, count = self.env._states.shard_spec
@@ -321,7 +326,7 @@ class EnvWorkerPool:
 
     # ------------------------------------------------------------------ frames
     def _capture_for(self, worker: _Worker) -> bool:
-        if not self.env.capturing:
+        if not self.capture_frames and not self.step_observers:
             return False
         return worker.lo < min(self.env.num_envs, self.env.video_cfg.max_envs)
 

@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
 
@@ -106,7 +107,6 @@ class Algorithm:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
-        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
         check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)

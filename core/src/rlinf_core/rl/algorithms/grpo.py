@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Literal
 
 import torch
@@ -118,7 +119,6 @@ def _scores(traj: Trajectory) -> torch.Tensor:
 
 def _warn_once_per_run(line: str) -> None:
     """``line`` on stderr from the first rank only."""
-    import sys
 
     import torch.distributed as dist
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.advantages import gae
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
@@ -42,7 +43,6 @@ class PPO(Algorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        from rlinf_core.foundation.checks import check_number
 
         check_number("algorithm.gamma", gamma, low=0, high=1)
         check_number("algorithm.gae_lambda", gae_lambda, low=0, high=1)
