@@ -35,16 +35,10 @@ def _scalars(trainer, tag):
     return [e.value for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
 
 
-# the tiny checkpoints' SigLIP input size (make_tiny's default): the env renders frames at the model's size, so the
-# policy's inputs skip the per-frame PIL resize (openpi's resize_with_pad, tested against openpi_client elsewhere),
-# which took 15 % of these tests' time at the env's default 32 px
-IMAGE_SIZE = 28
-
-
 def _imitate_weak_expert(policy, steps: int = 80, speed: float = 0.3, lr: float = 1e-3, **env_kw) -> None:
     """``steps`` Adam steps of :meth:`OpenPIPolicy.sft_loss` on ``speed`` × the scripted expert, in states visited
     by a noisy expert."""
-    env = ReachEnv(num_envs=64, max_episode_steps=24, auto_reset=True, seed=3, image_size=IMAGE_SIZE, **env_kw)
+    env = ReachEnv(num_envs=64, max_episode_steps=24, auto_reset=True, seed=3, **env_kw)
     obs = env.reset()
     opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
     for _ in range(steps):
@@ -115,7 +109,7 @@ def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     setup = SETUPS[algo]
     path = tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=12, value_head=False)
     torch.manual_seed(0)
-    env = ReachEnv(**setup["env"], image_size=IMAGE_SIZE)
+    env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy(
         str(path),
         num_steps=3,
@@ -168,7 +162,7 @@ def test_rl_improves_the_tiny_pi05_on_the_reach_env(pi05_sft_checkpoint, tmp_pat
 
     setup = PI05_SETUPS[algo]
     torch.manual_seed(0)
-    env = ReachEnv(**setup["env"], image_size=IMAGE_SIZE)
+    env = ReachEnv(**setup["env"])
     policy = OpenPIPolicy.from_pretrained(  # RLinf's pi05 settings: PaliGemma frozen, the critic after the VLM
         pi05_sft_checkpoint,
         train_expert_only=True,
