@@ -46,17 +46,49 @@ SLOW_FILES = {
 }
 
 
+# The files holding the longest tests run first, roughly longest first (their tests' durations in this round's
+# .ci/run logs), each file's tests kept together and in order. With scripts/test.sh's `--dist worksteal` a worker
+# that runs out of tests steals the tail of the other's queue, so the run ends on short tests on both workers
+# instead of on one worker alone in a 100 s test that happened to be collected late.
+LONGEST_FIRST = [
+    "plugins/rlinf-policy-openpi/tests/test_openpi_learning.py",  # four RL runs and a 600-step SFT
+    "tests/core/test_kill_resume.py",  # about 20 `rlinf fit` processes
+    "tests/core/test_bad_input_fuzz.py",  # 250 in-process starts and more
+    "tests/core/test_rl_loop.py",
+    "tests/core/test_coevolve.py",
+    "tests/scale/test_strategies_multiprocess.py",  # two-rank DDP / FSDP2 / DeepSpeed runs
+    "plugins/rlinf-policy-openpi/tests/test_openpi_strategies.py",
+    "plugins/rlinf-wm-opensora/tests/test_opensora_fit.py",
+    "tests/core/test_readme_commands.py",
+    "plugins/rlinf-env-maniskill/tests/test_maniskill_env.py",
+    "plugins/rlinf-env-maniskill/tests/test_rl4vla_tasks.py",
+    "tests/test_quickstart.py",
+    "tests/core/test_rlinf_new.py",
+    "tests/serve/test_serve_loading.py",
+    "tests/core/test_wm_training.py",
+    "tests/core/test_console_output.py",
+    "tests/test_gpu_configs.py",
+    "plugins/rlinf-env-libero/tests/test_libero_env.py",
+    "plugins/rlinf-env-libero/tests/test_libero_workers.py",
+    "tests/test_gpu_check.py",
+]
+
+
 def pytest_collection_modifyitems(config, items):
     import pytest
 
     root = config.rootpath
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    ranks = {}
     for item in items:
         try:
             rel = item.path.relative_to(root).as_posix()
         except ValueError:
-            continue
+            rel = ""
         if rel in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+        ranks[item.nodeid] = rank.get(rel, len(LONGEST_FIRST))
+    items.sort(key=lambda item: ranks[item.nodeid])  # stable: the other files keep their order
 
 
 def _checkout_changes(root) -> set[str] | None:

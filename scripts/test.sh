@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything (system packages, venv, core + all plugins), lint (ruff: the rules and formatting configured in
 # pyproject.toml; run `ruff check --fix . && ruff format .` before committing) and run the whole test suite: two
-# pytest-xdist workers (RLINF_TEST_WORKERS: a number or "auto"), the 25 slowest tests listed at the end. Extra
+# pytest-xdist workers (RLINF_TEST_WORKERS: a number or "auto") that steal queued tests from each other when one runs
+# out (conftest.py starts the longest files first), the 25 slowest tests listed at the end. Extra
 # arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"` for the quick tier.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,4 +11,4 @@ bash scripts/install.sh all
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
 "${RLINF_VENV:-$ROOT/.venv}/bin/python" -m ruff check .
 "${RLINF_VENV:-$ROOT/.venv}/bin/python" -m ruff format --check .
-"${RLINF_VENV:-$ROOT/.venv}/bin/python" -m pytest -q -n "${RLINF_TEST_WORKERS:-2}" --durations=25 "$@"
+"${RLINF_VENV:-$ROOT/.venv}/bin/python" -m pytest -q -n "${RLINF_TEST_WORKERS:-2}" --dist worksteal --durations=25 "$@"

@@ -105,13 +105,23 @@ def _kill_chain(tmp_path: Path, devices: int, kills: int, seed: int) -> tuple[in
     return done, sorted(runs.glob("run/version_*"))
 
 
-def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path], kills: int = 1) -> int:
-    proc = subprocess.run(
-        [str(RLINF), *_args(tmp_path / "base", devices)], env=_env(), capture_output=True, timeout=300
-    )
+def _uninterrupted(save_dir: Path, devices: int) -> dict[tuple[str, int], str]:
+    """The metrics of the uninterrupted run, every epoch logged."""
+    proc = subprocess.run([str(RLINF), *_args(save_dir, devices)], env=_env(), capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    base = _metrics(tmp_path / "base/run/version_0")
+    base = _metrics(save_dir / "run/version_0")
     assert {e for _, e in base} == set(range(EPOCHS))
+    return base
+
+
+@pytest.fixture(scope="module")
+def one_rank_baseline(tmp_path_factory) -> dict[tuple[str, int], str]:
+    """The one-rank uninterrupted run, shared by the tests that compare one-rank resumes with it (one `rlinf fit`
+    start less)."""
+    return _uninterrupted(tmp_path_factory.mktemp("base"), devices=1)
+
+
+def _check_against_baseline(base: dict[tuple[str, int], str], versions: list[Path], kills: int = 1) -> int:
     compared, epochs = 0, set()
     for v in versions:
         for key, value in _metrics(v).items():
@@ -123,20 +133,20 @@ def _check_against_baseline(tmp_path: Path, devices: int, versions: list[Path], 
     return compared
 
 
-def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path):
+def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path, one_rank_baseline):
     kills, versions = _kill_chain(tmp_path, devices=1, kills=5, seed=1)
     assert kills >= 4, "the toy run finished before most kills landed: the test no longer interrupts it"
-    assert _check_against_baseline(tmp_path, 1, versions, kills) > 50
+    assert _check_against_baseline(one_rank_baseline, versions, kills) > 50
 
 
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments_resumes_exactly_two_ranks(tmp_path):
     kills, versions = _kill_chain(tmp_path, devices=2, kills=5, seed=2)
     assert kills >= 5, "the toy run finished before the kills landed: the test no longer interrupts it"
-    assert _check_against_baseline(tmp_path, 2, versions, kills) > 50
+    assert _check_against_baseline(_uninterrupted(tmp_path / "base", devices=2), versions, kills) > 50
 
 
-def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
+def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, one_rank_baseline):
     """A real SIGKILL between writing the temporary file and renaming it (the 3rd checkpoint): no partial
     ``*.ckpt`` appears, and resuming from the directory continues from the 2nd and matches the uninterrupted run."""
     runs = tmp_path / "killed"
@@ -166,7 +176,7 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert "epoch=1-step=8.ckpt" in proc.stderr.decode()
-    assert _check_against_baseline(tmp_path, 1, sorted(runs.glob("run/version_*"))) > 50
+    assert _check_against_baseline(one_rank_baseline, sorted(runs.glob("run/version_*"))) > 50
 
 
 @pytest.mark.slow

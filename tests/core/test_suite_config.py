@@ -60,3 +60,40 @@ def test_the_quick_tier_leaves_out_the_slow_files():
     ).stdout
     assert "test_doc_snippets.py::" in out and "test_quickstart.py::" not in out
     assert "test_every_readme_command_has_a_variant_here" in out and "test_readme_commands_run" not in out
+
+
+def test_the_longest_files_are_collected_first_in_their_order_and_exist():
+    """conftest.py's LONGEST_FIRST (for scripts/test.sh's worksteal scheduling) names files that exist, moves their
+    tests to the front in its order, and keeps every other test's order and each file's own order."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    missing = [name for name in conftest.LONGEST_FIRST if not (ROOT / name).is_file()]
+    assert not missing, f"LONGEST_FIRST names files that are gone: {missing}"
+
+    def item(rel: str, name: str):
+        return SimpleNamespace(path=ROOT / rel, nodeid=f"{rel}::{name}", add_marker=lambda marker: None)
+
+    first, second = conftest.LONGEST_FIRST[:2]
+    items = [
+        item("tests/core/test_a.py", "t1"),
+        item(second, "t1"),
+        item("tests/core/test_b.py", "t1"),
+        item(first, "t1"),
+        item(second, "t2"),
+        item(first, "t2"),
+        item("tests/core/test_a.py", "t2"),
+    ]
+    conftest.pytest_collection_modifyitems(SimpleNamespace(rootpath=ROOT), items)
+    assert [i.nodeid for i in items] == [
+        f"{first}::t1",
+        f"{first}::t2",
+        f"{second}::t1",
+        f"{second}::t2",
+        "tests/core/test_a.py::t1",
+        "tests/core/test_b.py::t1",
+        "tests/core/test_a.py::t2",
+    ]

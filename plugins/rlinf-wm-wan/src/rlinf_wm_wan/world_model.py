@@ -26,16 +26,15 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 from torch import nn
 
 from rlinf_core.contracts import WorldModel
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
 from rlinf_core.world_models import ConditionSpec
-from rlinf_wm_wan._modeling import WanActionTransformer, convert_diffsynth_state_dict, diffusers_to_diffsynth_key
-from rlinf_wm_wan.sampling import inference_scheduler, training_grid
-from rlinf_wm_wan.vae import build_vae, decode, encode, load_vae_state_dict, to_original_state_dict
+
+# The modules built on diffusers are imported where a model is built or run, not here: `rlinf fit` imports every
+# registered class to resolve a config's short names, and diffusers' import (seconds) would slow every run's start.
 
 CONFIG_NAME = "wan_config.json"
 DIT_NAME = "model-00001.safetensors"
@@ -112,6 +111,10 @@ class WanWorldModel(WorldModel):
         self.static_clip_prob = static_clip_prob
         self.config = read_config(root) if root.is_dir() else json.loads(json.dumps(DEFAULT_CONFIG))
         self.image_size = int(self.config["image_size"])
+        from rlinf_wm_wan._modeling import WanActionTransformer
+        from rlinf_wm_wan.sampling import inference_scheduler, training_grid
+        from rlinf_wm_wan.vae import build_vae
+
         inference_scheduler(num_inference_steps, sigma_shift)  # validates the step count
         with torch.device("meta"):  # weights are checked against the config before any memory is spent
             self.dit = WanActionTransformer(**self.config["dit"])
@@ -128,6 +131,11 @@ class WanWorldModel(WorldModel):
     # ------------------------------------------------------------------ loading / saving
 
     def _load(self, root: Path) -> None:
+        from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+        from rlinf_wm_wan._modeling import convert_diffsynth_state_dict
+        from rlinf_wm_wan.vae import load_vae_state_dict
+
         shards = sorted(root.glob("model-*.safetensors"))
         if not shards:
             raise FileNotFoundError(f"no DiT weights (model-00001.safetensors) in {root}; expected {HINT}")
@@ -155,6 +163,9 @@ class WanWorldModel(WorldModel):
         """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json``); the reward
         model files and ``dataset/`` of the source directory are copied along when present."""
         from safetensors.torch import save_file
+
+        from rlinf_wm_wan._modeling import diffusers_to_diffsynth_key
+        from rlinf_wm_wan.vae import to_original_state_dict
 
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
@@ -246,6 +257,9 @@ class WanWorldModel(WorldModel):
     def generate(self, frames: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None):
         """All ``5 + C`` decoded frames ``uint8 [B, 5 + C, S, S, 3]`` from the queue ``uint8 [B, 5, S, S, 3]`` and
         the ``5 + C`` raw actions ``[B, 5 + C, 7]``."""
+        from rlinf_wm_wan.sampling import inference_scheduler
+        from rlinf_wm_wan.vae import decode, encode
+
         dtype = self.compute_dtype
         cond = encode(self.vae, self._to_video(frames, dtype))  # [B, 48, 2, h, w]
         B, Cz, n_cond, h, w = cond.shape
@@ -291,6 +305,8 @@ class WanWorldModel(WorldModel):
         ``t = 0``; target ``ε − x0``; MSE on the predicted latents (2 onward: the last 2 for 13 frames) times
         the grid's loss weight. Action 0 is the padding action (zeros, gripper −1), as in upstream's dataset.
         """
+        from rlinf_wm_wan.vae import encode
+
         if (frames.shape[1] - 1) % 4 or frames.shape[1] < 9:
             raise ValueError(f"Wan training clips have 1 + 4k >= 9 frames (upstream 13), got {frames.shape[1]}")
         frames = self._resize(frames.to(self.device))
