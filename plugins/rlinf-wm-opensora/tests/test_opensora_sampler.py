@@ -152,3 +152,17 @@ def test_bad_inputs_are_one_line_errors(model):
     state = model.init_state(torch.zeros(1, 4, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 4, 7))
     with pytest.raises(ValueError, match="generates 8 frames per chunk, got 4 actions"):
         model.predict(state, torch.zeros(1, 4, 7))
+
+
+def test_make_tiny_in_channels_sets_the_vae_latent_channels_too(tmp_path):
+    """A DiT with more latent channels gets a VAE with as many (else the directory does not load)."""
+    import torch
+
+    from rlinf_wm_opensora.make_tiny import write_tiny
+    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+    write_tiny(tmp_path / "wm", image_size=16, num_trajectories=1, in_channels=8)
+    wm = OpenSoraWorldModel(str(tmp_path / "wm"), num_sampling_steps=1)
+    assert wm.vae.config.latent_channels == 8 == wm.config.in_channels
+    state = wm.init_state(torch.zeros(1, 4, 16, 16, 3, dtype=torch.uint8), torch.zeros(1, 4, wm.action_dim))
+    assert state.shape == (1, 8, 4, 2, 2)
