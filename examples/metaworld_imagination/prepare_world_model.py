@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latent-channels", type=int, default=4, help="the VAE's latent channels (= the DiT's)")
     p.add_argument("--vae-motion-weight", type=float, default=0.0,
                    help="extra loss weight of the pixels that change between consecutive frames")
+    p.add_argument("--action-tokens", action="store_true",
+                   help="the DiT also adds each frame's action embedding to its tokens (STDiT3Config.action_tokens)")
     p.add_argument("--heldout", default=None, help="episodes to measure the VAE on (vae_floor in prepare.json)")
     p.add_argument("--init-steps", type=int, nargs="+", default=[0], help="env steps of the init_states/ frames")
     p.add_argument("--seed", type=int, default=0)
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     write_tiny(out, image_size=size, num_trajectories=1, seed=args.seed, action_dim=action_dim,
                hidden_size=args.hidden_size, depth=args.depth, num_heads=args.num_heads,
-               in_channels=args.latent_channels)  # fmt: skip
+               in_channels=args.latent_channels, action_tokens=args.action_tokens)  # fmt: skip
     shutil.rmtree(out / "dataset")  # the env starts from the recorded episodes instead
     torch.manual_seed(args.seed)  # make_tiny's classifier is calibrated on its random frames: start from plain init
     ResnetRewardModel().save_pretrained(out / "resnet_rm.pth")
