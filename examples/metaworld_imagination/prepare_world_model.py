@@ -1,6 +1,7 @@
 """A small OpenSora world model for MetaWorld, made from recorded episodes (the loop's ``world_model_init`` stage).
 
     python examples/metaworld_imagination/prepare_world_model.py --rollouts DIR --out DIR [--vae-steps 300]
+        [--latent-channels 4] [--vae-motion-weight 0] [--action-tokens] [--heldout DIR]
 
 At real scale the world model starts from the released checkpoint (its SDXL VAE is pretrained). Here nothing may be
 downloaded, so this writes the released directory layout with ``rlinf_wm_opensora.make_tiny`` (a small random
@@ -9,6 +10,9 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 1. ``dataset_statistics.json``: q01 / q99 of the recorded actions (the world model normalises actions with them);
 2. ``vae/``: an ``AutoencoderKL`` trained on the recorded frames (reconstruction + a small KL term), its latent
    rescaled so that ``latent · 0.13025`` (the OpenSora scale) has unit standard deviation, as SDXL's has.
+
+``--heldout DIR`` adds ``vae_floor_heldout`` to ``prepare.json``: the VAE's reconstruction error against one step of
+real motion, over all pixels and over the moving ones (docs/imagination.md, "Levers toward a responding world model").
 
 It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
 recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
@@ -76,8 +80,15 @@ def action_statistics(actions: np.ndarray) -> dict:
     return {"action": {k: np.asarray(v).tolist() for k, v in stats.items()}, "num_transitions": len(actions)}
 
 
-def train_vae(pairs: np.ndarray, steps: int, batch: int, lr: float, seed: int, latent_channels: int = 4,
-              motion_weight: float = 0.0):
+def train_vae(
+    pairs: np.ndarray,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    latent_channels: int = 4,
+    motion_weight: float = 0.0,
+):
     """An ``AutoencoderKL`` fitted to consecutive frame pairs ``uint8 [N, 2, H, W, 3]`` (``batch // 2`` pairs a
     step; ``motion_weight``: see :func:`reconstruction_loss`); returns (vae, reconstruction MSE in [-1, 1])."""
     from diffusers import AutoencoderKL
@@ -164,10 +175,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vae-batch", type=int, default=16)
     p.add_argument("--vae-lr", type=float, default=2e-3)
     p.add_argument("--latent-channels", type=int, default=4, help="the VAE's latent channels (= the DiT's)")
-    p.add_argument("--vae-motion-weight", type=float, default=0.0,
-                   help="extra loss weight of the pixels that change between consecutive frames")
-    p.add_argument("--action-tokens", action="store_true",
-                   help="the DiT also adds each frame's action embedding to its tokens (STDiT3Config.action_tokens)")
+    p.add_argument(
+        "--vae-motion-weight",
+        type=float,
+        default=0.0,
+        help="extra loss weight of the pixels that change between consecutive frames",
+    )
+    p.add_argument(
+        "--action-tokens",
+        action="store_true",
+        help="the DiT also adds each frame's action embedding to its tokens (STDiT3Config.action_tokens)",
+    )
     p.add_argument("--heldout", default=None, help="episodes to measure the VAE on (vae_floor in prepare.json)")
     p.add_argument("--init-steps", type=int, nargs="+", default=[0], help="env steps of the init_states/ frames")
     p.add_argument("--seed", type=int, default=0)
