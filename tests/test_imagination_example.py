@@ -63,3 +63,48 @@ def test_the_loop_loads_and_its_example_configs_parse(capsys):
         with pytest.raises(SystemExit) as exc:
             main(["fit", "--config", str(ROOT / f"examples/metaworld_imagination/{name}.yaml"), "--print_config"])
         assert exc.value.code in (0, None), capsys.readouterr().err[-2000:]
+
+
+def test_motion_weight_makes_the_moving_pixels_count():
+    prep = prepare_module()
+    pairs = torch.zeros(1, 2, 3, 8, 8) - 1
+    pairs[0, 1, :, 2:4, 2:4] = 1  # a 2x2 "arm" appears in the second frame
+    mask = prep.motion_mask(pairs)
+    assert mask.shape == (1, 1, 1, 8, 8) and mask.sum() == 4 and mask[0, 0, 0, 2:4, 2:4].all()
+    x = pairs[0]
+    rec = x.clone()
+    rec[1, :, 2:4, 2:4] = 0  # the reconstruction misses the arm (error 1 on 4 of 64 pixels)
+    m = mask.expand(-1, 2, -1, -1, -1).flatten(0, 1)
+    plain = prep.reconstruction_loss(rec, x, m, 0.0)
+    weighted = prep.reconstruction_loss(rec, x, m, 10.0)
+    assert plain.item() == pytest.approx(4 * 3 / (2 * 3 * 64))
+    assert weighted.item() == pytest.approx(11 * 4 * 3 / (3 * (2 * 64 + 10 * 2 * 4)))  # both frames weigh the mask
+    assert weighted > 5 * plain
+
+
+def test_vae_floor_measures_reconstruction_against_one_step_of_motion():
+    from diffusers import AutoencoderKL
+
+    prep = prepare_module()
+    torch.manual_seed(0)
+    vae = AutoencoderKL(**prep.vae_config(8), sample_size=16).eval()
+    assert vae.config.latent_channels == 8 and vae.encode(torch.zeros(1, 3, 16, 16)).latent_dist.mean.shape[1] == 8
+    pairs = np.zeros((3, 2, 16, 16, 3), np.uint8)
+    pairs[:, 1, :4, :4] = 255  # 16 of 256 pixels change by 1.0 in every channel
+    floor = prep.vae_floor(vae, pairs, batch=2)
+    assert floor["motion_mse"] == pytest.approx(16 / 256) and floor["motion_mse_moving"] == pytest.approx(1.0)
+    assert floor["moving_fraction"] == pytest.approx(16 / 256)
+    with torch.no_grad():
+        x1 = torch.from_numpy(pairs[:, 1]).permute(0, 3, 1, 2).float() / 127.5 - 1
+        rec = vae.decode(vae.encode(x1).latent_dist.mean).sample.clamp(-1, 1)
+    assert floor["reconstruction_mse"] == pytest.approx((((rec - x1) / 2) ** 2).mean().item(), rel=1e-4)
+
+
+def test_frame_pairs_are_consecutive_frames_of_each_episode():
+    from rlinf_core.world_models.datasets import Episode
+
+    prep = prepare_module()
+    frames = np.arange(4, dtype=np.uint8)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3)
+    ep = Episode(frames, np.zeros((4, 2), np.float32), np.zeros(4, bool), "x", False)
+    pairs = prep.frame_pairs([ep, ep])
+    assert pairs.shape == (6, 2, 2, 2, 3) and (pairs[:, 1, 0, 0, 0] - pairs[:, 0, 0, 0, 0] == 1).all()

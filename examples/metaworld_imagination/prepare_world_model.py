@@ -1,6 +1,7 @@
 """A small OpenSora world model for MetaWorld, made from recorded episodes (the loop's ``world_model_init`` stage).
 
     python examples/metaworld_imagination/prepare_world_model.py --rollouts DIR --out DIR [--vae-steps 300]
+        [--latent-channels 4] [--vae-motion-weight 0] [--action-tokens] [--heldout DIR]
 
 At real scale the world model starts from the released checkpoint (its SDXL VAE is pretrained). Here nothing may be
 downloaded, so this writes the released directory layout with ``rlinf_wm_opensora.make_tiny`` (a small random
@@ -9,6 +10,9 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 1. ``dataset_statistics.json``: q01 / q99 of the recorded actions (the world model normalises actions with them);
 2. ``vae/``: an ``AutoencoderKL`` trained on the recorded frames (reconstruction + a small KL term), its latent
    rescaled so that ``latent · 0.13025`` (the OpenSora scale) has unit standard deviation, as SDXL's has.
+
+``--heldout DIR`` adds ``vae_floor_heldout`` to ``prepare.json``: the VAE's reconstruction error against one step of
+real motion, over all pixels and over the moving ones (docs/imagination.md, "Levers toward a responding world model").
 
 It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
 recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
@@ -35,6 +39,35 @@ VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D"
            up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16, 32, 32, 64), layers_per_block=1,
            latent_channels=4, norm_num_groups=8)  # fmt: skip
 OPENSORA_SCALE = 0.13025
+MOTION_THRESHOLD = 8 / 255  # a pixel "moves" between two frames when a channel changes by more than this ([0, 1])
+
+
+def vae_config(latent_channels: int = 4) -> dict:
+    """The ``AutoencoderKL`` of this example: ``VAE`` (8x down-sampling, as the world model's DiT expects) with
+    ``latent_channels`` channels."""
+    return {**VAE, "latent_channels": latent_channels}
+
+
+def frame_pairs(episodes: list) -> np.ndarray:
+    """Consecutive frames of every episode: uint8 ``[N, 2, H, W, 3]``."""
+    return np.concatenate([np.stack([e.frames[:-1], e.frames[1:]], 1) for e in episodes if len(e.frames) > 1])
+
+
+def motion_mask(pairs: torch.Tensor) -> torch.Tensor:
+    """``[N, 2, 3, H, W]`` frames in ``[-1, 1]`` → ``[N, 1, 1, H, W]`` float, 1 where a channel changes by more
+    than ``MOTION_THRESHOLD`` between the two frames."""
+    change = (pairs[:, 1] - pairs[:, 0]).abs().amax(1, keepdim=True)[:, None] / 2  # [-1, 1] → [0, 1] units
+    return (change > MOTION_THRESHOLD).float()
+
+
+def reconstruction_loss(rec: torch.Tensor, x: torch.Tensor, mask: torch.Tensor | None, motion_weight: float):
+    """Pixel MSE; with ``motion_weight > 0`` the pixels under ``mask`` weigh ``1 + motion_weight`` (normalised
+    so that the mean weight is 1): the few pixels the arm changes are otherwise a rounding error of the loss."""
+    err = (rec - x) ** 2
+    if mask is None or motion_weight <= 0:
+        return err.mean()
+    w = 1 + motion_weight * mask.expand_as(err)
+    return (w * err).sum() / w.sum()
 
 
 def action_statistics(actions: np.ndarray) -> dict:
@@ -47,22 +80,33 @@ def action_statistics(actions: np.ndarray) -> dict:
     return {"action": {k: np.asarray(v).tolist() for k, v in stats.items()}, "num_transitions": len(actions)}
 
 
-def train_vae(frames: np.ndarray, steps: int, batch: int, lr: float, seed: int):
-    """An ``AutoencoderKL`` fitted to uint8 frames ``[N, H, W, 3]``; returns (vae, reconstruction MSE in [-1, 1])."""
+def train_vae(
+    pairs: np.ndarray,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    latent_channels: int = 4,
+    motion_weight: float = 0.0,
+):
+    """An ``AutoencoderKL`` fitted to consecutive frame pairs ``uint8 [N, 2, H, W, 3]`` (``batch // 2`` pairs a
+    step; ``motion_weight``: see :func:`reconstruction_loss`); returns (vae, reconstruction MSE in [-1, 1])."""
     from diffusers import AutoencoderKL
 
     torch.manual_seed(seed)
-    vae = AutoencoderKL(**VAE, sample_size=frames.shape[1])
+    vae = AutoencoderKL(**vae_config(latent_channels), sample_size=pairs.shape[2])
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     warmup_cosine = lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / steps))  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
-    data = torch.from_numpy(frames).permute(0, 3, 1, 2)
+    data = torch.from_numpy(pairs).permute(0, 1, 4, 2, 3)  # [N, 2, 3, H, W]
     rng = np.random.default_rng(seed)
     for step in range(steps):
-        x = data[rng.integers(0, len(data), batch)].float() / 127.5 - 1
+        xp = data[rng.integers(0, len(data), max(1, batch // 2))].float() / 127.5 - 1
+        x = xp.flatten(0, 1)
         post = vae.encode(x).latent_dist
         rec = vae.decode(post.sample()).sample
-        loss = torch.nn.functional.mse_loss(rec, x) + 1e-6 * post.kl().mean()
+        mask = motion_mask(xp).expand(-1, 2, -1, -1, -1).flatten(0, 1) if motion_weight > 0 else None
+        loss = reconstruction_loss(rec, x, mask, motion_weight) + 1e-6 * post.kl().mean()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
@@ -72,7 +116,7 @@ def train_vae(frames: np.ndarray, steps: int, batch: int, lr: float, seed: int):
             print(f"vae step {step}: loss {loss.item():.4f}", flush=True)
     vae.eval()
     with torch.no_grad():
-        x = data[rng.integers(0, len(data), 256)].float() / 127.5 - 1
+        x = data[rng.integers(0, len(data), 128)].flatten(0, 1).float() / 127.5 - 1
         mean = vae.encode(x).latent_dist.mean
         mse = torch.nn.functional.mse_loss(vae.decode(mean).sample.clamp(-1, 1), x).item()
         rescale_latent(vae, 1.0 / (OPENSORA_SCALE * mean.std().item()))
@@ -88,6 +132,25 @@ def rescale_latent(vae, k: float) -> None:
     vae.quant_conv.bias[:C] *= k
     vae.quant_conv.bias[C:] += 2 * math.log(k)
     vae.post_quant_conv.weight /= k
+
+
+@torch.no_grad()
+def vae_floor(vae, pairs: np.ndarray, batch: int = 64) -> dict:
+    """What the VAE loses against what one step of motion changes, on frame pairs ``uint8 [N, 2, H, W, 3]``, in
+    ``[0, 1]`` pixel units: ``reconstruction_mse`` (encode the mean, decode, all pixels), ``motion_mse`` (frame
+    ``t + 1`` against frame ``t``), and both on the moving pixels only (:func:`motion_mask` of the pair)."""
+    sums = np.zeros(5)
+    for i in range(0, len(pairs), batch):
+        xp = torch.from_numpy(pairs[i : i + batch]).permute(0, 1, 4, 2, 3).float() / 127.5 - 1
+        mask = motion_mask(xp)[:, 0].expand(-1, 3, -1, -1)  # [N, 3, H, W]
+        x1 = xp[:, 1]
+        rec = vae.decode(vae.encode(x1).latent_dist.mean).sample.clamp(-1, 1)
+        rec_err, motion_err = ((rec - x1) / 2) ** 2, ((x1 - xp[:, 0]) / 2) ** 2
+        sums += [rec_err.sum(), motion_err.sum(), (rec_err * mask).sum(), (motion_err * mask).sum(), mask.sum()]
+    n = pairs.shape[0] * 3 * pairs.shape[2] * pairs.shape[3]
+    moving = max(sums[4], 1.0)
+    return {"reconstruction_mse": sums[0] / n, "motion_mse": sums[1] / n, "reconstruction_mse_moving": sums[2] / moving,
+            "motion_mse_moving": sums[3] / moving, "moving_fraction": sums[4] / n}  # fmt: skip
 
 
 def write_init_states(episodes: list, steps: list[int], root: Path) -> None:
@@ -111,6 +174,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vae-steps", type=int, default=300)
     p.add_argument("--vae-batch", type=int, default=16)
     p.add_argument("--vae-lr", type=float, default=2e-3)
+    p.add_argument("--latent-channels", type=int, default=4, help="the VAE's latent channels (= the DiT's)")
+    p.add_argument(
+        "--vae-motion-weight",
+        type=float,
+        default=0.0,
+        help="extra loss weight of the pixels that change between consecutive frames",
+    )
+    p.add_argument(
+        "--action-tokens",
+        action="store_true",
+        help="the DiT also adds each frame's action embedding to its tokens (STDiT3Config.action_tokens)",
+    )
+    p.add_argument("--heldout", default=None, help="episodes to measure the VAE on (vae_floor in prepare.json)")
     p.add_argument("--init-steps", type=int, nargs="+", default=[0], help="env steps of the init_states/ frames")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -125,17 +201,23 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(episodes)} episodes, {len(frames)} frames of {size} px, {action_dim}-D actions", flush=True)
     out = Path(args.out)
     write_tiny(out, image_size=size, num_trajectories=1, seed=args.seed, action_dim=action_dim,
-               hidden_size=args.hidden_size, depth=args.depth, num_heads=args.num_heads)  # fmt: skip
+               hidden_size=args.hidden_size, depth=args.depth, num_heads=args.num_heads,
+               in_channels=args.latent_channels, action_tokens=args.action_tokens)  # fmt: skip
     shutil.rmtree(out / "dataset")  # the env starts from the recorded episodes instead
     torch.manual_seed(args.seed)  # make_tiny's classifier is calibrated on its random frames: start from plain init
     ResnetRewardModel().save_pretrained(out / "resnet_rm.pth")
     (out / "dataset_statistics.json").write_text(json.dumps(action_statistics(actions), indent=2) + "\n")
     write_init_states(episodes, args.init_steps, out / "init_states")
-    vae, mse = train_vae(frames, args.vae_steps, args.vae_batch, args.vae_lr, args.seed)
+    vae, mse = train_vae(frame_pairs(episodes), args.vae_steps, args.vae_batch, args.vae_lr, args.seed,
+                         args.latent_channels, args.vae_motion_weight)  # fmt: skip
     shutil.rmtree(out / "vae")
     vae.save_pretrained(out / "vae")
     report = {"episodes": len(episodes), "frames": len(frames), "vae_reconstruction_mse": mse,
-              "seconds": time.perf_counter() - t0}  # fmt: skip
+              "vae_seconds": time.perf_counter() - t0}  # fmt: skip
+    if args.heldout:
+        held = [load_episode(f) for f in find_trajectories(args.heldout)]
+        report["vae_floor_heldout"] = vae_floor(vae, frame_pairs(held))
+    report["seconds"] = time.perf_counter() - t0
     (out / "prepare.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report), flush=True)
 

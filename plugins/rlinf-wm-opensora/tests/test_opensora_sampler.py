@@ -152,3 +152,41 @@ def test_bad_inputs_are_one_line_errors(model):
     state = model.init_state(torch.zeros(1, 4, 32, 32, 3, dtype=torch.uint8), torch.zeros(1, 4, 7))
     with pytest.raises(ValueError, match="generates 8 frames per chunk, got 4 actions"):
         model.predict(state, torch.zeros(1, 4, 7))
+
+
+def test_make_tiny_in_channels_sets_the_vae_latent_channels_too(tmp_path):
+    """A DiT with more latent channels gets a VAE with as many (else the directory does not load)."""
+    import torch
+
+    from rlinf_wm_opensora.make_tiny import write_tiny
+    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+    write_tiny(tmp_path / "wm", image_size=16, num_trajectories=1, in_channels=8)
+    wm = OpenSoraWorldModel(str(tmp_path / "wm"), num_sampling_steps=1)
+    assert wm.vae.config.latent_channels == 8 == wm.config.in_channels
+    state = wm.init_state(torch.zeros(1, 4, 16, 16, 3, dtype=torch.uint8), torch.zeros(1, 4, wm.action_dim))
+    assert state.shape == (1, 8, 4, 2, 2)
+
+
+def test_action_tokens_feed_the_actions_to_every_block():
+    """``action_tokens`` adds the action embedding to the tokens: with the spatial modulation's action path cut
+    (the action encoder's output then only reaches the tokens), the output still depends on the actions."""
+    import torch
+
+    from rlinf_wm_opensora._modeling import STDiT3, STDiT3Config
+
+    torch.manual_seed(0)
+    cfg = dict(hidden_size=32, depth=1, num_heads=2, caption_channels=8, model_max_length=4, action_dim=4)
+    plain, tokens = STDiT3(STDiT3Config(**cfg)), STDiT3(STDiT3Config(**cfg, action_tokens=True))
+    tokens.load_state_dict(plain.state_dict())
+    for block in (*plain.temporal_blocks, *tokens.temporal_blocks):  # upstream zero-inits them: make them live
+        torch.nn.init.normal_(block.attn.proj.weight, std=0.1)
+    tokens.load_state_dict(plain.state_dict())
+    x, t = torch.randn(1, 4, 6, 4, 4), torch.tensor([500.0])
+    a1, a2 = torch.zeros(1, 2, 4), torch.ones(1, 2, 4)
+    with torch.no_grad():
+        assert not torch.allclose(plain(x, t, a1), tokens(x, t, a1))
+        for m in (plain, tokens):  # cut the modulation path: t_block sees the timestep only
+            m.t_block[1].weight.zero_()
+        assert torch.equal(plain(x, t, a1), plain(x, t, a2))
+        assert not torch.allclose(tokens(x, t, a1), tokens(x, t, a2))

@@ -47,6 +47,9 @@ class STDiT3Config:
         input_sq_size: reference side of the position-embedding scale ``sqrt(H_px W_px) / input_sq_size``.
         action_dim: action size.
         pad_action_num: condition frames, each given the learned ``none_action`` embedding.
+        action_tokens: also add each frame's action embedding to that frame's tokens, so that it reaches the
+            temporal blocks and the final layer too (upstream: the spatial blocks' modulation only; the Wan world
+            model also feeds its actions to the output head). No new weights; False for the released model.
     """
 
     hidden_size: int = 1152
@@ -62,6 +65,7 @@ class STDiT3Config:
     input_sq_size: int = 512
     action_dim: int = 7
     pad_action_num: int = 4
+    action_tokens: bool = False
 
     def __post_init__(self) -> None:
         self.patch_size = tuple(int(p) for p in self.patch_size)
@@ -430,7 +434,8 @@ class STDiT3(nn.Module):
         pos = self.pos_embed(H, W, scale=scale, base_size=round(S**0.5), dtype=dtype)
 
         t = self.t_embedder(timestep, dtype)  # [B, D]
-        t_spatial = self.t_block(t.repeat_interleave(T, dim=0) + self.action_embedder(actions.to(dtype)))  # [B·T, 6D]
+        action_emb = self.action_embedder(actions.to(dtype))  # [B·T, D]
+        t_spatial = self.t_block(t.repeat_interleave(T, dim=0) + action_emb)  # [B·T, 6D]
         t_temporal = self.t_block(t)
         t0 = t0_mod = None
         if x_mask is not None:
@@ -438,6 +443,8 @@ class STDiT3(nn.Module):
             t0_mod = self.t_block(t0)
 
         h = self.x_embedder(x) + pos[:, None]  # [B, T, S, D]
+        if cfg.action_tokens:
+            h = h + action_emb.reshape(B, T, 1, -1)
         for spatial, temporal in zip(self.spatial_blocks, self.temporal_blocks):
             for block, mod, rope in ((spatial, t_spatial, None), (temporal, t_temporal, self.rope)):
                 if self.gradient_checkpointing and torch.is_grad_enabled():

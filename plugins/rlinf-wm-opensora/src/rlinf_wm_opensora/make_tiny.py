@@ -98,7 +98,8 @@ def write_tiny(
     }
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
-    AutoencoderKL(**TINY_VAE, sample_size=image_size).save_pretrained(path / "vae")
+    vae_config = {**TINY_VAE, "latent_channels": config.in_channels}  # the DiT's latent is the VAE's
+    AutoencoderKL(**vae_config, sample_size=image_size).save_pretrained(path / "vae")
     (path / "dataset_statistics.json").write_text(json.dumps(action_statistics(config.action_dim), indent=2) + "\n")
 
     rng = np.random.default_rng(seed)
