@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 from importlib.metadata import EntryPoint
-from pathlib import Path
 
 import pytest
 
@@ -168,15 +167,3 @@ def test_plugins_json_lists_commands_and_marks_the_builtin_plugin(capsys):
     plugins = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
     assert plugins["core"]["builtin"] and "ReachEnv" in plugins["core"]["registered"]["env"]
     assert "openvla-make-tiny" in plugins["openvla"]["commands"]
-
-
-def test_a_run_builds_the_parser_of_its_own_subcommand_only(capsys):
-    """Building the three unused subcommands' parsers was a third of a bad config's time to its error line."""
-    from rlinf_core.cli.lightning import RLinfCLI
-
-    config = str(Path(__file__).resolve().parents[2] / "configs" / "toy" / "reach_grpo.yaml")
-    with pytest.raises(SystemExit):
-        main(["validate", "--config", config, "--model.init_args.bogus", "1"])
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf: error:")
-    assert RLinfCLI.only == "validate"
-    assert list(RLinfCLI.subcommands(RLinfCLI.__new__(RLinfCLI))) == ["validate"]

@@ -28,12 +28,6 @@ class RLinfCLI(LightningCLI):
     """LightningCLI with rlinf's defaults (see the module docstring)."""
 
     quiet = True  # rlinf's eval table replaces Lightning's metric dump (``rlinf --verbose``: both)
-    #: the one subcommand a run builds a parser for (``rlinf fit ...``: fit); None: all four
-    only: str | None = None
-
-    def subcommands(self) -> dict[str, set[str]]:
-        every = LightningCLI.subcommands()
-        return {self.only: every[self.only]} if self.only in every else every
 
     def add_arguments_to_parser(self, parser) -> None:
         # a plain class group (not add_lightning_class_args): instantiate_trainer decides whether it joins the
