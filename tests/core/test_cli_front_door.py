@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,18 @@ def test_plugins_json_lists_commands_and_marks_the_builtin_plugin(capsys):
     plugins = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
     assert plugins["core"]["builtin"] and "ReachEnv" in plugins["core"]["registered"]["env"]
     assert "openvla-make-tiny" in plugins["openvla"]["commands"]
+
+
+def test_a_run_builds_the_parser_of_its_own_subcommand_only(capsys, monkeypatch):
+    """Building the three unused subcommands' parsers was a third of a bad config's time to its error line."""
+    from rlinf_core.cli.lightning import RLinfCLI
+
+    built = []  # add_arguments_to_parser runs once per subcommand parser
+    original = RLinfCLI.add_arguments_to_parser
+    monkeypatch.setattr(RLinfCLI, "add_arguments_to_parser", lambda self, p: built.append(1) or original(self, p))
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "toy" / "reach_grpo.yaml")
+    with pytest.raises(SystemExit):
+        main(["validate", "--config", config, "--model.init_args.bogus", "1"])
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf: error:")
+    assert len(built) == 1
+    assert RLinfCLI.only is None and set(RLinfCLI.subcommands()) == {"fit", "validate", "test", "predict"}

@@ -28,6 +28,18 @@ class RLinfCLI(LightningCLI):
     """LightningCLI with rlinf's defaults (see the module docstring)."""
 
     quiet = True  # rlinf's eval table replaces Lightning's metric dump (``rlinf --verbose``: both)
+    #: the one subcommand a run builds a parser for (``rlinf fit ...``: fit); None: all four
+    only: str | None = None
+
+    @classmethod
+    def for_run(cls, *, quiet: bool, only: str | None) -> type[RLinfCLI]:
+        """A subclass with one run's settings, so that no run leaves state on the class."""
+        return type(cls.__name__, (cls,), {"quiet": quiet, "only": only})
+
+    @classmethod
+    def subcommands(cls) -> dict[str, set[str]]:
+        every = LightningCLI.subcommands()
+        return {cls.only: every[cls.only]} if cls.only in every else every
 
     def add_arguments_to_parser(self, parser) -> None:
         # a plain class group (not add_lightning_class_args): instantiate_trainer decides whether it joins the

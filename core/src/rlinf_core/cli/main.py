@@ -179,12 +179,14 @@ def main(args: list[str] | None = None) -> int | None:
     import rlinf_core.rl.module  # noqa: F401 - makes RLModule resolvable
     import rlinf_core.supervised.sft  # noqa: F401 - makes SFTModule resolvable
     import rlinf_core.supervised.world_model_trainers  # noqa: F401 - makes WorldModelTrainer / RewardModelTrainer resolvable
+    from rlinf_core.cli.commands import LIGHTNING_COMMANDS
     from rlinf_core.cli.lightning import RLinfCLI, trainer_defaults
 
-    cli_class = RLinfCLI
-    cli_class.quiet = not verbose
+    # only the run's own subcommand parser is built: the other three were a third of a bad config's time to its error
+    only = argv[0] if argv and argv[0] in LIGHTNING_COMMANDS else None
+    cli_class = RLinfCLI.for_run(quiet=not verbose, only=only)
     strict = {"exit_on_error": False, "allow_abbrev": False}  # errors come back to run_cli; no flag abbreviations
-    parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in ("fit", "validate", "test", "predict")}}
+    parser_kwargs = {**strict, **{cmd: dict(strict) for cmd in cli_class.subcommands()}}
     from rlinf_core.callbacks.startup import hold_startup_lines, release_startup_lines
     from rlinf_core.cli.suggest import with_key_suggestions
 
