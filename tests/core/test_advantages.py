@@ -159,3 +159,41 @@ def test_grpo_batch_scaling_uses_the_std_over_all_ranks():
     everything = torch.cat(per_rank)
     want = group_normalized_scores(everything, G, scale="batch")  # one process holding every rank's scores
     torch.testing.assert_close(torch.cat(out), want)
+
+
+def test_grpo_task_scaling_divides_each_group_by_its_tasks_std_over_all_ranks():
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rlinf_core.rl.algorithms import GRPO
+
+    G = 2
+    env = SimpleNamespace(
+        group_size=G, auto_reset=False, task_ids=lambda ids: np.asarray(ids) // 10, task_names=["small", "large"]
+    )
+    # task 0 scores spread little, task 1 a lot; each rank holds one group of each
+    per_rank = [(torch.tensor([1.0, 1.2, 9.0, 1.0]), [3, 17]), (torch.tensor([1.1, 0.8, 0.0, 6.0]), [5, 12])]
+    reducer, out = ThreadReducer(2), [None, None]
+
+    def run(rank):
+        reducer.local.rank = rank
+        scores, ids = per_rank[rank]
+        traj = _grpo_traj(scores, G)
+        traj.reset_state_ids = torch.tensor(ids).repeat_interleave(G).view(1, -1)
+        grpo = GRPO(scale_rewards="task")
+        grpo.check(env, policy=None)
+        out[rank] = grpo.compute([traj], G, reducer)[0].adv.view(-1)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    task_scores = {0: [1.0, 1.2, 1.1, 0.8], 1: [9.0, 1.0, 0.0, 6.0]}
+    want = []
+    for scores, ids in per_rank:
+        for g, task in enumerate(i // 10 for i in ids):
+            pair = scores[g * G : (g + 1) * G].tolist()
+            mean = sum(pair) / G
+            want += [(s - mean) / (statistics.stdev(task_scores[task]) + 1e-6) for s in pair]
+    torch.testing.assert_close(torch.cat(out), torch.tensor(want))

@@ -60,7 +60,7 @@ def gae(
     return advantages, advantages + values[:-1]
 
 
-SCORE_SCALES = ("group", "batch", "none")
+SCORE_SCALES = ("group", "batch", "task", "none")
 
 
 def check_score_scale(scale: str) -> str:
@@ -71,7 +71,11 @@ def check_score_scale(scale: str) -> str:
 
 
 def group_normalized_scores(
-    scores: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group", batch_std: float | None = None
+    scores: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-6,
+    scale: str = "group",
+    batch_std: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO advantages: ``(s − mean_group(s)) / (std + eps)``.
 
@@ -81,8 +85,10 @@ def group_normalized_scores(
         eps: added to the std.
         scale: which std divides: ``group`` (each group's, as in GRPO), ``batch`` (the std of all
             ``B`` scores: a group whose members scored almost alike keeps small advantages instead
-            of noise blown up to ±1, which matters with dense rewards) or ``none`` (Dr. GRPO).
-        batch_std: with ``scale="batch"``, the std to use instead of ``scores.std()`` (e.g. over all ranks).
+            of noise blown up to ±1, which matters with dense rewards), ``task`` (the std of the scores of the
+            trajectory's task, passed as ``batch_std``) or ``none`` (Dr. GRPO).
+        batch_std: with ``scale="batch"``, the std to use instead of ``scores.std()`` (e.g. over all ranks);
+            with ``scale="task"``, ``[B]`` the std of each trajectory's task.
 
     Returns:
         ``[B]`` advantages (unbiased stds).
@@ -97,6 +103,10 @@ def group_normalized_scores(
     elif scale == "batch":
         std = scores.std(unbiased=True) if batch_std is None else batch_std
         centered = centered / (std + eps)
+    elif scale == "task":
+        if not isinstance(batch_std, torch.Tensor) or batch_std.shape != scores.shape:
+            raise ValueError(f"scale='task' needs batch_std: one std per trajectory, shape {tuple(scores.shape)}")
+        centered = centered / (batch_std.view(-1, group_size) + eps)
     return centered.reshape(-1)
 
 

@@ -27,7 +27,9 @@ class GRPO(Algorithm):
         rewards_upper_bound: upper bound of a kept group's mean score.
         scale_rewards: the std that divides the centred scores: ``group`` (std_G, GRPO), ``batch``
             (the std of all scores of the RL step's rollouts on all ranks; keeps near-tied groups'
-            advantages small, the better choice for dense rewards) or ``none`` (Dr. GRPO).
+            advantages small, the better choice for dense rewards), ``task`` (as ``batch``, but the std of the
+            scores of each group's own task: in a multi-task env, a task whose scores spread less is not drowned
+            by one whose scores spread more) or ``none`` (Dr. GRPO).
         clip_ratio_high: upper clip range (DAPO's "clip higher" default 0.28).
         **kwargs: the other shared settings of :class:`Algorithm`.
     """
@@ -39,7 +41,7 @@ class GRPO(Algorithm):
         filter_rewards: bool = False,
         rewards_lower_bound: float = 0.1,
         rewards_upper_bound: float = 0.9,
-        scale_rewards: Literal["group", "batch", "none"] = "group",
+        scale_rewards: Literal["group", "batch", "task", "none"] = "group",
         clip_ratio_high: float = 0.28,
         **kwargs,
     ) -> None:
@@ -51,16 +53,23 @@ class GRPO(Algorithm):
         self.rewards_upper_bound = rewards_upper_bound
         self.scale_rewards = check_score_scale(scale_rewards)  # fail at config time, not after a rollout
         self._warned_all_filtered = False
+        self._task_of = None  # scale_rewards: task: the env's reset state id -> task id (set by check)
+        self._num_tasks = 0
 
     def check(self, env, policy) -> None:
         if env.group_size < 2:
             raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
         if env.auto_reset:
             raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
+        if self.scale_rewards == "task":
+            self._task_of, self._num_tasks = env.task_ids, len(env.task_names)
         super().check(env, policy)
 
-    def _rollout_stats(self, trajs: list[Trajectory], reduce: Reducer) -> float | None:
-        """``scale_rewards: batch``: one std over every score of the step on every rank (``None`` otherwise)."""
+    def _rollout_stats(self, trajs: list[Trajectory], reduce: Reducer) -> float | torch.Tensor | None:
+        """``scale_rewards: batch``: one std over every score of the step on every rank; ``task``: ``[tasks]``
+        one per task (``None`` otherwise)."""
+        if self.scale_rewards == "task":
+            return self._task_stds(trajs, reduce)
         if self.scale_rewards != "batch":
             return None
         scores = torch.cat([_scores(t) for t in trajs])
@@ -68,6 +77,20 @@ class GRPO(Algorithm):
         if len(trajs) > 1 or total != scores.numel():
             return global_std(scores, reduce)
         return None  # one trajectory on one rank: its own std is this std, bit for bit
+
+    def _task_stds(self, trajs: list[Trajectory], reduce: Reducer) -> torch.Tensor:
+        """``[tasks]`` unbiased std of the step's scores of each task, on every rank (one all-reduce of counts, sums
+        and squares); 0 for a task with fewer than two scores (its groups then keep unscaled advantages)."""
+        if self._task_of is None:
+            raise RuntimeError("GRPO scale_rewards: task needs check(env, policy) first (RLModule calls it)")
+        moments = torch.zeros(self._num_tasks, 3, dtype=torch.float64)
+        for traj in trajs:
+            scores = _scores(traj).double()
+            tasks = torch.as_tensor(self._task_of(traj.reset_state_ids[0].numpy()), dtype=torch.long)
+            moments.index_add_(0, tasks, torch.stack([torch.ones_like(scores), scores, scores**2], -1))
+        n, total, squares = reduce.sum(moments).unbind(-1)
+        var = (squares - total**2 / n.clamp(min=1)) / (n - 1).clamp(min=1)
+        return torch.where(n > 1, var.clamp(min=0).sqrt(), torch.zeros_like(var))
 
     def compute(
         self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
@@ -100,6 +123,8 @@ class GRPO(Algorithm):
         if not (ids == ids[:, :1]).all():
             raise RuntimeError(f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}")
         scores = _scores(traj)
+        if self.scale_rewards == "task":
+            stats = stats[torch.as_tensor(self._task_of(traj.reset_state_ids[0].numpy()), dtype=torch.long)].float()
         adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards, batch_std=stats)
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
