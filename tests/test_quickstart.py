@@ -16,7 +16,7 @@ def test_quickstart_pipeline_writes_table_curve_videos_and_logs(tmp_path):
     out = tmp_path / "qs"
     small = [f"--rl-arg={a}" for a in (
         "--model.init_args.env.init_args.num_envs=8",
-        "--model.init_args.env.init_args.num_workers=0",
+        "--model.init_args.rollout.env_workers=0",
         "--model.init_args.rollout.pipeline_stage_num=1",
         "--model.init_args.rollout.max_steps_per_rollout_epoch=16",
         "--model.init_args.env.init_args.max_episode_steps=16",
