@@ -141,8 +141,8 @@ def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path, one_r
 
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments_resumes_exactly_two_ranks(tmp_path):
-    kills, versions = _kill_chain(tmp_path, devices=2, kills=5, seed=2)
-    assert kills >= 5, "the toy run finished before the kills landed: the test no longer interrupts it"
+    kills, versions = _kill_chain(tmp_path, devices=2, kills=4, seed=2)
+    assert kills >= 4, "the toy run finished before the kills landed: the test no longer interrupts it"
     assert _check_against_baseline(_uninterrupted(tmp_path / "base", devices=2), versions, kills) > 50
 
 

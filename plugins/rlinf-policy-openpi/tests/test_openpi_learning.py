@@ -101,12 +101,16 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
     return start, end
 
 
+# π0: +0.24 (PPO) / +0.31 (GRPO) over 48 RL steps, +0.35 / +0.31 over 60 (measured at 6c6fb84)
+PI0_SETUPS = {algo: {**setup, "epochs": 48} for algo, setup in SETUPS.items()}
+
+
 @pytest.mark.parametrize("algo", list(SETUPS))
 def test_rl_improves_the_tiny_pi0_on_the_reach_env(tiny, tmp_path, algo):
     from rlinf_policy_openpi.policy import OpenPIPolicy
     from rlinf_policy_openpi.settings import CriticConfig
 
-    setup = SETUPS[algo]
+    setup = PI0_SETUPS[algo]
     path = tiny(layout="rlinf", action_dim=2, action_horizon=2, max_token_len=12, value_head=False)
     torch.manual_seed(0)
     env = ReachEnv(**setup["env"])
