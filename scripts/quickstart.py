@@ -53,12 +53,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run nothing: rewrite results.md (and its README row) from the finished run in --out",
     )
     p.add_argument(
-        "--rl-only",
-        action="store_true",
-        help="keep the finished run's SFT policy and its held-out eval in --out; redo only the RL stage "
-        "(to try GRPO settings without redoing SFT)",
-    )
-    p.add_argument(
         "--rl-arg",
         action="append",
         default=[],
@@ -161,32 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         out = Path(args.out).resolve()
         return report(args, out, json.loads((out / "times.json").read_text()), None)
-    if args.rl_only:
-        out = Path(args.out).resolve()
-        run = resume_after_sft(out)
-    else:
-        out = fresh_results_dir(Path(args.out).resolve())
-        run = Runner(out)
-    rlinf = str(run.bin / "rlinf")
-    eval_overrides = rl_config_overrides(args, out)
-    print(f"rlinf quickstart: tasks {', '.join(args.tasks)}; results in {out}", flush=True)
-
-    if not args.rl_only:
-        sft_stages(run, args, out, eval_overrides)
-    grpo = str(CONFIGS / "quickstart_grpo.yaml")
-    rl_steps = args.rl_steps
-    run("RL (GRPO)", [rlinf, "fit", "--config", grpo, *eval_overrides,
-                      f"--model.init_args.policy.init_args.model_path={out / 'sft_policy'}",
-                      f"--trainer.max_epochs={rl_steps}", f"--trainer.check_val_every_n_epoch={rl_steps}",
-                      f"--model.init_args.eval_env.init_args.video_cfg.video_base_dir={out / 'videos' / 'rl'}",
-                      "--trainer.logger.init_args.name=rl", *args.rl_arg])  # fmt: skip
-    return report(args, out, run.times, run)
-
-
-def rl_config_overrides(args: argparse.Namespace, out: Path) -> list[str]:
-    """Options of both runs of the RL config (the SFT policy's eval and GRPO): tasks, eval size, logs, seed."""
+    out = fresh_results_dir(Path(args.out).resolve())
+    run = Runner(out)
+    py, rlinf = sys.executable, str(run.bin / "rlinf")
     tasks_yaml = "[" + ",".join(args.tasks) + "]"
-    return [
+    eval_overrides = [
         f"--model.init_args.env.init_args.tasks={tasks_yaml}",
         f"--model.init_args.eval_env.init_args.tasks={tasks_yaml}",
         f"--model.init_args.eval_env.init_args.trials_per_task={args.eval_trials}",
@@ -194,23 +167,8 @@ def rl_config_overrides(args: argparse.Namespace, out: Path) -> list[str]:
         "--trainer.logger.init_args.version=0",
         f"--seed_everything={args.seed}",
     ]
+    print(f"rlinf quickstart: tasks {', '.join(args.tasks)}; results in {out}", flush=True)
 
-
-def resume_after_sft(out: Path) -> Runner:
-    """A Runner over a finished run in ``out`` whose RL stage (results, videos, times) is dropped, SFT kept."""
-    if not (out / "sft_policy" / "config.json").is_file() or not (out / "times.json").is_file():
-        raise SystemExit(f"quickstart: --rl-only needs a finished quickstart run in {out} (its sft_policy and "
-                         "times.json); run without --rl-only first")  # fmt: skip
-    for stale in (out / "tensorboard" / "rl", out / "videos" / "rl"):
-        shutil.rmtree(stale, ignore_errors=True)
-    run = Runner(out)
-    run.times = {k: v for k, v in json.loads((out / "times.json").read_text()).items() if k != "RL (GRPO)"}
-    return run
-
-
-def sft_stages(run: Runner, args: argparse.Namespace, out: Path, eval_overrides: list[str]) -> None:
-    """Stages 1-4: the tiny checkpoint, the demos, SFT and the SFT policy's held-out eval."""
-    py, rlinf = sys.executable, str(run.bin / "rlinf")
     run("make tiny OpenVLA-OFT", [py, "-m", "rlinf_policy_openvla.make_tiny", str(out / "tiny_oft"), "--kind", "oft",
                                   "--norm-key", "metaworld", "--action-dim", "4", "--proprio-dim", "4",
                                   "--num-action-chunks", "8"])  # fmt: skip
@@ -230,6 +188,13 @@ def sft_stages(run: Runner, args: argparse.Namespace, out: Path, eval_overrides:
                                         "--model.init_args.eval_env.init_args.video_cfg.video_base_dir="
                                         f"{out / 'videos' / 'sft'}",
                                         "--trainer.logger.init_args.name=sft_eval"])  # fmt: skip
+    rl_steps = args.rl_steps
+    run("RL (GRPO)", [rlinf, "fit", "--config", grpo, *eval_overrides,
+                      f"--model.init_args.policy.init_args.model_path={out / 'sft_policy'}",
+                      f"--trainer.max_epochs={rl_steps}", f"--trainer.check_val_every_n_epoch={rl_steps}",
+                      f"--model.init_args.eval_env.init_args.video_cfg.video_base_dir={out / 'videos' / 'rl'}",
+                      "--trainer.logger.init_args.name=rl", *args.rl_arg])  # fmt: skip
+    return report(args, out, run.times, run)
 
 
 def fmt_duration(seconds: float) -> str:
