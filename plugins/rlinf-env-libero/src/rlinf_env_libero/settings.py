@@ -92,7 +92,6 @@ class LiberoSimConfig:
         check_number("sim.scene_cache_size", self.scene_cache_size, low=0)
 
 
-GROUPS = {"render": LiberoRenderConfig, "reward": LiberoRewardConfig, "sim": LiberoSimConfig}
 #: flat key (this plugin's before the groups, and RLinf's ``reward_coef`` / ``use_rel_reward``) → (group, field):
 #: ``rlinf fit`` names the grouped key when a config still uses the flat one
 FLAT_KEYS: dict[str, tuple[str, str]] = {
@@ -106,4 +105,4 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "scene_cache_size": ("sim", "scene_cache_size"),
 }
 
-__all__ = ["FLAT_KEYS", "GROUPS", "LiberoRenderConfig", "LiberoRewardConfig", "LiberoSimConfig"]
+__all__ = ["FLAT_KEYS", "LiberoRenderConfig", "LiberoRewardConfig", "LiberoSimConfig"]

@@ -98,7 +98,6 @@ class ManiSkillSimConfig:
         check_choice("sim.backend", self.backend, SIM_BACKENDS)
 
 
-GROUPS = {"render": ManiSkillRenderConfig, "reward": ManiSkillRewardConfig, "sim": ManiSkillSimConfig}
 #: flat key (this plugin's before the groups, and RLinf's ``use_rel_reward``) → (group, field): ``rlinf fit`` names the
 #: grouped key when a config still uses the flat one
 FLAT_KEYS: dict[str, tuple[str, str]] = {
@@ -114,4 +113,4 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "cache_dir": ("sim", "cache_dir"),
 }
 
-__all__ = ["FLAT_KEYS", "GROUPS", "ManiSkillRenderConfig", "ManiSkillRewardConfig", "ManiSkillSimConfig"]
+__all__ = ["FLAT_KEYS", "ManiSkillRenderConfig", "ManiSkillRewardConfig", "ManiSkillSimConfig"]

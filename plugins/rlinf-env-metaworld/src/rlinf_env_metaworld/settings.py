@@ -70,7 +70,6 @@ class MetaWorldSimConfig:
         check_number("sim.settle_steps", self.settle_steps, low=0)
 
 
-GROUPS = {"render": MetaWorldRenderConfig, "reward": MetaWorldRewardConfig, "sim": MetaWorldSimConfig}
 #: flat key (this plugin's before the groups, and RLinf's ``reward_coef``) → (group, field): ``rlinf fit`` names the
 #: grouped key when a config still uses the flat one
 FLAT_KEYS: dict[str, tuple[str, str]] = {
@@ -80,4 +79,4 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "settle_steps": ("sim", "settle_steps"),
 }
 
-__all__ = ["FLAT_KEYS", "GROUPS", "MetaWorldRenderConfig", "MetaWorldRewardConfig", "MetaWorldSimConfig"]
+__all__ = ["FLAT_KEYS", "MetaWorldRenderConfig", "MetaWorldRewardConfig", "MetaWorldSimConfig"]

@@ -93,11 +93,10 @@ def load_dit_state(root: Path, hint: str, dit_weights: str = "ema") -> tuple[dic
 
 
 def load_training_checkpoint(root: Path, hint: str, dit_weights: str) -> tuple[dict[str, torch.Tensor], str]:
-    """The DiT of a fork training checkpoint: ``ema.pt`` or ``model/`` (see the module docstring)."""
+    """The DiT of a fork training checkpoint: ``ema.pt`` or ``model/`` (see the module docstring); ``dit_weights``
+    (one of :data:`DIT_WEIGHTS`) is checked where it is configured, :class:`OpenSoraWorldModel`."""
     from rlinf_core.models.weights import load_pth_state_dict
 
-    if dit_weights not in DIT_WEIGHTS:
-        raise ValueError(f"dit_weights must be one of {DIT_WEIGHTS}, got {dit_weights!r}")
     where = f"{root} (an RLinf/opensora training checkpoint)"
     if dit_weights == "ema":
         if not (root / EMA_NAME).is_file():

@@ -86,11 +86,14 @@ class GRPO(Algorithm):
         moments = torch.zeros(self._num_tasks, 3, dtype=torch.float64)
         for traj in trajs:
             scores = _scores(traj).double()
-            tasks = torch.as_tensor(self._task_of(traj.reset_state_ids[0].numpy()), dtype=torch.long)
-            moments.index_add_(0, tasks, torch.stack([torch.ones_like(scores), scores, scores**2], -1))
+            moments.index_add_(0, self._tasks(traj), torch.stack([torch.ones_like(scores), scores, scores**2], -1))
         n, total, squares = reduce.sum(moments).unbind(-1)
         var = (squares - total**2 / n.clamp(min=1)) / (n - 1).clamp(min=1)
         return torch.where(n > 1, var.clamp(min=0).sqrt(), torch.zeros_like(var))
+
+    def _tasks(self, traj: Trajectory) -> torch.Tensor:
+        """``int64 [B]`` the task of each env slot's episode (the env's ``task_ids`` of its reset state)."""
+        return torch.as_tensor(self._task_of(traj.reset_state_ids[0].numpy()), dtype=torch.long)
 
     def compute(
         self, trajs: list[Trajectory], group_size: int, reduce: Reducer, max_episode_steps: int | None = None
@@ -114,7 +117,7 @@ class GRPO(Algorithm):
         keep = group_filter_mask(_scores(traj), group_size, self.rewards_lower_bound, self.rewards_upper_bound)
         return int(keep.view(-1, group_size)[:, 0].sum())
 
-    def _advantages(self, traj: Trajectory, group_size: int, stats: float | None):
+    def _advantages(self, traj: Trajectory, group_size: int, stats: float | torch.Tensor | None):
         if group_size < 2:
             raise ValueError(
                 "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
@@ -124,7 +127,7 @@ class GRPO(Algorithm):
             raise RuntimeError(f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}")
         scores = _scores(traj)
         if self.scale_rewards == "task":
-            stats = stats[torch.as_tensor(self._task_of(traj.reset_state_ids[0].numpy()), dtype=torch.long)].float()
+            stats = stats[self._tasks(traj)].float()
         adv = group_normalized_scores(scores, group_size, scale=self.scale_rewards, batch_std=stats)
         keep = torch.ones_like(scores, dtype=torch.bool)
         if self.filter_rewards:
