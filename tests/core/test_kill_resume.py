@@ -134,15 +134,15 @@ def _check_against_baseline(base: dict[tuple[str, int], str], versions: list[Pat
 
 
 def test_kill_minus_9_at_random_moments_resumes_exactly_one_rank(tmp_path, one_rank_baseline):
-    kills, versions = _kill_chain(tmp_path, devices=1, kills=5, seed=1)
-    assert kills >= 4, "the toy run finished before most kills landed: the test no longer interrupts it"
+    kills, versions = _kill_chain(tmp_path, devices=1, kills=3, seed=1)
+    assert kills >= 3, "the toy run finished before the kills landed: the test no longer interrupts it"
     assert _check_against_baseline(one_rank_baseline, versions, kills) > 50
 
 
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments_resumes_exactly_two_ranks(tmp_path):
-    kills, versions = _kill_chain(tmp_path, devices=2, kills=4, seed=2)
-    assert kills >= 4, "the toy run finished before the kills landed: the test no longer interrupts it"
+    kills, versions = _kill_chain(tmp_path, devices=2, kills=2, seed=2)
+    assert kills >= 2, "the toy run finished before the kills landed: the test no longer interrupts it"
     assert _check_against_baseline(_uninterrupted(tmp_path / "base", devices=2), versions, kills) > 50
 
 
