@@ -56,7 +56,7 @@ SLOW_FILES = {
 LONGEST_FIRST = [
     "plugins/rlinf-policy-openpi/tests/test_openpi_learning.py",  # four RL runs and a 600-step SFT
     "tests/core/test_kill_resume.py",  # about 20 `rlinf fit` processes
-    "tests/core/test_bad_input_fuzz.py",  # about 200 in-process starts
+    "tests/core/test_bad_input_fuzz.py",  # about 240 in-process starts
     "tests/core/test_rl_loop.py",
     "tests/core/test_coevolve.py",
     "tests/scale/test_strategies_multiprocess.py",  # two-rank DDP / FSDP2 / DeepSpeed runs
