@@ -102,7 +102,7 @@ def _rl_success(policy, env, setup: dict, algo: str, tmp_path) -> tuple[float, f
 
 
 # π0: +0.17 (PPO) / +0.19 (GRPO) over 40 RL steps, +0.24 / +0.31 over 48, +0.35 / +0.31 over 60 (measured at
-# 6c6fb84 and 3668a67; the runs are seeded and single-threaded, so each count gives one number)
+# 6c6fb84 and 28de13f; the runs are seeded and single-threaded, so each count gives one number)
 PI0_SETUPS = {algo: {**setup, "epochs": 40} for algo, setup in SETUPS.items()}
 
 
@@ -155,7 +155,7 @@ def pi05_sft_checkpoint(tiny, tmp_path_factory):
     return out
 
 
-# π0.5 PPO: +0.16 success over 32 RL steps, +0.23 over 40, +0.37 over 60 (measured at 1f448fc and 3668a67,
+# π0.5 PPO: +0.16 success over 32 RL steps, +0.23 over 40, +0.37 over 60 (measured at 1f448fc and 28de13f,
 # success_once of the first vs the last 8 steps; the test asks for +0.1)
 PI05_SETUPS = {**SETUPS, "ppo": {**SETUPS["ppo"], "epochs": 32}}
 
