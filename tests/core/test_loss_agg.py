@@ -8,7 +8,7 @@ from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.rl.algorithms.base import Reducer, trajectory_weights
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.ppo import PPO
-from rlinf_core.rl.algorithms.trajectory import Trajectory
+from rlinf_core.rl.data.trajectory import Trajectory
 
 N, B, C, D, G = 4, 6, 2, 3, 2
 LENGTHS = [8, 3, 5, 8, 2, 6]  # sub-steps until (and including) the step that ended each episode

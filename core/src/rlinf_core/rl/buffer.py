@@ -10,7 +10,7 @@ micro-batch can only be read by the step that filled it.
 The schedule: samples of a rank are shuffled per update epoch, cut into minibatches (one optimizer step each) and
 each minibatch into micro-batches (gradient accumulation); it is a pure function of the sizes and a seed. The
 storage types (:class:`Trajectory`, :class:`Samples`) in
-:mod:`rlinf_core.rl.algorithms.trajectory`; the loss denominators of each minibatch are the algorithm's
+:mod:`rlinf_core.rl.data.trajectory`; the loss denominators of each minibatch are the algorithm's
 (:meth:`rlinf_core.rl.algorithms.base.Algorithm.prepare_update`).
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rlinf_core.rl.algorithms.trajectory import Samples
+from rlinf_core.rl.data.trajectory import Samples
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ScheduleSlot:
     """The indices of one forward/backward pass.
 
     Args:
-        idx: sample indices into the RL step's :class:`rlinf_core.rl.algorithms.trajectory.Samples` ``[m]``.
+        idx: sample indices into the RL step's :class:`rlinf_core.rl.data.trajectory.Samples` ``[m]``.
         minibatch: index of its minibatch in the step (keys the loss denominators).
         minibatch_size: samples of that minibatch on this rank.
         last: the minibatch's last micro-batch (the optimizer steps after it).

@@ -20,7 +20,7 @@ from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import ActOutput, Policy
-from rlinf_core.rl.algorithms.trajectory import Trajectory
+from rlinf_core.rl.data.trajectory import Trajectory
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 from rlinf_core.distributed.grad_accumulation import deepspeed_engine, deepspeed_step
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.precision import compute_context
-from rlinf_core.rl.algorithms.trajectory import Samples
+from rlinf_core.rl.data.trajectory import Samples
 from rlinf_core.rl.metrics import MetricSums
 
 _HALF = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16, "16-true": torch.float16}

@@ -18,7 +18,7 @@ import torch
 from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
+from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]

@@ -9,7 +9,7 @@ from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.advantages import gae
 from rlinf_core.rl.algorithms.base import Algorithm, Reducer
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
+from rlinf_core.rl.data.trajectory import Samples, Trajectory
 
 
 class PPO(Algorithm):
