@@ -5,7 +5,8 @@ import torch
 
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.algorithms.base import Reducer, trajectory_weights
+from rlinf_core.distributed.reduce import Reducer
+from rlinf_core.rl.algorithms.base import trajectory_weights
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.ppo import PPO
 from rlinf_core.rl.data.trajectory import Trajectory

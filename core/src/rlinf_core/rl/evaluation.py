@@ -15,7 +15,7 @@ from rlinf_core.callbacks.eval_report import suite_columns
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 
 
 @torch.no_grad()

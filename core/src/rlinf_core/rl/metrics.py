@@ -6,31 +6,12 @@ import math
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 
 EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
 # losses whose micro-batch value is a share of its minibatch's mean (see MetricSums.add)
 MINIBATCH_NORMALISED = {"train/actor/policy_loss", "train/entropy_loss", "train/critic/value_loss", "train/loss"}
-
-
-class DistReducer(Reducer):
-    """Sums / maxima over all ranks of the default process group (identity without one)."""
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.SUM)
-        return y
-
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.MAX)
-        return y
 
 
 def episode_metrics(

@@ -29,6 +29,7 @@ from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
 from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
+from rlinf_core.distributed.reduce import DistReducer
 from rlinf_core.distributed.rollout_mode import rollout_mode
 from rlinf_core.envs.vector import WorkerEnv, vectorize
 from rlinf_core.foundation.trainer import attached_trainer
@@ -39,7 +40,7 @@ from rlinf_core.rl.collector import RolloutCollector
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
 from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
-from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
+from rlinf_core.rl.metrics import MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
 from rlinf_core.rl.update import GradientClip, optimizer_step, precision_context, recompute_old_logprobs
 from rlinf_core.run.checkpoint_files import install_atomic_io

@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
@@ -23,17 +24,6 @@ from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
 LossAgg = Literal["step_mean", "trajectory_mean"]
-
-
-class Reducer:
-    """Cross-rank reductions; the identity in a single process (the RL module passes a
-    distributed one, so statistics are global, not per rank)."""
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        return x
 
 
 def reduce_level(x: torch.Tensor, level: str) -> torch.Tensor:

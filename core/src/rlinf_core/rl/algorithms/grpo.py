@@ -7,8 +7,9 @@ from typing import Literal
 
 import torch
 
+from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.rl.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
-from rlinf_core.rl.algorithms.base import Algorithm, Reducer, global_std
+from rlinf_core.rl.algorithms.base import Algorithm, global_std
 from rlinf_core.rl.data.trajectory import Samples, Trajectory
 
 

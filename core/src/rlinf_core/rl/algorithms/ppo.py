@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.advantages import gae
-from rlinf_core.rl.algorithms.base import Algorithm, Reducer
+from rlinf_core.rl.algorithms.base import Algorithm
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
 from rlinf_core.rl.data.trajectory import Samples, Trajectory
 
