@@ -13,8 +13,9 @@ from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.rl.algorithms import PPO
-from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer
+from rlinf_core.rl.buffer import RolloutBuffer
 from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.data.trajectory import Samples
 from rlinf_core.rl.module import RLModule
 

@@ -9,8 +9,8 @@ micro-batch can only be read by the step that filled it.
 
 The schedule: samples of a rank are shuffled per update epoch, cut into minibatches (one optimizer step each) and
 each minibatch into micro-batches (gradient accumulation); it is a pure function of the sizes and a seed. The
-storage types (:class:`Trajectory`, :class:`Samples`) in
-:mod:`rlinf_core.rl.data.trajectory`; the loss denominators of each minibatch are the algorithm's
+data types (:class:`Trajectory`, :class:`Samples`, :class:`MicroBatch`) are in :mod:`rlinf_core.rl.data`; the loss
+denominators of each minibatch are the algorithm's
 (:meth:`rlinf_core.rl.algorithms.base.Algorithm.prepare_update`).
 """
 
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
+from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.data.trajectory import Samples
 
 
@@ -112,41 +113,6 @@ def world_size_note(
         f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
         f"(scale num_envs by {config_world}/{world} to keep the totals)"
     )
-
-
-@dataclass
-class MicroBatch:
-    """One forward/backward pass of an RL step.
-
-    Args:
-        samples: the pass's samples (selected from the step's samples when the micro-batch is handed out).
-        idx: indices of ``samples`` in the step's samples ``[m]``.
-        step: the RL step it belongs to.
-        index: its position in the step (the loader's count).
-        minibatch: index of its minibatch in the step (one optimizer step each; keys the loss denominators).
-        minibatch_size: samples of that minibatch on this rank.
-        last: the minibatch's last micro-batch (the optimizer steps after it).
-        last_of_step: the RL step's last micro-batch.
-    """
-
-    samples: Samples
-    idx: torch.Tensor
-    step: int
-    index: int
-    minibatch: int
-    minibatch_size: int
-    last: bool
-    last_of_step: bool
-
-    def to(self, device: torch.device | str) -> MicroBatch:
-        """The micro-batch with what the policy evaluates (observations, action records) on ``device``; the
-        loss moves the rest it reads."""
-        samples = replace(
-            self.samples,
-            obs=self.samples.obs.to(device),
-            records={k: v.to(device) for k, v in self.samples.records.items()},
-        )
-        return replace(self, samples=samples)
 
 
 class RolloutBuffer:

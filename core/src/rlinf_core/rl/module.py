@@ -3,8 +3,9 @@
 One Lightning epoch is one RL step: ``on_train_epoch_start`` collects ``rollout_epoch`` rollouts
 with the current policy (no grad, eval mode), computes advantages, fills the step's
 :class:`rlinf_core.rl.buffer.RolloutBuffer` and lets the algorithm compute its loss denominators; then every
-``training_step`` receives one :class:`~rlinf_core.rl.buffer.MicroBatch` of it (``on_before_batch_transfer`` turns
-the loader's count into it), and an optimizer step is taken at the end of each minibatch (gradient accumulation).
+``training_step`` receives one :class:`~rlinf_core.rl.data.micro_batch.MicroBatch` of it
+(``on_before_batch_transfer`` turns the loader's count into it), and an optimizer step is taken at the end of each
+minibatch (gradient accumulation).
 Multi-GPU / multi-node training comes from Lightning's strategies: every rank runs its own envs on its own
 share of initial states.
 
@@ -35,10 +36,11 @@ from rlinf_core.envs.vector import WorkerEnv, vectorize
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.weights import first_non_finite
 from rlinf_core.rl.algorithms.base import Algorithm
-from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer, batch_split_error
+from rlinf_core.rl.buffer import RolloutBuffer, batch_split_error
 from rlinf_core.rl.collector import RolloutCollector
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
 from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
+from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
 from rlinf_core.rl.metrics import MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
