@@ -94,7 +94,7 @@ class RLinfCLI(LightningCLI):
                     init["save_last"] = "link"
 
     def before_fit(self) -> None:
-        from rlinf_core.rl.buffer import world_size_note
+        from rlinf_core.cli.world_size import world_size_note
         from rlinf_core.run.run_dirs import check_outputs
 
         check_outputs(self.trainer, self.model)
