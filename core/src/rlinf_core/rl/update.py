@@ -33,6 +33,23 @@ def precision_context(module):
     return trainer.precision_plugin.forward_context()
 
 
+class PrecisionContext:
+    """:func:`precision_context` of ``module`` as one reusable ``with`` object: every ``with`` enters the context of
+    the trainer attached at that moment (a precision plugin's context can be entered only once)."""
+
+    def __init__(self, module) -> None:
+        self._module = module
+        self._entered: list[Any] = []
+
+    def __enter__(self) -> Any:
+        context = precision_context(self._module)
+        self._entered.append(context)
+        return context.__enter__()
+
+    def __exit__(self, *exc_info) -> bool | None:
+        return self._entered.pop().__exit__(*exc_info)
+
+
 @torch.no_grad()
 def recompute_old_logprobs(policy, samples: Samples, micro_batch_size: int, device, temperature: float) -> float:
     """Replace ``samples.old_logprobs`` by the policy's current ones; returns this rank's largest change."""
