@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import math
+from rlinf_core.rl.buffer import minibatch_sizes
 
 
 def world_size_note(
@@ -14,7 +14,7 @@ def world_size_note(
         return None
 
     def steps(w: int) -> int:
-        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
+        return len(minibatch_sizes(samples_per_rank, global_batch, w))
 
     return (
         f"rlinf: this config was written for {config_world} processes but runs on {world}: "
