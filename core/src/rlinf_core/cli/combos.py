@@ -9,19 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-def check_batch_sizes(config: Any) -> None:
-    """``model.init_args.global_batch_size`` / ``micro_batch_size`` below 1, by key and value, right after parsing
-    (before LightningCLI seeds and prints ``Seed set to``)."""
-    model = config.get("model") if hasattr(config, "get") else None
-    args = model.get("init_args") if hasattr(model, "get") else None
-    for key in ("global_batch_size", "micro_batch_size"):
-        value = args.get(key) if hasattr(args, "get") else None
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            raise ValueError(
-                f"model.init_args.{key} must be >= 1, got {value} (samples per optimizer step / per forward-backward)"
-            )
-
-
 def _name(node: Any) -> str:
     return str(node.get("class_path", "")).rpartition(".")[2] if isinstance(node, dict) else str(node or "")
 

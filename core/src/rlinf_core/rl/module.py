@@ -34,6 +34,7 @@ from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumula
 from rlinf_core.distributed.reduce import DistReducer
 from rlinf_core.distributed.rollout_mode import rollout_mode
 from rlinf_core.envs.vector import WorkerEnv, vectorize
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.weights import first_non_finite
 from rlinf_core.rl.algorithms.base import Algorithm
@@ -88,6 +89,8 @@ class RLModule(pl.LightningModule):
         offload_optimizer: bool = False,
     ) -> None:
         super().__init__()
+        check_number("global_batch_size", global_batch_size, low=1, hint="samples per optimizer step, all ranks")
+        check_number("micro_batch_size", micro_batch_size, low=1, hint="samples per forward-backward pass")
         self.automatic_optimization = False
         # worker processes when rollout.env_workers > 0
         self.env = vectorize(env, rollout.env_workers)
@@ -101,7 +104,7 @@ class RLModule(pl.LightningModule):
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
-        check_rl_sizes(env, policy, algorithm, rollout, global_batch_size, micro_batch_size)
+        check_rl_sizes(env, policy, algorithm, rollout)
         check_reset_filters(env, eval_env)
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None

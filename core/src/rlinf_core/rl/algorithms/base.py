@@ -16,7 +16,7 @@ import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.distributed.reduce import Reducer
-from rlinf_core.foundation.checks import check_number
+from rlinf_core.foundation.checks import check_choice, check_number
 from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
 from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
@@ -81,21 +81,18 @@ class Algorithm:
         entropy_type: Level = "token_level",
         loss_agg: LossAgg = "step_mean",
     ) -> None:
-        if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 (or null to disable), got {clip_ratio_c}")
-        if update_epoch < 1:
-            raise ValueError(f"update_epoch must be >= 1, got {update_epoch}")
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
 
         check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
         check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)
-        check_number("algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True)
+        check_number(
+            "algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True, hint="null: no dual clip"
+        )
         check_number("algorithm.entropy_bonus", entropy_bonus)
         check_number("algorithm.update_epoch", update_epoch, low=1, high=1000)
-        if loss_agg not in ("step_mean", "trajectory_mean"):
-            raise ValueError(f"loss_agg must be 'step_mean' or 'trajectory_mean', got {loss_agg!r}")
+        check_choice("algorithm.loss_agg", loss_agg, ("step_mean", "trajectory_mean"))
         self.loss_agg = loss_agg
         self.clip_ratio_low = clip_ratio_low
         self.clip_ratio_high = clip_ratio_high
