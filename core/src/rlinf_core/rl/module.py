@@ -256,8 +256,9 @@ class RLModule(pl.LightningModule):
         return summed_counters([env.pop_metrics() for env in self._stage_envs], self.reducer)
 
     def _phase_reporters(self, env_steps_per_chunk: int = 0):
-        """``label -> `` rank 0's ``(done, total, episodes=None)`` callback of a rollout or eval phase, drawn by
-        rlinf's progress bar; ``None`` without a trainer or with ``rollout.show_progress: false``."""
+        """A function of a phase's label (``rollout``, ``eval``) giving rank 0's ``(done, total, episodes=None)``
+        callback of that phase, drawn by rlinf's progress bar; ``None`` without a trainer or with
+        ``rollout.show_progress: false``."""
         if not self.rollout_cfg.show_progress or attached_trainer(self) is None:
             return None
         return functools.partial(phase_reporter, self.trainer, env_steps_per_chunk=env_steps_per_chunk)
