@@ -5,6 +5,8 @@ all computed in one all-reduce at the fill."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -97,6 +99,32 @@ def test_micro_batches_carry_their_samples_and_their_minibatch_denominators():
     buffer.clear()
     with pytest.raises(LookupError):
         buffer.micro_batch(5, 0)
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """Every tensor in a (nested) dataclass / dict / list."""
+    if torch.is_tensor(value):
+        return [value]
+    if dataclasses.is_dataclass(value):
+        return [t for f in dataclasses.fields(value) for t in _tensors(getattr(value, f.name))]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def test_a_micro_batch_moves_all_of_its_samples_so_the_loss_moves_nothing():
+    samples = _samples(8)
+    samples.old_values, samples.value_targets = torch.zeros(8, 1), torch.ones(8, 1)
+    samples.value_mask, samples.loss_weight = torch.ones(8, 1), torch.ones(8)
+    assert all(getattr(samples, f.name) is not None for f in dataclasses.fields(samples))
+    buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=4, update_epoch=1)
+    buffer.fill(0, samples, PPO().denominator)
+    moved = buffer.micro_batch(0, 1).to("meta")
+    tensors = _tensors(moved.samples)
+    assert len(tensors) == len(_tensors(buffer.micro_batch(0, 1).samples)) == 9  # image, record, 7 sample tensors
+    assert all(t.is_meta for t in tensors)
 
 
 def test_the_shuffle_is_a_function_of_step_and_rank():
