@@ -1,8 +1,9 @@
 """One model thread shared by every connection: requests queue up, the thread runs ``policy.act``.
 
-With ``max_batch > 1`` the requests already waiting when the model becomes free (up to ``max_batch``, with
-the same image / state shapes) run as one batch; nothing waits for a batch to fill. A batch that fails is
-retried request by request, so one bad observation never fails another client's request.
+With ``max_batch > 1`` the requests already waiting when the model becomes free (up to ``max_batch``
+observations, a batched request counting its rows, with the same image / state shapes) run as one batch; nothing
+waits for a batch to fill. A batch that fails is retried request by request, so one bad observation never fails
+another client's request.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class InferenceSettings:
 @dataclass
 class _Job:
     obs: Observation
+    batched: bool = False  #: the reply is ``[n, C, D]`` (a batched request), not ``[C, D]``
     future: Future = field(default_factory=Future)
 
 
@@ -83,6 +85,9 @@ class PolicyRunner:
             "observation_keys": self.mapping.keys(),
             "image_size": list(self.mapping.image_size) if self.mapping.image_size else None,
             "image_layout": "CHW" if self.mapping.channels_first else "HWC",
+            "max_batch": self.settings.max_batch,
+            # a request with batch_size = n <= max_batch holds n observations (rlinf_core.serve.mapping.to_observations)
+            "batched_requests": self.settings.max_batch > 1,
         }
 
     def check(self, obs: Observation) -> None:
@@ -93,9 +98,10 @@ class PolicyRunner:
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
 
-    def submit(self, obs: Observation) -> Future:
-        """Queue one batch-of-one observation; the future gives ``(actions float32 [C, D], timing dict)``."""
-        job = _Job(obs)
+    def submit(self, obs: Observation, batched: bool = False) -> Future:
+        """Queue one observation (a batch of one), or the n rows of a batched request (``batched``, n <= max_batch);
+        the future gives ``(actions float32 [C, D] or [n, C, D], timing dict)``."""
+        job = _Job(obs, batched)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the policy runner is closed")
@@ -117,10 +123,14 @@ class PolicyRunner:
             if self._closed:
                 return None
             first = self._jobs.popleft()
-            batch, sig, skipped = [first], signature(first.obs), []
-            while self._jobs and len(batch) < self.settings.max_batch:
+            batch, sig, skipped, rows = [first], signature(first.obs), [], len(first.obs)
+            while self._jobs and rows < self.settings.max_batch:
                 job = self._jobs.popleft()
-                (batch if signature(job.obs) == sig else skipped).append(job)
+                if signature(job.obs) == sig and rows + len(job.obs) <= self.settings.max_batch:
+                    batch.append(job)
+                    rows += len(job.obs)
+                else:
+                    skipped.append(job)
             self._jobs.extendleft(reversed(skipped))
             return batch
 
@@ -152,5 +162,9 @@ class PolicyRunner:
         )
         actions = out.actions.detach().float().cpu().numpy().astype(np.float32)
         model_ms = (time.perf_counter() - t0) * 1000
-        for i, job in enumerate(batch):
-            job.future.set_result((actions[i], {"model_ms": model_ms, "batch_size": len(batch)}))
+        timing = {"model_ms": model_ms, "batch_size": len(actions)}
+        start = 0
+        for job in batch:
+            n = len(job.obs)
+            job.future.set_result((actions[start : start + n] if job.batched else actions[start], dict(timing)))
+            start += n

@@ -1,10 +1,12 @@
 """openpi's websocket policy protocol (openpi: src/openpi/serving/websocket_policy_server.py).
 
 On connect the server sends the metadata dict (msgpack-numpy); then each binary message is an observation
-dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. ``GET /healthz`` answers
-``OK``. Unlike openpi's server, an error does not close the connection: the reply to a bad request is a
-text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next request is
-served; a client that disconnects or crashes only ends its own connection.
+dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. With ``--max-batch N`` a message may
+also hold ``batch_size`` = n <= N observations (arrays stacked on a first axis, the prompt a list; metadata
+``batched_requests``), answered with actions ``[n, H, D]``: what rlinf's remote policy sends for many envs.
+``GET /healthz`` answers ``OK``. Unlike openpi's server, an error does not close the connection: the reply to a
+bad request is a text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next
+request is served; a client that disconnects or crashes only ends its own connection.
 
 With an API key, the handshake must carry ``Authorization: Api-Key <key>`` (what openpi-client's
 ``WebsocketClientPolicy(api_key=...)`` sends), else HTTP 401. Over ``max_connections`` a handshake gets HTTP 503.
@@ -21,7 +23,7 @@ import time
 
 from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
 from rlinf_core.serve.errors import BadRequest, serve_dependency
-from rlinf_core.serve.mapping import to_observation
+from rlinf_core.serve.mapping import to_observations
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
 from rlinf_core.serve.security import UNAUTHORIZED, ConnectionSlots, ServerLimits, clip
 
@@ -69,10 +71,10 @@ class OpenPIWebsocketServer:
                         raise BadRequest("send the observation as a binary msgpack frame (openpi-client's packer)")
                     request = msgpack_loads(message)
                     t1 = time.perf_counter()
-                    obs = to_observation(request, self.runner.mapping)
+                    obs, batched = to_observations(request, self.runner.mapping, self.runner.settings.max_batch)
                     self.runner.check(obs)
                     t2 = time.perf_counter()
-                    actions, timing = await asyncio.wrap_future(self.runner.submit(obs))
+                    actions, timing = await asyncio.wrap_future(self.runner.submit(obs, batched))
                 except BadRequest as exc:
                     await ws.send(f"rlinf serve: bad request: {clip(exc)}")
                     continue
