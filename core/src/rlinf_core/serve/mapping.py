@@ -187,6 +187,11 @@ def _image(value: Any, key: str, mapping: ObsMapping) -> np.ndarray:
 
 
 def _state_part(value: Any, key: str) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 1:  # what clients send: one copy
+        arr = value.copy()
+        if not np.isfinite(arr.sum()) and not np.isfinite(arr).all():
+            raise BadRequest(f"{key} holds NaN or inf")
+        return arr
     arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, list)) else None
     if arr is None or arr.dtype.kind not in "fiub" or arr.ndim > 1:
         got = f"{arr.dtype} {list(arr.shape)}" if arr is not None else type(value).__name__
@@ -246,14 +251,15 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
         raw_prompt = mapping.default_prompt
     prompt = _prompt(raw_prompt, mapping.prompt)
     wrist_t = None
-    if wrists:
-        stacked = torch.from_numpy(np.stack(wrists))  # [N, H, W, 3]: one camera is already a batch of one
-        wrist_t = stacked.unsqueeze(0) if len(wrists) > 1 else stacked
+    if len(wrists) == 1:
+        wrist_t = torch.from_numpy(wrists[0][None])  # one camera: [1, H, W, 3]
+    elif wrists:
+        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3]
     return Observation(
-        main_images=torch.from_numpy(main).unsqueeze(0),
+        main_images=torch.from_numpy(main[None]),
         task_descriptions=[prompt],
         wrist_images=wrist_t,
-        states=torch.from_numpy(state).unsqueeze(0) if state is not None else None,
+        states=torch.from_numpy(state[None]) if state is not None else None,
     )
 
 

@@ -120,7 +120,8 @@ class OpenVLARestServer:
         obs = to_observation(payload, self.runner.mapping)
         self.runner.check(obs)
         t2 = time.perf_counter()
-        actions, timing = self.runner.submit(obs).result()
+        result = self.runner.run_inline(obs)  # this connection's thread waits for the model either way
+        actions, timing = result if result is not None else self.runner.submit(obs).result()
         t3 = time.perf_counter()
         action = actions[0] if actions.shape[0] == 1 else actions
         out = json_numpy_dumps(action)

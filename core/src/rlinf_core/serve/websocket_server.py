@@ -74,7 +74,10 @@ class OpenPIWebsocketServer:
                     obs, batched = to_observations(request, self.runner.mapping, self.runner.settings.max_batch)
                     self.runner.check(obs)
                     t2 = time.perf_counter()
-                    actions, timing = await asyncio.wrap_future(self.runner.submit(obs, batched))
+                    result = self.runner.run_inline(obs, batched)
+                    if result is None:
+                        result = await asyncio.wrap_future(self.runner.submit(obs, batched))
+                    actions, timing = result
                 except BadRequest as exc:
                     await ws.send(f"rlinf serve: bad request: {clip(exc)}")
                     continue
@@ -116,6 +119,9 @@ class OpenPIWebsocketServer:
         return None
 
     async def _start(self) -> None:
+        import torch
+
+        torch.set_grad_enabled(False)  # this event loop's thread may run a fast model inline (PolicyRunner.run_inline)
         serve = serve_dependency("websockets.asyncio.server").serve
         self._server = await serve(
             self._handle,
