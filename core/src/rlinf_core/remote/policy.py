@@ -127,7 +127,7 @@ class RemotePolicy(Policy):
         if self.client is None:
             self._connect(do_sample, temperature)
         if not self._probed:
-            problems = self.builder.problems(obs)
+            problems = self.builder.problems(obs) + self._size_problems(obs)
             if problems:
                 raise RemoteServerError(self.url, "; ".join(problems))
         try:
@@ -194,10 +194,6 @@ class RemotePolicy(Policy):
                 f"the server returns chunks of {horizon} actions, this eval executes {self.num_action_chunks} per "
                 "request (lower num_action_chunks)"
             )
-        size = meta.get("image_size")
-        if isinstance(size, (list, tuple)) and len(size) == 2 and self.image_size is not None:
-            if tuple(size) != tuple(self.image_size):
-                out.append(f"the server takes {size[0]}x{size[1]} images, image_size resizes to {self.image_size}")
         served = meta.get("do_sample")
         if isinstance(served, bool) and served != do_sample:
             how = "samples (--sample)" if served else "acts greedily"
@@ -211,6 +207,16 @@ class RemotePolicy(Policy):
                 "(rollout.temperature_eval, or the server's --temperature)"
             )
         return out
+
+    def _size_problems(self, obs: Observation) -> list[str]:
+        """The image size the server's metadata demands (``rlinf serve --image-size``) against what this eval sends."""
+        size = self.server_metadata.get("image_size")
+        if not (isinstance(size, (list, tuple)) and len(size) == 2):
+            return []
+        sent = self.image_size or tuple(obs.main_images.shape[1:3])
+        if tuple(size) == tuple(sent):
+            return []
+        return [f"the server takes {size[0]}x{size[1]} images, this eval sends {sent[0]}x{sent[1]} (set image_size)"]
 
     def _max_batch(self) -> int:
         meta = self.server_metadata
