@@ -30,7 +30,10 @@ GPU_CONFIGS = [
     if "policy" in (yaml.safe_load(p.read_text())["model"].get("init_args") or {})
     and yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["class_path"] != "RemotePolicy"
 ]
-CHECKED_IN_PLUGIN_TESTS = {"wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan/tests/test_wan_configs.py"}
+CHECKED_IN_PLUGIN_TESTS = {
+    "wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan/tests/test_wan_configs.py",
+    "maniskill/remote_ood_plate25.yaml": "tests/serve/test_remote_policy.py",
+}
 POLICY = "model.init_args.policy.init_args"
 
 

@@ -144,3 +144,27 @@ def test_the_client_resize_is_openpi_clients_bit_for_bit():
     for h, w in [(256, 256), (480, 640), (64, 64), (224, 224), (100, 37)]:
         image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
         np.testing.assert_array_equal(resize_with_pad(image, 224, 224), image_tools.resize_with_pad(image, 224, 224))
+
+
+@pytest.mark.parametrize(
+    "config, mapping, chunk",
+    [
+        ("libero/eval/remote_spatial.yaml", "libero", 5),
+        ("metaworld/remote_mt50.yaml", "openvla-oft", 1),
+        ("maniskill/remote_ood_plate25.yaml", "openvla-oft", 8),
+    ],
+)
+def test_the_shipped_remote_configs_build_their_policy_without_a_network(config, mapping, chunk):
+    cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
+    args = cfg["model"]["init_args"]
+    policy = RemotePolicy(**args["policy"]["init_args"])  # no connection until the first act
+    assert policy.client is None and policy.eval_only and policy.protocol == "openpi"
+    assert (policy.mapping_name, policy.num_action_chunks, policy.action_dim) == (mapping, chunk, 7)
+    eval_env = args["eval_env"]["init_args"]
+    assert eval_env["is_eval"] and args["rollout"]["max_steps_per_rollout_epoch"] % chunk == 0
+    if config.startswith("maniskill"):  # the OOD table's columns, one batched request or 64 in flight per chunk
+        assert sorted({t.split("/")[0] for t in eval_env["tasks"]}) == ["Position", "Semantic", "Vision"]
+        assert len(eval_env["tasks"]) == 13 and policy.connections == eval_env["num_envs"] == 64
+    if config.startswith("libero"):  # openpi's LIBERO client: 224 padded images, 10 settle steps, 220 steps
+        assert policy.image_size == (224, 224) and eval_env["sim"]["settle_steps"] == 10
+        assert eval_env["max_episode_steps"] == 220 and eval_env["render"]["image_size"] == 256
