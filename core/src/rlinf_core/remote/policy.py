@@ -116,6 +116,7 @@ class RemotePolicy(Policy):
         self.client: RemoteClient | None = None  # connected on the first act: building the policy touches no network
         self.server_metadata: dict = {}
         self.restarts = 0  # episode restarts after lost connections / timeouts
+        self._restarts_reported = 0
         self._losses_in_a_row = 0
         self._probed = False
 
@@ -146,8 +147,10 @@ class RemotePolicy(Policy):
         raise NotImplementedError("RemotePolicy is eval-only: a served policy has no log-probs to train on")
 
     def pop_metrics(self) -> dict[str, float]:
-        """Request round trips since the last call (``remote/latency_p50_ms``, ``remote/latency_p99_ms``,
-        ``remote/requests``) and ``remote/restarts`` (episode batches restarted after a lost connection)."""
+        """Since the last call: request round trips (``remote/latency_p50_ms``, ``remote/latency_p99_ms``,
+        ``remote/requests``) and ``remote/restarts`` (times the episodes in flight restarted after a lost connection
+        or a timeout)."""
+        restarts, self._restarts_reported = self.restarts - self._restarts_reported, self.restarts
         if self.client is None or not self.client.latencies_ms:
             return {}
         ms, self.client.latencies_ms = np.asarray(self.client.latencies_ms), []
@@ -155,7 +158,7 @@ class RemotePolicy(Policy):
             "remote/latency_p50_ms": float(np.percentile(ms, 50)),
             "remote/latency_p99_ms": float(np.percentile(ms, 99)),
             "remote/requests": float(len(ms)),
-            "remote/restarts": float(self.restarts),
+            "remote/restarts": float(restarts),
         }
 
     def close(self) -> None:
