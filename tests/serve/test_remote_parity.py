@@ -89,3 +89,58 @@ def test_a_remote_metaworld_eval_of_a_served_oft_equals_the_local_eval(tmp_path,
     )
     assert remote["metrics"]["eval/success_once"] == local["metrics"]["eval/success_once"]
     assert remote["metrics"]["eval/remote/requests"] == len(remote_chunks)  # one batched request per chunk
+
+
+LIBERO_CONFIG = ROOT / "configs/libero/eval/remote_spatial.yaml"
+LIBERO_GRID = [  # the shipped grid made small: 2 trials of one task, 2 envs, 64px renders, 2 chunks of 8 steps
+    "--model.init_args.eval_env.init_args.reset_state_id_filter=[0, 1]",
+    "--model.init_args.eval_env.init_args.num_envs=2",
+    "--model.init_args.eval_env.init_args.max_episode_steps=16",
+    "--model.init_args.eval_env.init_args.render.image_size=64",
+    "--model.init_args.eval_env.init_args.render.fast_render=true",
+    "--model.init_args.eval_env.init_args.sim.settle_steps=2",
+    "--model.init_args.eval_env.init_args.video_cfg.save_video=false",
+    "--model.init_args.rollout.max_steps_per_rollout_epoch=16",
+]
+
+
+def test_rlinf_validate_with_the_remote_libero_config_writes_the_local_evals_tables(tmp_path, capsys):
+    """``rlinf validate --config libero/eval/remote_spatial.yaml --model.init_args.policy.init_args.url=ws://...``
+    against ``rlinf serve`` of a tiny OFT, with the eval executing the policy's whole chunks of 8 on the env's renders
+    (``image_size: null``, as the local policy sees them): the local ``rlinf validate``'s tables."""
+    pytest.importorskip("rlinf_env_libero")
+    from rlinf_policy_openvla.testing import tiny_checkpoint
+
+    export = tiny_checkpoint(kind="oft")
+    policy = {"class_path": "OpenVLAOFTPolicy", "init_args": {"model_path": str(export)}}
+    (tmp_path / "local_policy.yaml").write_text(yaml.safe_dump({"model": {"init_args": {"policy": policy}}}))
+    whole_chunks = {"init_args": {"num_action_chunks": 8, "image_size": None}}
+    (tmp_path / "remote_policy.yaml").write_text(yaml.safe_dump({"model": {"init_args": {"policy": whole_chunks}}}))
+    tables = {}
+    with serving(export, "openpi", "--mapping", "libero", "--max-batch", "2") as server:
+        runs = {
+            "local": ["--config", str(tmp_path / "local_policy.yaml")],
+            "remote": [
+                "--config",
+                str(tmp_path / "remote_policy.yaml"),
+                f"--model.init_args.policy.init_args.url=ws://127.0.0.1:{server.port}",
+            ],
+        }
+        for name, flags in runs.items():
+            logger = [
+                f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
+                f"--trainer.logger.init_args.name={name}",
+            ]
+            capsys.readouterr()
+            try:
+                code = main(["validate", "--config", str(LIBERO_CONFIG), *LIBERO_GRID, *logger, *flags])
+            except SystemExit as exc:
+                code = exc.code
+            assert code == 0, capsys.readouterr().err[-3000:]
+            (table,) = (tmp_path / "runs" / name).glob("version_*/eval/eval_epoch0.json")
+            tables[name] = (json.loads(table.read_text()), table.with_suffix(".md").read_text())
+    (local, local_md), (remote, remote_md) = tables["local"], tables["remote"]
+    assert remote["per_task"] == local["per_task"] and remote_md == local_md
+    assert sum(row["num_trajectories"] for row in remote["per_task"].values()) == 2
+    assert remote["metrics"]["eval/return"] == local["metrics"]["eval/return"]
+    assert remote["metrics"]["eval/remote/requests"] >= 2
