@@ -119,9 +119,6 @@ class OpenPIWebsocketServer:
         return None
 
     async def _start(self) -> None:
-        import torch
-
-        torch.set_grad_enabled(False)  # this event loop's thread may run a fast model inline (PolicyRunner.run_inline)
         serve = serve_dependency("websockets.asyncio.server").serve
         self._server = await serve(
             self._handle,
@@ -136,8 +133,11 @@ class OpenPIWebsocketServer:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:
-        await self._start()
-        await self._server.serve_forever()
+        import torch
+
+        with torch.no_grad():  # the loop's thread may run a fast model inline (PolicyRunner.run_inline)
+            await self._start()
+            await self._server.serve_forever()
 
     # ------------------------------------------------------------------ in a background thread (tests, benchmarks)
     def start(self) -> OpenPIWebsocketServer:
@@ -146,6 +146,9 @@ class OpenPIWebsocketServer:
         errors: list[BaseException] = []
 
         def run() -> None:
+            import torch
+
+            torch.set_grad_enabled(False)  # this thread's only: it may run a fast model inline
             self._loop = asyncio.new_event_loop()
             try:
                 self._loop.run_until_complete(self._start())
