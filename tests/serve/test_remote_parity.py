@@ -10,6 +10,7 @@ one batched request per chunk); across machines or batch compositions the floati
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning.pytorch  # noqa: F401 - binds its log handler to sys.stderr now, not to one test's capsys
@@ -104,11 +105,20 @@ LIBERO_GRID = [  # the shipped grid made small: 2 trials of one task, 2 envs, 64
 ]
 
 
+@contextmanager
+def _clear(libero):
+    """The LIBERO simulators the runs left in the process's cache are closed after the test (memory)."""
+    try:
+        yield
+    finally:
+        libero.clear_sim_cache()
+
+
 def test_rlinf_validate_with_the_remote_libero_config_writes_the_local_evals_tables(tmp_path, capsys):
     """``rlinf validate --config libero/eval/remote_spatial.yaml --model.init_args.policy.init_args.url=ws://...``
     against ``rlinf serve`` of a tiny OFT, with the eval executing the policy's whole chunks of 8 on the env's renders
     (``image_size: null``, as the local policy sees them): the local ``rlinf validate``'s tables."""
-    pytest.importorskip("rlinf_env_libero")
+    libero = pytest.importorskip("rlinf_env_libero")
     from rlinf_policy_openvla.testing import tiny_checkpoint
 
     export = tiny_checkpoint(kind="oft")
@@ -117,7 +127,7 @@ def test_rlinf_validate_with_the_remote_libero_config_writes_the_local_evals_tab
     whole_chunks = {"init_args": {"num_action_chunks": 8, "image_size": None}}
     (tmp_path / "remote_policy.yaml").write_text(yaml.safe_dump({"model": {"init_args": {"policy": whole_chunks}}}))
     tables = {}
-    with serving(export, "openpi", "--mapping", "libero", "--max-batch", "2") as server:
+    with serving(export, "openpi", "--mapping", "libero", "--max-batch", "2") as server, _clear(libero):
         runs = {
             "local": ["--config", str(tmp_path / "local_policy.yaml")],
             "remote": [
