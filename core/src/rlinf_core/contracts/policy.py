@@ -87,6 +87,9 @@ class Policy(nn.Module):
     #: the key of the dataset statistics the policy un-normalises its actions with (OpenVLA's ``unnorm_key``;
     #: ``rlinf serve``'s REST protocol refuses a request for another one); ``None``: one set of statistics
     unnorm_key: str | None = None
+    #: the ``model_type`` in ``config.json`` of the checkpoints this class loads (``rlinf serve`` picks the class by it
+    #: for a directory whose ``save_pretrained`` recorded no class); ``None``: none
+    model_type: str | None = None
     #: flat setting names → ``(config group, field)`` for a policy whose constructor groups its settings: the
     #: flat names RLinf's configs and ``rlinf serve``'s overrides use (``{"unnorm_key": ("actions", "unnorm_key")}``)
     FLAT_SETTINGS: ClassVar[dict[str, tuple[str, str]]] = {}
