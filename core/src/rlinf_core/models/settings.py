@@ -97,8 +97,9 @@ class SavedSettings:
     - the arguments it is built with are captured (:meth:`settings_record`), except :attr:`NOT_RECORDED` (where the
       weights are and how this run holds them); ``save_pretrained`` writes :meth:`settings_record` into its
       ``config.json`` under :data:`SETTINGS_KEY`;
-    - built on a directory (its :attr:`SETTINGS_FROM` argument, ``model_path``), an argument left at its default
-      takes the recorded value; any other value wins. A config group is restored field by field;
+    - built on a directory (its :attr:`SETTINGS_FROM` argument, ``model_path``) whose settings this class (or a
+      base class) recorded, an argument left at its default takes the recorded value; any other value wins. A
+      config group is restored field by field;
     - :meth:`from_pretrained` builds the model on a directory with overrides, which always win (also a value equal
       to the default, which the constructor cannot tell from one left out: YAML passes every default).
 
@@ -128,8 +129,13 @@ class SavedSettings:
 
     @classmethod
     def recorded_settings(cls, location: str | Path) -> dict[str, Any]:
-        """The constructor settings recorded for ``location`` (groups as dicts), ``{}`` when none are."""
+        """The constructor settings recorded for ``location`` (groups as dicts); ``{}`` when none are, or when
+        another class recorded them (OFT's settings do not describe an OpenVLAPolicy built on the same weights;
+        a subclass does take its base class's)."""
         record = read_record(cls.settings_file(location))
+        writer = writer_class(record)
+        if writer is not None and writer not in {klass.__name__ for klass in cls.__mro__}:
+            return {}
         return {k: v for k, v in record.items() if k not in (CLASS_ENTRY, *EARLIER_CLASS_ENTRIES)}
 
     def record_settings(self, **values: Any) -> None:
