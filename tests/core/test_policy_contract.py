@@ -99,6 +99,7 @@ def test_the_policy_contract_declares_every_attribute_the_core_reads():
         ("compute_dtype", None),
         ("has_value_head", False),
         ("unnorm_key", None),
+        ("model_type", None),
     ],
 )
 def test_declared_attributes_have_defaults(name, default):
