@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Real-scale numbers from a few minutes on a lent GPU (benchmarks/gpu_check.py; docs/performance.md, "GPU check").
 #
-#   bash scripts/gpu_check.sh --dry-run [--out DIR]   # here, on the CPU: the same code at tiny size (in the suite)
+#   bash scripts/gpu_check.sh --dry-run [--out DIR] [--parts ...]  # here, on the CPU: the same code at tiny size (suite)
 #   bash scripts/gpu_check.sh --prepare               # here, once: wheels the GPU image lacks, into .whl/ (.gitignore)
-#   bash scripts/gpu_check.sh [--out DIR] [--parts memory throughput precisions openpi opensora] [--env auto]
+#   bash scripts/gpu_check.sh --prepare-imagination [OPTIONS]      # here: --prepare, then the imagination part's
+#                                                      # episodes, SFT export and wheels into .whl/imagination
+#   bash scripts/gpu_check.sh [--out DIR] [--parts memory throughput precisions openpi opensora imagination]
 #                                                      # on the GPU machine: installs the carried wheels, measures
 #
 # The GPU machine has no package index: its image holds torch, Lightning, peft, transformers 5.17, ... but not rlinf,
@@ -11,9 +13,23 @@
 # OpenVLA's KV-cache call; OFT's parallel decoding runs on 5.17), or the EGL libraries MuJoCo renders with. --prepare
 # downloads those (Python 3.12, manylinux x86-64, Debian amd64 .debs) into .whl/, in groups, because one call carries
 # at most 64 MiB with the working tree (16 MiB): core (1 MiB, every call), hf (transformers, 13 MiB), wm (diffusers,
-# 6 MiB), sim (MuJoCo, MetaWorld, Gymnasium, PyOpenGL, glfw: 43 MiB) and gl (libEGL and friends, 0.3 MiB). Two calls:
+# 6 MiB), sim (MuJoCo, MetaWorld, Gymnasium, PyOpenGL, glfw: 45 MiB) and gl (libEGL and friends, 0.3 MiB).
+#
+# --prepare-imagination (about 25 min on 2 shared cores; ignored files do not survive a session, so a later session
+# reruns it; its options: python benchmarks/gpu_check_imagination.py --help, e.g. --sft-config, --temperatures)
+# trains the quickstart's SFT policy image-only, records its MetaWorld episodes at several sampling temperatures and
+# on the held-out scenes, and packs them with the SFT export, the configs and the simulator wheels (MetaWorld cut to
+# the two tasks' assets: 47 MiB of sim become about 14) into .whl/imagination, then prints what the call carries.
+#
+# Three parts' calls, the first alone (the memory, precision, openpi and opensora numbers are in docs/performance.md):
 #   carry [.whl/core, .whl/hf, .whl/wm]:  bash scripts/gpu_check.sh --out $OUT --parts memory precisions openpi opensora
+# and, with a 15-minute lease (a start of up to 4 min, then both while the machine is warm), throughput, then
+# imagination (timeout_s 300 and 420; --imagination-budget-s is the imagination part's whole time: the VAE and DiT
+# train for what the other stages leave, about 3 min of 330 s; 460 s give them 5 min where the lease allows):
 #   carry [.whl/core, .whl/sim, .whl/gl]: bash scripts/gpu_check.sh --out $OUT --parts throughput
+#   carry [.whl/core, .whl/wm, .whl/gl, .whl/imagination]:
+#       bash scripts/gpu_check.sh --out $OUT --parts imagination --imagination-budget-s 330
+# The install takes one wheel per distribution, the largest (a warm machine keeps the earlier call's .whl groups).
 # LIBERO (robosuite + the benchmark's assets, about 1.2 GB) is too large to carry: the throughput part then uses
 # MetaWorld's CPU simulators (--env auto) and says so in its result.
 set -euo pipefail
@@ -30,7 +46,7 @@ GL_DEBS="libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2"
 PROJECT=(./core ./plugins/rlinf-policy-openvla ./plugins/rlinf-policy-openpi ./plugins/rlinf-wm-opensora
          ./plugins/rlinf-env-metaworld ./plugins/rlinf-env-libero)
 
-if [[ "${1:-}" == "--prepare" ]]; then
+download() {
   for group in "${!WHEELS[@]}"; do
     mkdir -p ".whl/$group"
     for w in ${WHEELS[$group]}; do
@@ -43,8 +59,24 @@ if [[ "${1:-}" == "--prepare" ]]; then
   apt_opts=(-qq -oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/rlinf-apt-amd64)
   apt-get "${apt_opts[@]}" update
   (cd .whl/gl && apt-get "${apt_opts[@]}" download $GL_DEBS)
+}
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  download
   du -sh .whl/*
-  echo "gpu_check.sh: now the two GPU calls in this script's header"
+  echo "gpu_check.sh: now the GPU calls in this script's header"
+  exit 0
+fi
+
+if [[ "${1:-}" == "--prepare-imagination" ]]; then
+  download
+  PY="${PYTHON:-${RLINF_VENV:-$ROOT/.venv}/bin/python}"
+  OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MUJOCO_GL="${MUJOCO_GL:-egl}" "$PY" benchmarks/gpu_check_imagination.py \
+    --out .whl/imagination "${@:2}"
+  tree=$("$PY" -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_check_imagination as g; print(f"{g.tree_mib():.1f}")')
+  du -sm .whl/core .whl/wm .whl/gl .whl/imagination
+  echo "gpu_check.sh: the imagination call carries $(du -sm --total .whl/core .whl/wm .whl/gl .whl/imagination \
+| tail -1 | cut -f1) MiB beside the working tree's $tree MiB (64 MiB in all)"
   exit 0
 fi
 
@@ -65,7 +97,16 @@ if (( ${#DEBS[@]} )) && [[ $(id -u) == 0 ]]; then  # the lent machine (root, bar
   vendor=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   [[ -f $vendor ]] && export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-$vendor}"
 fi
-CARRIED=(.whl/*/*.whl)
+# one wheel per distribution, the largest: a warm machine keeps an earlier call's .whl groups, and MetaWorld's full
+# wheel (.whl/sim) serves where the one cut to the imagination part's tasks (.whl/imagination) does
+CARRIED=()
+declare -A SEEN=()
+while IFS= read -r wheel; do
+  dist=$(basename "$wheel" | cut -d- -f1 | tr 'A-Z-' 'a-z_')
+  [[ -n "${SEEN[$dist]:-}" ]] && continue
+  SEEN[$dist]=1
+  CARRIED+=("$wheel")
+done < <(ls -S .whl/*/*.whl 2>/dev/null || true)
 if (( ${#CARRIED[@]} )); then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${CARRIED[@]}"
 fi
