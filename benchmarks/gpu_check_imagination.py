@@ -46,7 +46,6 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -711,11 +710,17 @@ def part_imagination(check) -> dict:
     plan = plan_for(check, check.imagination_budget_s, check.imagination_train_s, manifest["eval_trials"],
                     os.cpu_count() or 2)  # fmt: skip
     eval_trials = plan.eval_trials or manifest["eval_trials"]
-    rows: dict[str, dict] = check.partial
-    notes: dict[str, Any] = {"plan": {k: v for k, v in plan.__dict__.items()}, "carry": {
-        k: manifest.get(k) for k in ("made", "commit", "sft_config", "sft_epochs", "collections", "train", "heldout",
-                                     "baseline_real_cpu")}}  # fmt: skip
-    check.progress(f"imagination: plan {json.dumps(notes['plan'])}")
+    rows: dict[str, dict] = check.partial  # kept in the result if the part errors or runs out of time
+    rows["plan"] = {k: ",".join(map(str, v)) if isinstance(v, tuple) else v for k, v in plan.__dict__.items()}
+    rows["plan"].update(vae_s=plan.vae_s, dit_s=plan.dit_s, budget_s=check.imagination_budget_s)
+    base = manifest["baseline_real_cpu"]
+    rows["carry"] = {"made": manifest["made"], "commit": manifest["commit"], "sft_config": manifest["sft_config"],
+                     "sft_epochs": manifest["sft_epochs"], "real_success_cpu": base.get("success_once"),
+                     "real_episodes_cpu": base.get("episodes"),
+                     **{f"collected_t{c['temperature']:g}_success": c.get("success_once")
+                        for c in manifest["collections"]}}  # fmt: skip
+    check.progress(f"imagination: plan {json.dumps(rows['plan'])}")
+    check.report()
     jobs: dict[str, Job] = {}
     log_out = check.out / "imagination.log"
 
@@ -922,23 +927,24 @@ def part_imagination(check) -> dict:
             if not job.done():
                 job.kill()
                 save_log(job)
-    before, after = rows.get("real_before", {}), rows.get("real_after", {})
-    g = rows.get("grpo", {})
-    notes["summary"] = {
-        "gate": rows.get("gate", {}).get("verdict"),
-        "real_before": before.get("success_once"),
-        "real_after": after.get("success_once"),
-        "real_change": (after["success_once"] - before["success_once"])
-        if after.get("success_once") is not None and before.get("success_once") is not None
-        else None,
-        "imagined_before": g.get("imagined_success_first"),
-        "imagined_after": g.get("imagined_success_last"),
-        "part_seconds": round(time.perf_counter() - t_part, 1),
-    }
+        before, after, g = rows.get("real_before", {}), rows.get("real_after", {}), rows.get("grpo", {})
+        change = None
+        if after.get("success_once") is not None and before.get("success_once") is not None:
+            change = after["success_once"] - before["success_once"]
+        rows["summary"] = {
+            "gate": rows.get("gate", {}).get("verdict"),
+            "imagined_before": g.get("imagined_success_first"),
+            "imagined_after": g.get("imagined_success_last"),
+            "real_before": before.get("success_once"),
+            "real_after": after.get("success_once"),
+            "real_change": change,
+            "seconds": round(time.perf_counter() - t_part, 1),
+        }
+        check.report()
     failed = [k for k, r in rows.items() if "error" in r]
     if failed:
         raise RuntimeError(f"stages failed: {', '.join(failed)} (their rows say why)")
-    return {"rows": dict(rows), **notes}
+    return {"rows": dict(rows)}
 
 
 # ------------------------------------------------------------------ command line (prepare)

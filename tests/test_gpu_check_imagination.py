@@ -50,7 +50,7 @@ def test_the_dry_run_runs_every_stage_and_writes_its_rows(tmp_path):
     result = json.loads((out / "gpu_check.json").read_text())["imagination"]
     assert result["status"] == "ok", (result.get("error"), proc.stdout[-4000:])
     rows = result["rows"]
-    assert set(rows) == set(STAGES)
+    assert set(rows) == {"plan", "carry", *STAGES, "summary"}
     assert not [name for name, row in rows.items() if "error" in row]
     # the tiny carry: one episode per task on the training scenes, one held out
     assert rows["data"]["train_episodes"] == 2 and rows["data"]["heldout_episodes"] == 2
@@ -58,10 +58,11 @@ def test_the_dry_run_runs_every_stage_and_writes_its_rows(tmp_path):
     assert rows["gate"]["verdict"] in ("responds", "blind") and rows["gate"]["windows"] == 2
     assert rows["grpo"]["steps"] == 1 and rows["grpo"]["envs"] == 4
     assert rows["real_before"]["episodes"] == 2 and rows["real_after"]["episodes"] == 2
-    summary = result["summary"]
+    summary = rows["summary"]
     assert summary["real_before"] == rows["real_before"]["success_once"]
     assert summary["imagined_before"] == rows["grpo"]["imagined_success_first"]
-    assert result["carry"]["train"]["episodes"] == 2
+    assert summary["gate"] == rows["gate"]["verdict"]
+    assert rows["plan"]["vae_steps"] == 3 and rows["carry"]["real_episodes_cpu"] == 2
     table = (out / "gpu_check.md").read_text()
     assert "DRY RUN" in table and "### imagination (ok" in table and "- **gate**: verdict" in table
     log = (out / "imagination.log").read_text()
