@@ -5,7 +5,7 @@ prepares what it carries to the GPU machine (docs/imagination.md, "On a GPU").
 
     python benchmarks/gpu_check_imagination.py --out .whl/imagination [--work runs/imagination_carry]
         [--sft-config configs/metaworld/quickstart_sft.yaml] [--grpo-config configs/metaworld/quickstart_grpo.yaml]
-        [--sft-epochs N] [--sft-policy DIR] [--temperatures 0.7 1.0 1.5] [--episodes-per-task 24]
+        [--sft-epochs N] [--sft-policy DIR] [--temperatures 0.7 1.0 1.5] [--episodes-per-task 48]
 
 1. the quickstart's SFT, image only (the world model has no proprioception): ``make_tiny``, the scripted demos,
    ``rlinf fit --config SFT_CONFIG`` (skipped with ``--sft-policy``: an image-only export to reuse);
@@ -488,7 +488,7 @@ def prepare(
     sft_policy: str | None = None,
     demos_per_task: int = 3,
     temperatures: tuple[float, ...] = (0.7, 1.0, 1.5),
-    episodes_per_task: int = 24,
+    episodes_per_task: int = 48,
     heldout_per_task: int = 8,
     eval_trials: int = 40,
     sim_wheels: Path | None = ROOT / ".whl" / "sim",
@@ -786,6 +786,7 @@ def part_imagination(check) -> dict:
         start("reward_model", rlinf(
             "fit", "--config", str(EXAMPLE / "reward_model_fit.yaml"),
             f"--model.init_args.data_path={train_dir}", f"--model.init_args.export_dir={rm_dir}",
+            f"--model.init_args.cache_dir={scratch / 'frame_cache'}",
             f"--trainer.accelerator={plan.accelerator}", "--trainer.devices=1",
             f"--trainer.max_steps={plan.rm_steps}", "--trainer.max_epochs=100000",
             *([f"--trainer.max_time={max_time(plan.rm_seconds)}"] if plan.rm_seconds else []),
@@ -962,7 +963,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-policy", default=None, help="an image-only SFT export to reuse instead of training one")
     p.add_argument("--demos-per-task", type=int, default=3)
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.7, 1.0, 1.5])
-    p.add_argument("--episodes-per-task", type=int, default=24, help="per temperature, training scenes")
+    p.add_argument("--episodes-per-task", type=int, default=48, help="per temperature, training scenes")
     p.add_argument("--heldout-per-task", type=int, default=8, help="held-out episodes carried for the gate")
     p.add_argument("--eval-trials", type=int, default=40, help="held-out scenes per task (the quickstart's)")
     p.add_argument("--sim-wheels", default=str(ROOT / ".whl" / "sim"), help="gpu_check.sh --prepare's sim wheels")
