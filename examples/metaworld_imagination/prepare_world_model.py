@@ -16,7 +16,7 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 real motion, over all pixels and over the moving ones (docs/imagination.md, "Levers toward a responding world model").
 
 ``--vae-seconds S`` trains the VAE for as many steps as ``S`` seconds allow instead of ``--vae-steps`` (the step
-time is measured over the first steps, then the count is fixed so that the learning-rate schedule ends on time).
+time is measured over the first steps, and the count set from it, so that the learning-rate schedule ends on time).
 
 It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
 recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
@@ -43,6 +43,9 @@ VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D"
            up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16, 32, 32, 64), layers_per_block=1,
            latent_channels=4, norm_num_groups=8)  # fmt: skip
 OPENSORA_SCALE = 0.13025
+# with --vae-seconds, the step count is set from the time of the first 20 steps and set again after 100 and 500
+# (a start shared with other processes is slower than the rest): early in the warm-up / cosine schedule
+TIMED = (20, 100, 500)
 MOTION_THRESHOLD = 8 / 255  # a pixel "moves" between two frames when a channel changes by more than this ([0, 1])
 
 
@@ -97,19 +100,19 @@ def train_vae(
 ):
     """An ``AutoencoderKL`` fitted to consecutive frame pairs ``uint8 [N, 2, H, W, 3]`` (``batch // 2`` pairs a
     step; ``motion_weight``: see :func:`reconstruction_loss`) on ``device``; with ``seconds``, as many steps as fit
-    in that time (:func:`steps_in`) instead of ``steps``. Returns (vae on ``device``, reconstruction MSE in
-    [-1, 1], steps trained)."""
+    in that time (:func:`steps_in` after each of :data:`TIMED` steps) instead of ``steps``. Returns (vae on
+    ``device``, reconstruction MSE in [-1, 1], steps trained)."""
     from diffusers import AutoencoderKL
 
     torch.manual_seed(seed)
     vae = AutoencoderKL(**vae_config(latent_channels), sample_size=pairs.shape[2]).to(device)
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
-    total = [steps if seconds is None else 10**9]  # fixed after the timed steps when training for ``seconds``
+    total = [steps if seconds is None else 10**9]  # with ``seconds``: set from the step time (TIMED)
     warmup_cosine = lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s / total[0], 1)))  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
     data = torch.from_numpy(pairs).permute(0, 1, 4, 2, 3)  # [N, 2, 3, H, W]
     rng = np.random.default_rng(seed)
-    t0, step, timed = time.perf_counter(), 0, 20
+    t0, step = time.perf_counter(), 0
     while step < total[0]:
         xp = data[rng.integers(0, len(data), max(1, batch // 2))].to(device).float() / 127.5 - 1
         x = xp.flatten(0, 1)
@@ -123,10 +126,10 @@ def train_vae(
         opt.step()
         sched.step()
         step += 1
-        if seconds is not None and step == timed:
+        if seconds is not None and step in TIMED:
             loss.item()  # waits for the device
-            total[0] = steps_in(seconds, time.perf_counter() - t0, timed)
-            print(f"vae: {timed} steps in {time.perf_counter() - t0:.1f} s: {total[0]} steps in {seconds:.0f} s",
+            total[0] = steps_in(seconds, time.perf_counter() - t0, step)
+            print(f"vae: {step} steps in {time.perf_counter() - t0:.1f} s: {total[0]} steps in {seconds:.0f} s",
                   flush=True)  # fmt: skip
         if step % 25 == 1 or step == total[0]:
             print(f"vae step {step - 1}: loss {loss.item():.4f}", flush=True)
