@@ -15,20 +15,26 @@
 # at most 64 MiB with the working tree (16 MiB): core (1 MiB, every call), hf (transformers, 13 MiB), wm (diffusers,
 # 6 MiB), sim (MuJoCo, MetaWorld, Gymnasium, PyOpenGL, glfw: 45 MiB) and gl (libEGL and friends, 0.3 MiB).
 #
-# --prepare-imagination (about 25 min on 2 shared cores; ignored files do not survive a session, so a later session
-# reruns it; its options: python benchmarks/gpu_check_imagination.py --help, e.g. --sft-config, --temperatures)
-# trains the quickstart's SFT policy image-only, records its MetaWorld episodes at several sampling temperatures and
-# on the held-out scenes, and packs them with the SFT export, the configs and the simulator wheels (MetaWorld cut to
-# the two tasks' assets: 47 MiB of sim become about 14) into .whl/imagination, then prints what the call carries.
+# --prepare-imagination (about 40 min on the 2 shared cores, nice'd, at a load of 15; ignored files do not survive a
+# session, so a later session reruns it; its options: python benchmarks/gpu_check_imagination.py --help, e.g.
+# --sft-config, --temperatures, --sft-policy to reuse an image-only SFT export) trains the quickstart's SFT policy
+# image-only, records its MetaWorld episodes at several sampling temperatures and on the held-out scenes, and packs
+# them with the SFT export, the configs and the simulator wheels (MetaWorld cut to the two tasks' assets: the 45 MiB
+# of sim become 14) into .whl/imagination (about 28 MiB), then prints what the imagination call carries.
 #
-# Three parts' calls, the first alone (the memory, precision, openpi and opensora numbers are in docs/performance.md):
+# The calls (device tool: run(command, carry, timeout_s)); memory, precisions, openpi and opensora are measured
+# (docs/performance.md), and took one call of about 4.5 min:
 #   carry [.whl/core, .whl/hf, .whl/wm]:  bash scripts/gpu_check.sh --out $OUT --parts memory precisions openpi opensora
-# and, with a 15-minute lease (a start of up to 4 min, then both while the machine is warm), throughput, then
-# imagination (timeout_s 300 and 420; --imagination-budget-s is the imagination part's whole time: the VAE and DiT
-# train for what the other stages leave, about 3 min of 330 s; 460 s give them 5 min where the lease allows):
+# Throughput, then imagination, both in one 15-minute lease (a start of up to 4 min): the second while the machine is
+# warm (it goes back after 30 s idle: make the second call at once). Throughput's box is 240 s, its install about
+# 30 s (timeout_s 330):
 #   carry [.whl/core, .whl/sim, .whl/gl]: bash scripts/gpu_check.sh --out $OUT --parts throughput
+# then, with B = status's budget_left_s minus 100 (the install, the part's one-minute box margin, the transfers),
+# at most 510 (one command's 10 minutes), and timeout_s = B + 90:
 #   carry [.whl/core, .whl/wm, .whl/gl, .whl/imagination]:
-#       bash scripts/gpu_check.sh --out $OUT --parts imagination --imagination-budget-s 330
+#       bash scripts/gpu_check.sh --out $OUT --parts imagination --imagination-budget-s B
+# B is the imagination part's whole time: its VAE and DiT train for what the other stages leave (B - 150 s; about
+# 3 min when B is 330, 5 min at 450). It writes gpu_check.json, gpu_check.md and imagination.log under $OUT as it goes.
 # The install takes one wheel per distribution, the largest (a warm machine keeps the earlier call's .whl groups).
 # LIBERO (robosuite + the benchmark's assets, about 1.2 GB) is too large to carry: the throughput part then uses
 # MetaWorld's CPU simulators (--env auto) and says so in its result.
