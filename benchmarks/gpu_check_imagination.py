@@ -496,7 +496,7 @@ def prepare(
 ) -> dict:
     """Everything the imagination part reads, into the carry directory ``out`` (replaced); intermediate runs in
     ``work``. ``tiny``: the dry run's carry (an untrained tiny policy, episodes of 24 steps, one scene per task)."""
-    t_start = time.perf_counter()
+    t_start, commit = time.perf_counter(), git_commit()  # the code that made the carry
     settings = QuickstartSettings.read(ROOT / sft_config, ROOT / grpo_config)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -579,7 +579,7 @@ def prepare(
         seconds["wheels"] = time.perf_counter() - t
     manifest = {
         "made": time.strftime("%Y-%m-%d %H:%M"),
-        "commit": git_commit(),
+        "commit": commit,
         "tiny": tiny,
         "sft_config": sft_config,
         "grpo_config": grpo_config,
