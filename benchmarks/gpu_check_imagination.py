@@ -124,6 +124,7 @@ class Job:
         env = {"PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore", **{k: v for k, v in os.environ.items()}}
         self.proc = _context().Process(target=_command, args=(argv, str(log), env), name=name, daemon=False)
         self.proc.start()
+        self.ended: float | None = None
         self._thread = threading.Thread(target=self._echo, daemon=True)
         self._thread.start()
 
@@ -134,6 +135,7 @@ class Job:
                 line = f.readline()
                 if not line:
                     if not self.proc.is_alive():
+                        self.ended = self.ended or time.perf_counter()
                         line = f.readline()
                         if not line:
                             return
@@ -149,6 +151,11 @@ class Job:
     def done(self) -> bool:
         return not self.proc.is_alive()
 
+    @property
+    def seconds(self) -> float:
+        """From its start to its end (its echo thread sees the end within 0.3 s), or until now."""
+        return (self.ended or time.perf_counter()) - self.t0
+
     def wait(self, timeout: float) -> float:
         """Wait for the job (killing it after ``timeout`` seconds: ``TimeoutError``); its seconds. A failed job
         raises ``RuntimeError`` with its last log lines."""
@@ -160,7 +167,7 @@ class Job:
         if self.proc.exitcode != 0:
             tail = self.log.read_text(errors="replace").splitlines()[-20:]
             raise RuntimeError(f"{self.name} failed (exit {self.proc.exitcode}); log {self.log}:\n" + "\n".join(tail))
-        return time.perf_counter() - self.t0
+        return self.seconds
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -644,6 +651,7 @@ class Plan:
     device: str
     accelerator: str
     action_tokens: bool = True
+    slack: float = 1.0  # multiplies every command's time limit (a dry run on a loaded CPU: 3)
 
     @property
     def vae_s(self) -> float | None:
@@ -664,7 +672,7 @@ def plan_for(check, budget_s: float, train_s: float | None, eval_trials: int, co
         return Plan(train_s=None, vae_steps=3, vae_batch=4, dit_steps=2, dit_batch=2, rm_seconds=None, rm_steps=2,
                     grpo_steps=1, grpo_envs=4, grpo_group=2, eval_trials=1, eval_max_steps=16, eval_workers=1,
                     init_steps=(4, 8), gate_starts=(4,), gate_horizon=8, reward_horizon=8, device="cpu",
-                    accelerator="cpu")  # fmt: skip
+                    accelerator="cpu", slack=3.0)  # fmt: skip
     # the real eval: every held-out episode at once, one worker per core but four (the trainers' processes)
     envs = eval_trials * 2
     workers = max(w for w in range(1, envs + 1) if envs % w == 0 and w <= max(1, cores - 4))
@@ -725,7 +733,8 @@ def part_imagination(check) -> dict:
     log_out = check.out / "imagination.log"
 
     def finish(name: str, row: dict, t0: float) -> dict:
-        row["seconds"] = round(time.perf_counter() - t0, 1)
+        # a command's own time (the ones beside the training ran before their stage came up), else the stage's
+        row["seconds"] = round(jobs[name].seconds if name in jobs else time.perf_counter() - t0, 1)
         rows[name] = row
         summary = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
         check.progress(f"imagination: {name}: {summary}")
@@ -745,7 +754,7 @@ def part_imagination(check) -> dict:
     def wait(name: str, timeout: float) -> float:
         job = jobs[name]
         try:
-            return job.wait(timeout)
+            return job.wait(timeout * plan.slack)
         finally:
             save_log(job)
 
@@ -789,7 +798,7 @@ def part_imagination(check) -> dict:
             f"--model.init_args.cache_dir={scratch / 'frame_cache'}",
             f"--trainer.accelerator={plan.accelerator}", "--trainer.devices=1",
             f"--trainer.max_steps={plan.rm_steps}", "--trainer.max_epochs=100000",
-            *([f"--trainer.max_time={max_time(plan.rm_seconds)}"] if plan.rm_seconds else []),
+            f"--trainer.max_time={max_time(plan.rm_seconds or 600)}",  # the dry run: its steps end it first
             *(["--trainer.limit_val_batches=1"] if check.dry_run else []),
             *logger_args(tb, "reward_model")))  # fmt: skip
         start("real_before", real_eval("real_before", policy))
@@ -809,8 +818,9 @@ def part_imagination(check) -> dict:
                     **{f"heldout_{k}": v for k, v in floor.items()}}  # fmt: skip
 
         def dit() -> dict:
-            limit = [f"--trainer.max_time={max_time(plan.dit_s)}", "--trainer.max_steps=-1"] if plan.dit_s else [
-                f"--trainer.max_steps={plan.dit_steps}", "--trainer.limit_val_batches=1"]  # fmt: skip
+            # the GPU's budget is Lightning's max_time; the dry run's step count ends it first
+            limit = [f"--trainer.max_time={max_time(plan.dit_s or 600)}", f"--trainer.max_steps={plan.dit_steps}"]
+            limit += ["--trainer.limit_val_batches=1"] if check.dry_run else []
             start("dit", rlinf(
                 "fit", "--config", str(EXAMPLE / "world_model_fit.yaml"),
                 f"--model.init_args.world_model.init_args.model_path={wm0}", f"--model.init_args.data_path={train_dir}",
