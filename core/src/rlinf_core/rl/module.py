@@ -318,8 +318,10 @@ class RLModule(pl.LightningModule):
     # ------------------------------------------------------------------ eval
     def validation_step(self, batch: int, batch_idx: int):
         t0 = time.perf_counter()
+        self.policy.pop_metrics()  # from this eval only
         records = self.run_evaluation()
         metrics = {**self._episode_metrics(records, "eval"), "time/eval": time.perf_counter() - t0}
+        metrics.update({f"eval/{key}": value for key, value in self.policy.pop_metrics().items()})
         self.last_eval = eval_summary(records, metrics, self.eval_env.task_names, self.reducer)
         for key, value in self.last_eval["metrics"].items():
             if math.isfinite(value):
