@@ -52,7 +52,7 @@ def _windows(a, world_model):
     files = find_trajectories(a.episodes)
     if a.max_episodes:
         files = files[: a.max_episodes]
-    size = getattr(world_model, "image_size", None)
+    size = world_model.image_size
     episodes = [load_episode(f, int(size) if size else None) for f in files]
     if a.horizon is None:  # the longest horizon (up to 24) that half of the episodes hold after the latest start
         lengths = sorted(len(e.frames) for e in episodes)
