@@ -76,6 +76,7 @@ LONGEST_FIRST = [
     "plugins/rlinf-env-libero/tests/test_libero_env.py",
     "plugins/rlinf-env-libero/tests/test_libero_workers.py",
     "tests/test_gpu_check.py",
+    "tests/test_gpu_check_imagination.py",  # the dry run: about 12 forked `rlinf` commands
 ]
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlinf_core.contracts.env import ChunkStepResult, Env
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.observation import ChunkStepResult, Observation
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.rl.data.trajectory import Trajectory
@@ -66,7 +66,7 @@ class RolloutCollector:
 
     def __init__(
         self,
-        envs: list[Env],
+        envs: list[BatchedEnv],
         policy: Policy,
         need_values: bool,
         precision: AbstractContextManager = nullcontext(),
@@ -120,13 +120,13 @@ class RolloutCollector:
         self.times.policy += time.perf_counter() - t0
         return values
 
-    def _timed_step(self, env: Env, actions: torch.Tensor) -> ChunkStepResult:
+    def _timed_step(self, env: BatchedEnv, actions: torch.Tensor) -> ChunkStepResult:
         t0 = time.perf_counter()
         result = env.chunk_step(actions)
         self.times.env_busy += time.perf_counter() - t0
         return result
 
-    def _timed_reset(self, env: Env) -> Observation:
+    def _timed_reset(self, env: BatchedEnv) -> Observation:
         t0 = time.perf_counter()
         obs = env.reset()
         self.times.env_busy += time.perf_counter() - t0

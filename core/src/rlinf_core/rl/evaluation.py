@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rlinf_core.callbacks.eval_report import suite_columns
-from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.interruption import EpisodesInterrupted
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import Policy
@@ -25,7 +25,7 @@ log = logging.getLogger("rlinf.eval")
 
 @torch.no_grad()
 def eval_passes(
-    env: Env,
+    env: BatchedEnv,
     policy: Policy,
     device: torch.device | str,
     passes: int,
