@@ -62,7 +62,7 @@ def eval_headline(last_eval: dict[str, Any], step: int | None) -> str:
 
 
 def suite_columns(per_suite: dict[str, dict[str, float]]) -> list[str]:
-    """With two or more suites, the seeds' one-row layout: a column per suite, then their unweighted Average
+    """With two or more suites, RLinf's published one-row layout: a column per suite, then their unweighted Average
     (e.g. ``| Vision | Semantic | Position | Average |`` or LIBERO's ``| Spatial | ... | Average |``)."""
     if len(per_suite) < 2:
         return []

@@ -45,7 +45,7 @@ class ManiSkillEnv(Env):
 
     Args:
         tasks: ManiSkill env ids (task id = position in this list); ``Group/<env id>`` puts the task in an
-            eval-table group (the seeds' OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
+            eval-table group (RLinf's published OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
             Offline ones:
             PickCube-v1, PushCube-v1, PullCube-v1, StackCube-v1, StackPyramid-v1,
             PegInsertionSide-v1, PokeCube-v1, LiftPegUpright-v1, PlaceSphere-v1, PlugCharger-v1,

@@ -106,7 +106,7 @@ class MetaWorldEnv(Env):
 
     @property
     def task_difficulties(self) -> list[str]:
-        """``easy`` / ``medium`` / ``hard`` / ``very_hard`` per task id (for the seeds' results table)."""
+        """``easy`` / ``medium`` / ``hard`` / ``very_hard`` per task id (for RLinf's published results table)."""
         return [difficulty_of(t) for t in self._task_list]
 
     @property

@@ -72,7 +72,7 @@ ML45_TRAIN: list[str] = [
     "reach-v3", "shelf-place-v3", "sweep-into-v3", "sweep-v3", "window-open-v3", "window-close-v3",
 ]  # fmt: skip
 
-#: The difficulty groups used by the MetaWorld VLA results (Seo et al. 2022; SmolVLA; the seeds' table).
+#: The difficulty groups used by the MetaWorld VLA results (Seo et al. 2022; SmolVLA; RLinf's published table).
 DIFFICULTY: dict[str, list[str]] = {
     "medium": [
         "basketball-v3", "bin-picking-v3", "box-close-v3", "coffee-pull-v3", "coffee-push-v3",

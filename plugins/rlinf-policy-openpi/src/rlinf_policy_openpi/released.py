@@ -2,7 +2,7 @@
 
 :data:`RELEASED` names each checkpoint family a user downloads: openpi's PyTorch conversions of ``pi0_base`` /
 ``pi05_base`` (``examples/convert_jax_model_to_pytorch.py``), lerobot's ``lerobot/pi0_base`` /
-``lerobot/pi05_base`` and RLinf's SFT checkpoints used by the seeds' MetaWorld / LIBERO recipes, with the
+``lerobot/pi05_base`` and RLinf's SFT checkpoints used by RLinf's MetaWorld / LIBERO recipes, with the
 openpi train config RLinf pairs them with (``rlinf/models/embodiment/openpi/dataconfig``: action horizon,
 asset id of the statistics, ``discrete_state_input``).
 
