@@ -42,7 +42,7 @@ def test_the_readme_table_is_the_quickstarts():
 
 
 def test_docs_quickstart_states_the_recorded_changes():
-    """docs/quickstart.md's current figures are the recorded runs' (their README rows), seed by seed (issue 39)."""
+    """docs/quickstart.md's current figures are the recorded runs' (their README rows), seed by seed."""
     doc = (ROOT / "docs" / "quickstart.md").read_text()
     for recorded in sorted((ROOT / "docs" / "quickstart_runs").glob("seed*.md")):
         seed = int(recorded.stem.removeprefix("seed"))
