@@ -19,6 +19,8 @@ from rlinf_core.callbacks.eval_report import eval_table
 from rlinf_core.cli.main import _pop_verbose, main
 from rlinf_core.cli.quiet import install_quiet_filters
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main())"]
 NOISE = ["Tip:", "litlogger", "v_num", "/--", "LeafSpec", "LightningCLI's args parameter", "Trainer.fit` stopped"]

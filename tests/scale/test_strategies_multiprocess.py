@@ -15,6 +15,8 @@ import pytest
 
 from rlinf_core.testing.multirank import check_ranks, reach_config, run_fit, weight_distance
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32}}

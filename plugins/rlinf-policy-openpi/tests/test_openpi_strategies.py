@@ -35,6 +35,8 @@ from safetensors.torch import load_file
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.testing.multirank import check_ranks, exported_weights, reach_config, run_fit, weight_distance
 
+pytestmark = pytest.mark.slow
+
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"critic": {"after_vlm": True}, "train_expert_only": False}),
     "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "critic": {"detach_input": False}}),
