@@ -17,6 +17,7 @@ _LAZY = {
     "Observation": "rlinf_core.contracts.observation",
     "Policy": "rlinf_core.contracts.policy",
     "RewardModel": "rlinf_core.contracts.world_model",
+    "StepResult": "rlinf_core.contracts.observation",
     "VideoConfig": "rlinf_core.contracts.env",
     "WorldModel": "rlinf_core.contracts.world_model",
     "RLModule": "rlinf_core.rl.module",
