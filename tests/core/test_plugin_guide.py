@@ -1,5 +1,5 @@
-"""docs/plugins.md stays true: its generated tables (the Observation fields, the kits' settings) are what the code
-says, its code imports only from the documented places, its ReachEnv facts hold, and its migration table maps to
+"""docs/plugin_tutorial.md stays true: its generated tables (the Observation fields, the kits' settings) are what the
+code says, its code imports only from the documented places, its ReachEnv facts hold, and its migration table maps to
 modules that exist. ``python tests/core/test_plugin_guide.py`` rewrites the generated tables in place."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "plugins.md"
+DOC = ROOT / "docs" / "plugin_tutorial.md"
 GENERATED = re.compile(r"(<!-- generated: (\w+) .*?-->\n)(.*?)(<!-- end generated -->)", re.S)
 ENV_SOURCES = [ROOT / "core/src/rlinf_core/builtin/toy_env.py", ROOT / "core/src/rlinf_core/envs/world_model_env.py",
                *sorted(ROOT.glob("plugins/*/src/*/env.py"))]  # fmt: skip
@@ -109,7 +109,9 @@ def _generated(text: str) -> dict[str, str]:
 
 def test_the_generated_tables_are_what_the_code_says():
     found = _generated(DOC.read_text())
-    assert set(found) == set(TABLES), f"docs/plugins.md has generated tables {sorted(found)}, expected {sorted(TABLES)}"
+    assert set(found) == set(TABLES), (
+        f"docs/plugin_tutorial.md has generated tables {sorted(found)}, expected {sorted(TABLES)}"
+    )
     for name, render in TABLES.items():
         assert found[name] == render(), f"the {name} table drifted: run `python {Path(__file__).relative_to(ROOT)}`"
 
