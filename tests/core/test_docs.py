@@ -1,11 +1,11 @@
-"""Every hook has a documented heading with its exact signature (docs/plugin_tutorial.md)."""
+"""Every hook has a documented heading with its exact signature (docs/plugin_reference.md)."""
 
 import inspect
 from pathlib import Path
 
 from rlinf_core.plugins import hookspecs
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "plugin_tutorial.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugin_reference.md"
 
 
 def test_every_hook_is_documented_with_its_signature():

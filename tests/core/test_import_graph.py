@@ -217,7 +217,7 @@ def test_layers_import_only_what_docs_architecture_allows():
     assert not bad, "imports between layers that docs/architecture.md does not allow:\n" + "\n".join(bad)
 
 
-#: where plugin source code may import the core from (docs/plugin_tutorial.md, "Where plugins import from")
+#: where plugin source code may import the core from (docs/plugin_reference.md, "Where plugins import from")
 PLUGIN_IMPORT_PLACES = (
     "rlinf_core",
     "rlinf_core.contracts",
@@ -242,6 +242,6 @@ def test_plugin_sources_import_the_core_only_from_the_documented_places():
                 if base.split(".")[0] == "rlinf_core" and not _allowed_for_plugins(base):
                     bad.append(f"{path.relative_to(ROOT)}: from {base} import {', '.join(names)}")
     assert not bad, "plugins must import the core from " + ", ".join(PLUGIN_IMPORT_PLACES) + ":\n" + "\n".join(bad)
-    documented = (ROOT / "docs" / "plugin_tutorial.md").read_text().split("## Where plugins import from", 1)[1]
+    documented = (ROOT / "docs" / "plugin_reference.md").read_text().split("## Where plugins import from", 1)[1]
     for place in PLUGIN_IMPORT_PLACES:
-        assert f"`{place.removesuffix('.*')}" in documented, f"{place} is not documented in docs/plugin_tutorial.md"
+        assert f"`{place.removesuffix('.*')}" in documented, f"{place} is not documented in docs/plugin_reference.md"

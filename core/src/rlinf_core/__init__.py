@@ -1,6 +1,6 @@
 """rlinf: reinforcement-learning fine-tuning of Vision-Language-Action policies on Lightning.
 
-The names below are what plugins import (see docs/plugin_tutorial.md, "Where plugins import from"). Only
+The names below are what plugins import (see docs/plugin_reference.md, "Where plugins import from"). Only
 ``hookimpl`` is imported eagerly: every other name loads its module (torch, Lightning) on first use, so
 that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point module stay fast.
 """
