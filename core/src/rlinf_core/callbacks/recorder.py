@@ -269,8 +269,11 @@ class RolloutRecorder(Callback):
             if len(written) >= self.max_files:
                 if split not in self._full_notice:
                     self._full_notice.add(split)
-                    print(f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes "
-                          "are not written", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes "
+                        "are not written",
+                        file=sys.stderr,
+                    )
                 return None
             if split not in self._next_index:  # never overwrite the files of an earlier run in the same out_dir
                 old = [p.stem.rsplit("_", 1)[1] for p in (self.root / split).glob(f"traj_rank{self.rank}_*.npy")]

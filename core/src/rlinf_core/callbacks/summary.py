@@ -31,8 +31,10 @@ def best_and_last(history: list[tuple[int | None, dict[str, float]]], key: str =
         return []
     best = max(points, key=lambda p: p[1])
     last = points[-1]
-    return [f"eval {key.split('/')[-1]}: best {100 * best[1]:.1f}% (step {best[0]}), "
-            f"last {100 * last[1]:.1f}% (step {last[0]})"]  # fmt: skip
+    return [
+        f"eval {key.split('/')[-1]}: best {100 * best[1]:.1f}% (step {best[0]}), "
+        f"last {100 * last[1]:.1f}% (step {last[0]})"
+    ]
 
 
 class RunSummary(Callback):

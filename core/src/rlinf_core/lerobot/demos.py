@@ -57,7 +57,7 @@ class LeRobotDemos:
             ("state", self.mapping.state_key),
             ("action", self.mapping.action_key),
             ("success", self.mapping.success_key),
-        ]:  # fmt: skip
+        ]:
             if key:
                 self.reader.require(key, role)
         shape = self.reader.features[self.mapping.action_key].get("shape") or ()
@@ -164,9 +164,12 @@ class LeRobotDemoDataset(DemoDataset):
     """:class:`DemoDataset` over a LeRobot dataset: same samples, same collate and split; episodes decoded lazily."""
 
     def __init__(
-        self, source: LeRobotDemos, num_action_chunks: int = 1, only_success: bool = True,
+        self,
+        source: LeRobotDemos,
+        num_action_chunks: int = 1,
+        only_success: bool = True,
         episodes: Sequence[int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if num_action_chunks < 1:
             raise ValueError(f"num_action_chunks must be >= 1, got {num_action_chunks}")
         self.source, self.root, self.num_action_chunks = source, Path(source.root), int(num_action_chunks)

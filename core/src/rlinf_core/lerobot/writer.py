@@ -73,9 +73,20 @@ class LeRobotWriter:
         self.fps, self.action_dim, self.state_dim, self.image_shape = int(fps), action_dim, state_dim, (H, W)
         self.cameras = CAMERAS[:2] if wrist_camera else CAMERAS[:1]
         self.video, self.robot_type = video, robot_type
-        self.rows: dict[str, list] = {k: [] for k in ("action", "observation.state", "next.success", "timestamp",
-                                                     "frame_index", "episode_index", "index", "task_index",
-                                                     *([] if video else self.cameras))}  # fmt: skip
+        self.rows: dict[str, list] = {
+            k: []
+            for k in (
+                "action",
+                "observation.state",
+                "next.success",
+                "timestamp",
+                "frame_index",
+                "episode_index",
+                "index",
+                "task_index",
+                *([] if video else self.cameras),
+            )
+        }
         self.episodes: list[dict] = []
         self.tasks: dict[str, int] = {}
         self._encoders: dict[str, tuple] = {}
@@ -109,8 +120,10 @@ class LeRobotWriter:
         for key, frames in cams.items():
             frames = np.asarray(frames)
             if frames.dtype != np.uint8 or frames.shape != (T, *self.image_shape, 3):
-                raise ValueError(f"{key} frames must be uint8 [{T}, {self.image_shape[0]}, {self.image_shape[1]}, 3], "
-                                 f"got {frames.dtype} {frames.shape}")  # fmt: skip
+                raise ValueError(
+                    f"{key} frames must be uint8 [{T}, {self.image_shape[0]}, {self.image_shape[1]}, 3], "
+                    f"got {frames.dtype} {frames.shape}"
+                )
             self._image_stats(key, frames)
             if self.video:
                 self._encode(key, frames)
@@ -131,8 +144,15 @@ class LeRobotWriter:
         self.rows["episode_index"].extend([e] * T)
         self.rows["index"].extend(range(start, start + T))
         self.rows["task_index"].extend([task_index] * T)
-        entry = {"episode_index": e, "tasks": [task], "length": T, "data/chunk_index": 0, "data/file_index": 0,
-                 "dataset_from_index": start, "dataset_to_index": start + T}  # fmt: skip
+        entry = {
+            "episode_index": e,
+            "tasks": [task],
+            "length": T,
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "dataset_from_index": start,
+            "dataset_to_index": start + T,
+        }
         if self.video:
             t0 = self._frames_in_video / self.fps
             for key in self.cameras:
@@ -209,16 +229,32 @@ class LeRobotWriter:
         pq.write_table(pa.table(columns), data_path)
         (self.root / EPISODES_FILE).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(self.episodes), self.root / EPISODES_FILE)
-        tasks = pa.table({"task_index": pa.array(list(self.tasks.values()), pa.int64()),
-                          "__index_level_0__": pa.array(list(self.tasks), pa.string())})  # fmt: skip
-        pq.write_table(tasks.replace_schema_metadata({"pandas": json.dumps(_PANDAS_TASKS_META)}),
-                       self.root / "meta" / "tasks.parquet")  # fmt: skip
+        tasks = pa.table(
+            {
+                "task_index": pa.array(list(self.tasks.values()), pa.int64()),
+                "__index_level_0__": pa.array(list(self.tasks), pa.string()),
+            }
+        )
+        pq.write_table(
+            tasks.replace_schema_metadata({"pandas": json.dumps(_PANDAS_TASKS_META)}),
+            self.root / "meta" / "tasks.parquet",
+        )
         n = len(self.rows["action"])
-        info = {"codebase_version": "v3.0", "robot_type": self.robot_type, "total_episodes": len(self.episodes),
-                "total_frames": n, "total_tasks": len(self.tasks), "chunks_size": 1000, "data_files_size_in_mb": 100,
-                "video_files_size_in_mb": 200, "fps": self.fps, "splits": {"train": f"0:{len(self.episodes)}"},
-                "data_path": DATA_PATH, "video_path": VIDEO_PATH if self.video else None,
-                "features": features}  # fmt: skip
+        info = {
+            "codebase_version": "v3.0",
+            "robot_type": self.robot_type,
+            "total_episodes": len(self.episodes),
+            "total_frames": n,
+            "total_tasks": len(self.tasks),
+            "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 200,
+            "fps": self.fps,
+            "splits": {"train": f"0:{len(self.episodes)}"},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if self.video else None,
+            "features": features,
+        }
         (self.root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
         (self.root / "meta" / "stats.json").write_text(json.dumps(self._stats(n), indent=1))
         return self.root
@@ -233,15 +269,27 @@ class LeRobotWriter:
                 "names": ["height", "width", "channels"],
             }
             if self.video:
-                f[key]["info"] = {"video.height": H, "video.width": W, "video.codec": "h264",
-                                  "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": self.fps,
-                                  "video.channels": 3, "has_audio": False}  # fmt: skip
+                f[key]["info"] = {
+                    "video.height": H,
+                    "video.width": W,
+                    "video.codec": "h264",
+                    "video.pix_fmt": "yuv420p",
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": 3,
+                    "has_audio": False,
+                }
         if self.state_dim is not None:
             f["observation.state"] = {"dtype": "float32", "shape": [self.state_dim], "names": None}
         f["action"] = {"dtype": "float32", "shape": [self.action_dim], "names": None}
         f["next.success"] = {"dtype": "bool", "shape": [1], "names": None}
-        for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
-                           ("index", "int64"), ("task_index", "int64")):  # fmt: skip
+        for key, dtype in (
+            ("timestamp", "float32"),
+            ("frame_index", "int64"),
+            ("episode_index", "int64"),
+            ("index", "int64"),
+            ("task_index", "int64"),
+        ):
             f[key] = {"dtype": dtype, "shape": [1], "names": None}
         return f
 
@@ -258,9 +306,15 @@ class LeRobotWriter:
             if key in self.cameras or (key == "observation.state" and self.state_dim is None):
                 continue
             x = np.asarray(values, np.float64).reshape(n, -1)
-            stats[key] = {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
-                          "std": x.std(0).tolist(), "count": [n], "q01": np.quantile(x, 0.01, 0).tolist(),
-                          "q99": np.quantile(x, 0.99, 0).tolist()}  # fmt: skip
+            stats[key] = {
+                "min": x.min(0).tolist(),
+                "max": x.max(0).tolist(),
+                "mean": x.mean(0).tolist(),
+                "std": x.std(0).tolist(),
+                "count": [n],
+                "q01": np.quantile(x, 0.01, 0).tolist(),
+                "q99": np.quantile(x, 0.99, 0).tolist(),
+            }
         return stats
 
 
@@ -274,7 +328,7 @@ _PANDAS_TASKS_META = {
             "numpy_type": "object",
             "metadata": {"encoding": "UTF-8"},
         }
-    ],  # fmt: skip
+    ],
     "columns": [
         {
             "name": "task_index",
