@@ -36,6 +36,7 @@ from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.rl_loop import RLLoop
+from rlinf_core.lerobot.recording import LeRobotEpisodeSink
 from rlinf_core.world_models.datasets import resize_frames
 from rlinf_core.world_models.init_data import save_init_trajectory
 
@@ -252,8 +253,6 @@ class RolloutRecorder(Callback):
 
     def _lerobot_sink(self, split: str):
         if split not in self._sinks:
-            from rlinf_core.lerobot.recording import LeRobotEpisodeSink
-
             root, n = self.root / split / f"lerobot_rank{self.rank}", 0
             while (root.with_name(f"{root.name}_{n}") if n else root).exists():  # never overwrite an earlier run's
                 n += 1

@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from rlinf_core.callbacks.eval_report import EvalReport
 from rlinf_core.callbacks.progress import console_lines, fmt_duration
 from rlinf_core.contracts.rl_loop import RLLoop
+from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
 
 def _rel(path: str | Path) -> str:
@@ -121,7 +122,6 @@ class RunSummary(Callback):
 
     @staticmethod
     def _plot(log_dir: str) -> str:
-        from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
         try:
             return _rel(plot_learning_curve(log_dir))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_core.datasets.demos import read_meta
 from rlinf_core.lerobot.writer import LeRobotWriter
 
 __all__ = ["LeRobotDemoWriter", "demos_to_lerobot"]
@@ -98,7 +99,6 @@ def demos_to_lerobot(
     src: str | Path, dst: str | Path, fps: int = 10, video: bool = True, overwrite: bool = False
 ) -> Path:
     """Copy an ``rlinf-demos`` dataset to a LeRobot dataset (every episode, in order); returns ``dst``."""
-    from rlinf_core.datasets.demos import read_meta
 
     meta = read_meta(src)
     writer = LeRobotDemoWriter(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.lerobot.mapping import FeatureMap, resolve_mapping
@@ -153,7 +154,6 @@ def resize_square(frames: np.ndarray, size: int | None) -> np.ndarray:
     """``uint8 [T, H, W, 3]`` → ``[T, size, size, 3]`` (bilinear, antialiased, as the world-model datasets resize)."""
     if size is None or frames.shape[1:3] == (size, size):
         return frames
-    import torch
 
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)

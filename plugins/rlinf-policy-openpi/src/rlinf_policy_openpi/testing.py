@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 
 from rlinf_core.testing.cache import cached_dir
+from rlinf_policy_openpi.make_tiny import make_tiny
 
 
 def tiny_checkpoint(**kwargs) -> Path:
     """A tiny checkpoint written once per process by :func:`rlinf_policy_openpi.make_tiny.make_tiny`."""
-    from rlinf_policy_openpi.make_tiny import make_tiny
 
     return cached_dir(make_tiny, "openpi-tiny", **kwargs)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlinf_core.testing.cache import cached_dir
+from rlinf_policy_openvla.make_tiny import make_tiny
 
 
 def tiny_checkpoint(**kwargs) -> Path:
     """A tiny checkpoint written once per process by :func:`rlinf_policy_openvla.make_tiny.make_tiny`."""
-    from rlinf_policy_openvla.make_tiny import make_tiny
 
     return cached_dir(make_tiny, "openvla-tiny", **kwargs)
