@@ -2,8 +2,11 @@
 files in the checkout."""
 
 import gc
+import importlib.util
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,27 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def _load_memory_watch():
+    """tests/memory_watch.py, by path: the repository root is not on sys.path under --import-mode=importlib."""
+    spec = importlib.util.spec_from_file_location("memory_watch", Path(__file__).parent / "tests" / "memory_watch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+memory_watch = _load_memory_watch()
+
+
+def pytest_addoption(parser):
+    memory_watch.pytest_addoption(parser)
+
+
+def pytest_configure(config):
+    memory_watch.pytest_configure(config)  # each test's peak memory, the 10 largest listed, the limits enforced
+
 
 # The quick tier (`pytest -m "not slow"`, README) leaves out these whole files: multi-process strategies and env
 # workers, subprocess fits, pip installs, real-simulator smoke configs, full-size meta builds. Single slow tests
@@ -92,6 +116,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: ranks[item.nodeid])  # stable: the other files keep their order
 
 
+_GC_MODE = os.environ.get("RLINF_TEST_GC", "freeze")  # measurement only: freeze | off | young | every:N | grown:MiB
+_GC_STATE = {"tests": 0, "rss_after_full": 0}
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 @pytest.fixture(autouse=True)
 def _collect_only_what_the_test_made():
     """Garbage collections during a test walk only the objects made since it started.
@@ -101,9 +134,21 @@ def _collect_only_what_the_test_made():
     260 s of worker time, mostly in the ManiSkill and LIBERO tests. ``gc.freeze()`` parks the existing objects
     for the test and ``gc.unfreeze()`` hands them back after it (both O(1)); garbage made before the test is
     collected after it."""
+    mode, _, arg = _GC_MODE.partition(":")
+    if mode == "off":
+        yield
+        return
     gc.freeze()
     yield
+    if mode == "young":
+        gc.collect()
     gc.unfreeze()
+    _GC_STATE["tests"] += 1
+    if mode == "every" and _GC_STATE["tests"] % int(arg) == 0:
+        gc.collect()
+    if mode == "grown" and _rss() > _GC_STATE["rss_after_full"] + int(arg) * 2**20:
+        gc.collect()
+        _GC_STATE["rss_after_full"] = _rss()
 
 
 def _checkout_changes(root) -> set[str] | None:
