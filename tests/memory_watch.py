@@ -241,6 +241,8 @@ class MemoryWatch:
 
     # -- in the process that reports (the xdist controller, or pytest itself) ---------------------------------------
     def pytest_sessionstart(self, session):
+        if self.log_path and not self.is_worker:
+            Path(self.log_path).write_text("\t".join(["nodeid", *TestMemory.__dataclass_fields__]) + "\n")
         if self.enabled and not self.is_worker:
             self.tree = _TreeSampler(period=0.5, running=self.running)
             self.tree.start()
@@ -256,7 +258,12 @@ class MemoryWatch:
             return
         for name, value in report.user_properties:
             if name == "memory":
-                self.results.append((report.nodeid, TestMemory(**value)))
+                m = TestMemory(**value)
+                self.results.append((report.nodeid, m))
+                if self.log_path:  # row by row: a run that is killed keeps what it measured
+                    with open(self.log_path, "a") as log:
+                        fields = [str(getattr(m, f)) for f in TestMemory.__dataclass_fields__]
+                        log.write("\t".join([report.nodeid, *fields]) + "\n")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
@@ -281,17 +288,8 @@ class MemoryWatch:
                 f"the run's processes together reached {_gib(self.tree.peak)} (PSS) while running {running}; "
                 f"the limit is {_gib(self.limit_total)}"
             )
-        if self.log_path:
-            self._write_log(Path(self.log_path))
         if self.failures and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _write_log(self, path: Path) -> None:
-        fields = list(TestMemory.__dataclass_fields__)
-        rows = ["\t".join(["nodeid", *fields])]
-        for nodeid, m in sorted(self.results, key=lambda r: (r[1].worker, r[1].end)):
-            rows.append("\t".join([nodeid, *(str(getattr(m, f)) for f in fields)]))
-        path.write_text("\n".join(rows) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.is_worker or not self.enabled or not self.results:
