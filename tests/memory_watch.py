@@ -13,8 +13,10 @@ processes counts 1/n in each, so shared libraries count once).
 
 At the end the run lists the 10 largest tests, and fails with one line per cause when a test's process or one of
 its children passed ``--memory-limit-process`` GiB of RSS (default 6), or the processes together passed
-``--memory-limit-total`` GiB (default 12). ``--memory-log FILE`` writes every test's figures as tab-separated rows
-(the worker's RSS after each test shows how it grows through the run). Linux only; elsewhere it records nothing.
+``--memory-limit-total`` GiB (default 12). ``--memory-log=FILE`` writes every test's figures as tab-separated rows
+(the worker's RSS after each test shows how it grows through the run; give the file with ``=``: pytest takes a
+separate argument naming an existing file for a test path before it knows this option). Linux only; elsewhere it
+records nothing.
 """
 
 from __future__ import annotations
@@ -338,7 +340,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="GiB",
         help="fail the run when all its processes together pass this PSS (default 12)",
     )
-    group.addoption("--memory-log", default=None, metavar="FILE", help="write every test's figures to FILE (TSV)")
+    group.addoption(
+        "--memory-log", default=None, metavar="FILE", help="write every test's figures to FILE (TSV): --memory-log=FILE"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

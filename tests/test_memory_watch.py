@@ -52,7 +52,7 @@ def rows(log: Path) -> dict[str, dict[str, str]]:
 
 
 def test_each_tests_peak_and_the_top_list(tmp_path):
-    proc = run(tmp_path, "--memory-log", str(tmp_path / "memory.tsv"))
+    proc = run(tmp_path, f"--memory-log={tmp_path / 'memory.tsv'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "peak memory: the 3 largest tests" in proc.stdout
     top = proc.stdout.split("peak memory:")[1]
@@ -80,7 +80,7 @@ def test_a_process_over_the_limit_fails_the_run_naming_the_test(tmp_path):
 
 
 def test_under_xdist_the_workers_report_to_the_controller(tmp_path):
-    proc = run(tmp_path, "-n", "2", "--memory-limit-total", "0.05", "--memory-log", str(tmp_path / "memory.tsv"))
+    proc = run(tmp_path, "-n", "2", "--memory-limit-total", "0.05", f"--memory-log={tmp_path / 'memory.tsv'}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout and "peak memory: the 3 largest tests" in proc.stdout
     assert {r["worker"] for r in rows(tmp_path / "memory.tsv").values()} <= {"gw0", "gw1"}
