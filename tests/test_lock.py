@@ -4,6 +4,7 @@ of its extras, and every plugin."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,14 @@ def test_this_environment_runs_the_locked_versions():
         if name in pins and Version(Version(dist.version).public) != pins[name]:
             differ.append(f"{name} {dist.version} (the lock: {pins[name]})")
     assert not differ, "installed beside constraints.txt: " + ", ".join(sorted(differ)) + "; run scripts/install.sh"
+
+
+def test_the_versions_the_readme_names_are_the_locks():
+    named = re.findall(r"`([A-Za-z0-9][A-Za-z0-9_.-]*)==([^`\s]+)`", (ROOT / "README.md").read_text())
+    assert len(named) >= 10, "the README names the versions CI ran on"
+    pins = read_lock()
+    wrong = [f"{name}=={version}" for name, version in named if pins.get(canonicalize_name(name)) != Version(version)]
+    assert not wrong, f"the README names versions that constraints.txt does not pin: {wrong}"
 
 
 def test_read_lock_takes_exact_pins_only(tmp_path):
