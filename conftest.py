@@ -116,7 +116,9 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: ranks[item.nodeid])  # stable: the other files keep their order
 
 
-_GC_MODE = os.environ.get("RLINF_TEST_GC", "freeze")  # measurement only: freeze | off | young | every:N | grown:MiB
+_GC_MODE = os.environ.get(
+    "RLINF_TEST_GC", "freeze"
+)  # measurement only: freeze | off | young | every:N | grown:MiB, or joined by +
 _GC_STATE = {"tests": 0, "rss_after_full": 0}
 
 
@@ -134,19 +136,19 @@ def _collect_only_what_the_test_made():
     260 s of worker time, mostly in the ManiSkill and LIBERO tests. ``gc.freeze()`` parks the existing objects
     for the test and ``gc.unfreeze()`` hands them back after it (both O(1)); garbage made before the test is
     collected after it."""
-    mode, _, arg = _GC_MODE.partition(":")
-    if mode == "off":
+    modes = dict(part.partition(":")[::2] for part in _GC_MODE.split("+"))
+    if "off" in modes:
         yield
         return
     gc.freeze()
     yield
-    if mode == "young":
+    if "young" in modes:
         gc.collect()
     gc.unfreeze()
     _GC_STATE["tests"] += 1
-    if mode == "every" and _GC_STATE["tests"] % int(arg) == 0:
+    if "every" in modes and _GC_STATE["tests"] % int(modes["every"]) == 0:
         gc.collect()
-    if mode == "grown" and _rss() > _GC_STATE["rss_after_full"] + int(arg) * 2**20:
+    if "grown" in modes and _rss() > _GC_STATE["rss_after_full"] + int(modes["grown"]) * 2**20:
         gc.collect()
         _GC_STATE["rss_after_full"] = _rss()
 
