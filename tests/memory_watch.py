@@ -99,7 +99,7 @@ class TestMemory:
     peak: int  # the test process's peak RSS between the two
     children_peak: int  # the peak of its children's summed RSS (sampled)
     largest_child: int  # the largest child's own peak RSS
-    gc_seconds: float  # garbage collection time of the test process so far (all generations)
+    gc_seconds: float  # CPU time in garbage collections of the test process so far (all generations)
     gc_full: int  # full (generation 2) collections of the test process so far
 
     @property
@@ -162,7 +162,8 @@ class _TreeSampler(threading.Thread):
 
 
 class _GcClock:
-    """Time spent in garbage collections of this process (``gc.callbacks``)."""
+    """CPU time spent in garbage collections of this process (``gc.callbacks``; a collection runs in the thread that
+    triggered it, so that thread's CPU time is the collection's, however loaded the machine)."""
 
     def __init__(self):
         self.seconds, self.full, self._t0 = 0.0, 0, 0.0
@@ -170,9 +171,9 @@ class _GcClock:
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
-            self._t0 = time.perf_counter()
+            self._t0 = time.thread_time()
         else:
-            self.seconds += time.perf_counter() - self._t0
+            self.seconds += time.thread_time() - self._t0
             self.full += info["generation"] == 2
 
 
@@ -311,8 +312,8 @@ class MemoryWatch:
                 last[m.worker] = m
         for worker, m in sorted(last.items()):
             tr.write_line(
-                f"{worker}: {_gib(m.rss_end)} RSS after its last test; garbage collection "
-                f"{m.gc_seconds:.0f} s ({m.gc_full} full collections)"
+                f"{worker}: {_gib(m.rss_end)} RSS after its last test; garbage collections took "
+                f"{m.gc_seconds:.0f} s of CPU ({m.gc_full} full ones)"
             )
         if self.tree is not None:
             tr.write_line(
