@@ -6,16 +6,16 @@
 #
 #   bash scripts/lock.sh          # about 3 min with pip's cache warm
 #
-# torch and openpi-client stay at the versions pinned in the current lock (change those lines by hand to move
-# them): torch because its version decides between CPU and CUDA builds, openpi-client because install.sh installs
-# it without its dependencies. Local version labels are dropped (torch==2.13.0 also admits the 2.13.0+cpu wheel).
+# torch, openpi-client and openpi-server stay at the versions pinned in the current lock (change those lines by
+# hand to move them): torch because its version decides between CPU and CUDA builds, the two openpi packages
+# because install.sh installs them without their dependencies. Local version labels are dropped (torch==2.13.0 also admits the 2.13.0+cpu wheel).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 LOCK="$ROOT/constraints.txt"
 PYTHON="${PYTHON:-python3}"
 TORCH="$(grep -E '^torch==' "$LOCK")"
-OPENPI_CLIENT="$(grep -E '^openpi-client==' "$LOCK")"
+mapfile -t OPENPI < <(grep -E '^openpi-(client|server)==' "$LOCK")
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 "$PYTHON" -m venv "$TMP/venv"
@@ -28,7 +28,7 @@ pip_install "$TORCH"
 args=(-e "core[plots,deepspeed,serve,test,lerobot]")
 for d in plugins/*/; do args+=(-e "$d"); done
 pip_install "${args[@]}"
-pip_install --no-deps "$OPENPI_CLIENT"  # as install.sh does: its numpy<2 pin is not ours
+pip_install --no-deps "${OPENPI[@]}"  # as install.sh does: openpi-client's numpy<2 pin is not ours
 {
   echo "# The versions scripts/install.sh installs (pip constraints): what the quickstart and the test suite run on."
   echo "# Written by scripts/lock.sh from a fresh resolution of core[plots,deepspeed,serve,test,lerobot] + every"

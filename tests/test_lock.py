@@ -95,3 +95,19 @@ def test_read_lock_takes_exact_pins_only(tmp_path):
         lock.write_text(bad)
         with pytest.raises(AssertionError):
             read_lock(lock)
+
+
+def test_install_sh_installs_every_package_from_the_lock():
+    """Each pip call of scripts/install.sh passes the lock, and the packages it names outside the pyproject files
+    (the ones it installs without their dependencies) are pinned in it."""
+    script = (ROOT / "scripts" / "install.sh").read_text()
+    calls = [line.strip() for line in script.splitlines() if line.strip().startswith("pip_install ")]
+    assert len(calls) >= 3
+    args_line = next(line for line in script.splitlines() if line.startswith("args=("))
+    for call in calls:
+        assert '-c "$LOCK"' in call or call == 'pip_install "${args[@]}"' and '-c "$LOCK"' in args_line, call
+    pins = read_lock()
+    no_deps = [call for call in calls if "--no-deps" in call]
+    named = [word for call in no_deps for word in call.split()[1:] if not word.startswith(("-", '"'))]
+    assert "openpi-server" in named and "openpi-client" in named
+    assert not [name for name in named if canonicalize_name(name) not in pins], named
