@@ -119,17 +119,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: ranks[item.nodeid])  # stable: the other files keep their order
 
 
-_GC_MODE = os.environ.get(
-    "RLINF_TEST_GC", "freeze"
-)  # measurement only: freeze | off | young | every:N | grown:MiB, or joined by +
-_GC_STATE = {"tests": 0, "rss_after_full": 0}
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.fixture(autouse=True)
 def _collect_only_what_the_test_made():
     """Garbage collections during a test walk only the objects made since it started.
@@ -138,22 +127,12 @@ def _collect_only_what_the_test_made():
     ManiSkill calls ``gc.collect()`` on each scene rebuild: in the full suite these full collections cost about
     260 s of worker time, mostly in the ManiSkill and LIBERO tests. ``gc.freeze()`` parks the existing objects
     for the test and ``gc.unfreeze()`` hands them back after it (both O(1)); garbage made before the test is
-    collected after it."""
-    modes = dict(part.partition(":")[::2] for part in _GC_MODE.split("+"))
-    if "off" in modes:
-        yield
-        return
+    collected after it, so it does not pile up: the two ManiSkill test files in one process end at the same RSS
+    with and without it (2.62 / 2.66 GiB) while their collections take 1.9 s instead of 27.5 s of CPU
+    (docs/performance.md, "Test-suite memory")."""
     gc.freeze()
     yield
-    if "young" in modes:
-        gc.collect()
     gc.unfreeze()
-    _GC_STATE["tests"] += 1
-    if "every" in modes and _GC_STATE["tests"] % int(modes["every"]) == 0:
-        gc.collect()
-    if "grown" in modes and _rss() > _GC_STATE["rss_after_full"] + int(modes["grown"]) * 2**20:
-        gc.collect()
-        _GC_STATE["rss_after_full"] = _rss()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -170,8 +149,7 @@ def _release_native_memory():
     sapien_render = sys.modules.get("sapien.render")
     if sapien_render is not None:
         sapien_render.clear_cache()
-    if os.environ.get("RLINF_TEST_TRIM", "1") == "1":  # measurement only
-        _malloc_trim()
+    _malloc_trim()
 
 
 def _malloc_trim() -> None:
