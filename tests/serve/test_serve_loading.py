@@ -178,7 +178,7 @@ def test_rlinf_serve_command_serves_until_stopped(toy_export):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 400
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as health:
