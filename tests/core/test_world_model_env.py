@@ -333,12 +333,26 @@ def test_a_relative_init_data_path_is_read_from_the_working_directory_then_besid
     write_tasks(elsewhere / "init_states", ["b"])
     env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "init_states", num_envs=1)
     assert env.init_data_path == str(elsewhere / "init_states") and env.task_names == ["b"]  # the working dir wins
-    with pytest.raises(FileNotFoundError) as missing:
-        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "nowhere", num_envs=1)
-    message = str(missing.value)
+    missing = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "nowhere", num_envs=1)  # read only when used
+    with pytest.raises(FileNotFoundError) as caught:
+        missing.check_inputs()
+    message = str(caught.value)
     assert "\n" not in message and message.startswith("WorldModelEnv init_data_path 'nowhere' is not a directory")
     for place in (elsewhere / "nowhere", tmp_path / "nowhere", shipped.parent / "nowhere"):
         assert str(place) in message
     (elsewhere / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no traj"):
-        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "empty", num_envs=1)
+        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "empty", num_envs=1).reset()
+
+
+def test_rlinf_fit_names_a_missing_init_data_path_in_one_line_before_training(tmp_path, monkeypatch, capsys):
+    from rlinf_core.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    missing = "--model.init_args.env.init_args.init_data_path=nowhere"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "toy/grpo_in_world_model.yaml", missing, "--trainer.max_epochs=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rlinf: error: FileNotFoundError: WorldModelEnv init_data_path 'nowhere' is not a "
+                              f"directory: looked at {tmp_path / 'nowhere'}, "), err[-1]  # fmt: skip
+    assert not (tmp_path / "runs" / "grpo_in_world_model" / "version_0" / "checkpoints").exists()

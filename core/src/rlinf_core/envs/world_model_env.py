@@ -35,7 +35,7 @@ import torch
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.world_model import RewardModel, WorldModel
-from rlinf_core.foundation.config_paths import resolve_data_dir
+from rlinf_core.foundation.config_paths import candidate_paths, resolve_data_dir
 from rlinf_core.world_models.init_data import condition_inputs, instruction_of, load_init_trajectory
 
 __all__ = ["WorldModelEnv", "load_init_trajectory"]
@@ -80,7 +80,8 @@ class WorldModelEnv(Env):
         super().__init__(**kwargs)
         self.world_model = world_model.eval().requires_grad_(False)
         self.reward_model = reward_model.eval().requires_grad_(False)
-        self.init_data_path = str(resolve_data_dir(init_data_path, "WorldModelEnv init_data_path", _INIT_HINT))
+        found = next((p for p in candidate_paths(init_data_path) if p.is_dir()), None)
+        self.init_data_path = str(found.absolute()) if found is not None else str(init_data_path)
         self.success_threshold = success_threshold
         self.success_frames = success_frames
         self.reward_coef = reward_coef
@@ -92,7 +93,11 @@ class WorldModelEnv(Env):
         self._files: list[Path] | None = None
         self._tasks: tuple[np.ndarray, list[str]] | None = None
         self.set_device(device)
-        self.files  # noqa: B018 - an empty directory is a config error, reported now in one line
+
+    def check_inputs(self) -> None:
+        """Raise the one-line error of a missing or empty ``init_data_path`` now (``rlinf fit`` calls this before
+        training starts; otherwise the first reset would)."""
+        self.files  # noqa: B018
 
     def set_device(self, device: str | torch.device) -> None:
         """Move the models (and, once built, the frames and model state) to ``device``."""
@@ -113,7 +118,7 @@ class WorldModelEnv(Env):
     @property
     def files(self) -> list[Path]:
         if self._files is None:
-            root = Path(self.init_data_path)
+            root = resolve_data_dir(self.init_data_path, "WorldModelEnv init_data_path", _INIT_HINT)
             files = sorted(p for p in root.glob("*.npy") if self.enable_kir or not p.stem.endswith("_kir"))
             if not files:
                 raise FileNotFoundError(f"WorldModelEnv init_data_path {root} holds no traj*.npy files{_INIT_HINT}")
