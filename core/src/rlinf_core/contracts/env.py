@@ -74,7 +74,8 @@ class Env(EnvRuntime):
         video_cfg: video recording of this env's rollouts.
     """
 
-    action_dim: int = 7
+    #: D, the size of the actions ``_step`` takes (required: a class attribute, or set in ``__init__``)
+    action_dim: int
     #: callables ``observer(env, event, arg, result, frames)`` run after every ``reset`` (``event`` "reset",
     #: ``arg`` its ``reset_state_ids``, ``result`` the Observation) and ``chunk_step`` ("chunk_step", the
     #: actions ``[B, C, D]``, the ChunkStepResult, and the chunk's per-step frames of the first

@@ -6,6 +6,7 @@ Shapes: B = batch, C = frames per action chunk, H×W images.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -50,10 +51,22 @@ class WorldModel(nn.Module):
     #: the condition frames and actions an episode starts from (OpenSora: ``ConditionSpec(4)``, frame 0
     #: repeated; Wan: ``ConditionSpec(5, "first_and_last", pad_gripper=-1.0)``, keyframe init).
     condition: ConditionSpec = ConditionSpec()
-    action_dim: int = 7
+    #: D, the size of the actions it takes (required: a class attribute, or set in ``__init__`` from the checkpoint)
+    action_dim: int
     #: ``(condition, target)`` frames of a training clip (OpenSora ``(4, 8)``, Wan ``(5, 8)``); see
     #: :class:`rlinf_core.world_models.datasets.ClipDataset` for how windows are cut and aligned with actions.
     clip_frames: tuple[int, int] = (1, 1)
+    #: side of the square frames the model works at (``None``: any size); ``rlinf wm-score`` resizes episodes to it,
+    #: ``rlinf memory`` sizes the frames with it (256 when ``None``)
+    image_size: int | None = None
+    #: the checkpoint directory the weights were read from (``None``: built from scratch)
+    model_path: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> WorldModel:
+        """Load what :meth:`save_pretrained` wrote to ``path``; ``overrides`` are constructor settings, which win
+        over the ones saved with it (:class:`rlinf_core.models.settings.SavedSettings` implements both)."""
+        raise NotImplementedError(f"{cls.__name__} does not implement WorldModel.from_pretrained(path, **overrides)")
 
     @property
     def num_condition_frames(self) -> int:
@@ -131,7 +144,7 @@ class WorldModel(nn.Module):
         if dtype is not None:
             nn.Module.to(self, dtype)  # meta: no memory moves
         weights = tuple((f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children())
-        size = int(getattr(self, "image_size", 256))
+        size = self.image_size or 256
         T = self.condition.num_frames
         frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
         cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
@@ -165,6 +178,12 @@ class RewardModel(nn.Module):
         raise NotImplementedError(
             f"{type(self).__name__} does not implement success_logits, so it cannot be trained by RewardModelTrainer"
         )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> RewardModel:
+        """Load what :meth:`save_pretrained` wrote (the file it returned, or the directory it was given);
+        ``overrides`` are constructor settings, which win over the ones saved with it."""
+        raise NotImplementedError(f"{cls.__name__} does not implement RewardModel.from_pretrained(path, **overrides)")
 
     def save_pretrained(self, path: str) -> Any:
         """Write the model's checkpoint into directory ``path`` (the file its loader reads); returns the file."""

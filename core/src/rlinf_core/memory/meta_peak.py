@@ -138,7 +138,12 @@ def reward_model_memory(reward_model: nn.Module, num_frames: int, image_size: in
 
 
 def world_model_env_memory(
-    world_model: nn.Module, reward_model: nn.Module, num_envs: int, chunk: int, device_type: str = "cuda"
+    world_model: nn.Module,
+    reward_model: nn.Module,
+    num_envs: int,
+    chunk: int,
+    device_type: str = "cuda",
+    image_size: int = 256,
 ) -> WorldModelMemory:
     """Per-GPU memory of a :class:`~rlinf_core.WorldModelEnv`'s models (both built on meta; see the module docstring).
 
@@ -148,7 +153,7 @@ def world_model_env_memory(
         num_envs: envs the world model steps in one batch (the env's ``num_envs``).
         chunk: frames predicted per step (the policy's ``num_action_chunks``).
         device_type: the training device (``cuda``): sets the dtype ``auto`` precisions resolve to.
+        image_size: side of the frames the reward model scores (the world model's ``image_size``).
     """
     wm = world_model.memory_profile(num_envs, chunk, device_type)
-    size = int(getattr(world_model, "image_size", 256))
-    return wm.merged(reward_model_memory(reward_model, num_envs * chunk, size))
+    return wm.merged(reward_model_memory(reward_model, num_envs * chunk, image_size))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlinf_core.contracts.env import ChunkStepResult, Env
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.observation import ChunkStepResult, Observation
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.rl.algorithms.trajectory import Trajectory
@@ -60,7 +60,7 @@ class RolloutCollector:
         need_values: collect critic values (and bootstrap values of truncated episodes).
     """
 
-    def __init__(self, envs: list[Env], policy: Policy, need_values: bool) -> None:
+    def __init__(self, envs: list[BatchedEnv], policy: Policy, need_values: bool) -> None:
         self.envs = envs
         self.policy = policy
         self.need_values = need_values
@@ -114,13 +114,13 @@ class RolloutCollector:
         self.times.policy += time.perf_counter() - t0
         return values
 
-    def _timed_step(self, env: Env, actions: torch.Tensor) -> ChunkStepResult:
+    def _timed_step(self, env: BatchedEnv, actions: torch.Tensor) -> ChunkStepResult:
         t0 = time.perf_counter()
         result = env.chunk_step(actions)
         self.times.env_busy += time.perf_counter() - t0
         return result
 
-    def _timed_reset(self, env: Env) -> Observation:
+    def _timed_reset(self, env: BatchedEnv) -> Observation:
         t0 = time.perf_counter()
         obs = env.reset()
         self.times.env_busy += time.perf_counter() - t0

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.callbacks.progress import phase_reporter
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
@@ -48,7 +49,8 @@ from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_s
 
 
 class RLModule(pl.LightningModule):
-    """Fine-tunes a policy with PPO or GRPO in an env.
+    """Fine-tunes a policy with PPO or GRPO in an env. Callbacks read it through
+    :class:`rlinf_core.contracts.rl_loop.RLLoop` (``train_envs``, ``eval_env``, ``step_metrics``, ``last_eval``).
 
     Args:
         env: training env (per rank; split into ``rollout.pipeline_stage_num`` stages).
@@ -86,9 +88,9 @@ class RLModule(pl.LightningModule):
         super().__init__()
         self.automatic_optimization = False
         # worker processes when rollout.env_workers > 0
-        self.env = vectorize(env, rollout.env_workers)
+        self.env: BatchedEnv = vectorize(env, rollout.env_workers)
         self._eval_workers = rollout.env_workers if rollout.eval_env_workers is None else rollout.eval_env_workers
-        self.eval_env = vectorize(eval_env, self._eval_workers)
+        self.eval_env: BatchedEnv | None = vectorize(eval_env, self._eval_workers)
         self.policy = policy
         self.algorithm = algorithm
         self.rollout_cfg = rollout
@@ -110,7 +112,7 @@ class RLModule(pl.LightningModule):
         self._grad_clip = GradientClip()
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
-        self._stage_envs: list[Env] = []
+        self._stage_envs: list[BatchedEnv] = []
         # per-rank RNG and env-sampler states read from a checkpoint: what the next step's rollout starts from
         self._resume_states: list[dict] | None = None
 
@@ -154,6 +156,11 @@ class RLModule(pl.LightningModule):
                 self.env.unwrapped.clone(is_eval=True, auto_reset=True, group_size=1), self._eval_workers
             )
         self.eval_env.shard(rank, world)
+
+    @property
+    def train_envs(self) -> list[BatchedEnv]:
+        """The envs rollouts step, one per pipeline stage (:class:`rlinf_core.contracts.rl_loop.RLLoop`)."""
+        return list(self._stage_envs)
 
     def samples_per_rank(self) -> int:
         """Samples (chunk steps of one env slot) of one RL step on each rank."""
@@ -311,8 +318,10 @@ class RLModule(pl.LightningModule):
     # ------------------------------------------------------------------ eval
     def validation_step(self, batch: int, batch_idx: int):
         t0 = time.perf_counter()
+        self.policy.pop_metrics()  # from this eval only
         records = self.run_evaluation()
         metrics = {**self._episode_metrics(records, "eval"), "time/eval": time.perf_counter() - t0}
+        metrics.update({f"eval/{key}": value for key, value in self.policy.pop_metrics().items()})
         self.last_eval = eval_summary(records, metrics, self.eval_env.task_names, self.reducer)
         for key, value in self.last_eval["metrics"].items():
             if math.isfinite(value):
