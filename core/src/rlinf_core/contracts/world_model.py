@@ -137,31 +137,9 @@ class WorldModel(nn.Module):
         device. Override it when a forward cannot run on meta, or to add terms; return a
         :class:`rlinf_core.memory.meta_peak.WorldModelMemory`.
         """
-        from rlinf_core.memory.meta_peak import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
+        from rlinf_core.memory.meta_peak import world_model_memory
 
-        require_meta(self, type(self).__name__)
-        dtype = self.runtime_dtype(device_type)
-        if dtype is not None:
-            nn.Module.to(self, dtype)  # meta: no memory moves
-        weights = tuple((f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children())
-        size = self.image_size or 256
-        T = self.condition.num_frames
-        frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
-        cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
-        actions = torch.zeros(batch, chunk, self.action_dim, device="meta")
-        try:
-            reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
-            with torch.no_grad():
-                state = self.init_state(frames, cond_actions)
-            step = peak_bytes(lambda: self.predict(state, actions))
-        except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
-            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            note = (
-                f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
-                f"meta device: {cause}); override memory_profile to report it"
-            )
-            return WorldModelMemory(weights, (), (note,))
-        return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
+        return world_model_memory(self, batch, chunk, device_type, image_size=self.image_size or 256)
 
 
 class RewardModel(nn.Module):

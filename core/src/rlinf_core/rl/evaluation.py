@@ -18,7 +18,7 @@ from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.interruption import EpisodesInterrupted
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 
 log = logging.getLogger("rlinf.eval")
 
