@@ -79,13 +79,14 @@ def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 300) -> s
 
 
 @pytest.mark.slow
-def test_ctrl_c_and_sigterm_finish_the_dataset(tmp_path):
-    runs = {name: (tmp_path / name / "rec", tmp_path / name / "runs") for name in ("int", "term")}
+def test_ctrl_c_and_sigterm_finish_the_dataset_and_kill_9_keeps_its_finished_pieces(tmp_path):
+    signals = {"int": signal.SIGINT, "term": signal.SIGTERM, "kill": signal.SIGKILL}
+    runs = {name: (tmp_path / name / "rec", tmp_path / name / "runs") for name in signals}
     for out, log in runs.values():
         log.mkdir(parents=True)
-    procs = {name: _recording_fit(out, log) for name, (out, log) in runs.items()}  # both at once: half the time
+    procs = {name: _recording_fit(out, log) for name, (out, log) in runs.items()}  # all at once: a third the time
     try:
-        for name, sig in (("int", signal.SIGINT), ("term", signal.SIGTERM)):
+        for name, sig in signals.items():
             _wait_for_step(procs[name], 3)  # steps 1-2 done: 32 episodes recorded, two files of 16 finished
             procs[name].send_signal(sig)
         tails = {name: p.communicate(timeout=300)[0][-3000:] for name, p in procs.items()}
@@ -93,11 +94,15 @@ def test_ctrl_c_and_sigterm_finish_the_dataset(tmp_path):
         for p in procs.values():
             p.kill()
     assert procs["int"].returncode == 1 and "Received SIGTERM" in tails["term"], tails
+    assert procs["kill"].returncode == -signal.SIGKILL, tails["kill"]
     for name, (out, _) in runs.items():
         root = out / "train" / "lerobot_rank0"
-        assert dataset_state(root) == "finished", (name, tails[name])  # SIGTERM: Lightning's own exit status
+        # Ctrl-C and SIGTERM finish the dataset; kill -9 leaves it cut, with every finished piece of 16 episodes
+        assert dataset_state(root) == ("cut" if name == "kill" else "finished"), (name, tails[name])
         reader = LeRobotReader(root)
         assert reader.num_episodes >= 32, (name, reader.num_episodes)
+        if name == "kill":
+            assert reader.num_episodes % 16 == 0, reader.num_episodes
         assert all(reader.frames(e, "observation.images.image").shape[1:] == (16, 16, 3) for e in (0, 31))
 
 
