@@ -42,3 +42,20 @@ def test_the_shipped_config_learns_inside_the_world_model_from_any_directory(tmp
     assert all(t["num_trajectories"] == 8 for t in tasks.values())
     # the untrained greedy policy does not move the square (0 %); 87.5 % measured after these 10 RL steps
     assert report["metrics"]["eval/success_once"] >= 0.5, report
+
+
+def test_a_policy_that_reads_states_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """docs/world_models.md, "Choosing a policy": a world model gives no states, so a policy left at
+    ``state_dim: 4`` stops at its first step with the line the docs quote."""
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    try:
+        code = main(["fit", "--config", CONFIG, "--model.init_args.policy.init_args.state_dim=4",
+                     "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and "Traceback" not in err and lines[-1].startswith("rlinf: error: "), err[-2000:]
+    assert "policy TinyGaussianPolicy cannot read the observations of env WorldModelEnv" in lines[-1]
+    assert "expects states [B, 4], got None" in lines[-1] and "state_dim" in lines[-1]
