@@ -77,6 +77,7 @@ class PolicyRunner:
         self._model_lock = threading.Lock()  # one policy.act at a time, on the model thread or inline
         self._last_model_ms = 0.0
         self._device = loaded.policy.device
+        self._on_cpu = self._device.type == "cpu"
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="rlinf-serve-model", daemon=True)
         self._thread.start()
@@ -193,12 +194,17 @@ class PolicyRunner:
         """``(actions, timing)`` of each ``(observation, batched)``, from one ``policy.act`` on all of them."""
         t0 = time.perf_counter()
         obs = Observation.cat([o for o, _ in batch]) if len(batch) > 1 else batch[0][0]
-        if self._device.type != "cpu":
+        if not self._on_cpu:
             obs = obs.to(self._device)
-        out = self.policy.act(obs, do_sample=self.settings.do_sample, temperature=self.settings.temperature)
-        actions = out.actions.detach().to("cpu", torch.float32).numpy()
+        actions = self.policy.act(obs, do_sample=self.settings.do_sample, temperature=self.settings.temperature).actions
+        if actions.requires_grad or actions.dtype is not torch.float32 or not actions.is_cpu:
+            actions = actions.detach().to("cpu", torch.float32)
+        actions = actions.numpy()
         self._last_model_ms = model_ms = (time.perf_counter() - t0) * 1000
         timing = {"model_ms": model_ms, "batch_size": len(actions)}
+        if len(batch) == 1:
+            rows, batched = batch[0]
+            return [(actions[: len(rows)] if batched else actions[0], timing)]
         results, start = [], 0
         for rows, batched in batch:
             n = len(rows)
