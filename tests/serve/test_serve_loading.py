@@ -162,6 +162,42 @@ def test_aloha_preset_and_a_yaml_mapping(tmp_path):
         load_mapping(str(tmp_path / "bad.yaml"))
 
 
+def test_the_mapped_request_is_a_writable_copy_and_nan_or_inf_anywhere_in_the_state_is_refused():
+    """What the policy receives owns its memory (a wire buffer is read-only and dies with the request), and the state's
+    NaN / inf check (a float64 sum for short states, numpy's isfinite for long ones) agrees with numpy's on every
+    vector, including finite float32 values whose float32 sum would overflow."""
+    from openpi_client import msgpack_numpy
+
+    from rlinf_core.serve.codecs import msgpack_loads
+
+    request = msgpack_loads(msgpack_numpy.packb(libero_request(0)))  # as the server decodes it: read-only arrays
+    assert not request["observation/image"].flags.writeable
+    obs = to_observation(request, PRESETS["libero"])
+    for tensor, key in ((obs.main_images, "observation/image"), (obs.wrist_images, "observation/wrist_image")):
+        assert torch.equal(tensor[0], torch.from_numpy(request[key].copy()))
+        assert tensor.numpy().flags.writeable and not np.shares_memory(tensor.numpy(), request[key])
+    assert obs.states[0].tolist() == request["observation/state"].tolist()
+    assert not np.shares_memory(obs.states.numpy(), request["observation/state"])
+
+    big = np.finfo(np.float32).max
+    rng = np.random.default_rng(0)
+    for size in (1, 8, 4096, 4097, 20000):
+        for poison in (None, np.nan, np.inf, -np.inf, "both infs", "huge"):
+            state = rng.standard_normal(size).astype(np.float32)
+            if poison == "both infs":
+                state[[0, -1]] = np.inf, -np.inf
+            elif poison == "huge":
+                state[:] = big  # finite; its float32 sum is inf
+            elif poison is not None:
+                state[rng.integers(size)] = poison
+            req = {**libero_request(0), "observation/state": state}
+            if np.isfinite(state).all():
+                assert to_observation(req, PRESETS["libero"]).states.shape == (1, size)
+            else:
+                with pytest.raises(BadRequest, match="holds NaN or inf"):
+                    to_observation(req, PRESETS["libero"])
+
+
 def test_rlinf_serve_command_serves_until_stopped(toy_export):
     import socket
 
