@@ -32,6 +32,8 @@ from rlinf_core.serve.mapping import ObsMapping, signature
 log = logging.getLogger("rlinf.serve")
 
 INLINE_MAX_MS = 20.0
+FITTING_PROMPTS_KEPT = 256  #: prompts (up to ``FITTING_PROMPT_MAX_CHARS`` long) that fit, not checked again
+FITTING_PROMPT_MAX_CHARS = 1024
 
 
 class PolicyFailure(RuntimeError):
@@ -78,6 +80,8 @@ class PolicyRunner:
         self._last_model_ms = 0.0
         self._device = loaded.policy.device
         self._on_cpu = self._device.type == "cpu"
+        self._may_run_inline = settings.max_batch == 1
+        self._fitting_prompts: set[str] = set()  # a client sends the same instruction every step of an episode
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="rlinf-serve-model", daemon=True)
         self._thread.start()
@@ -105,10 +109,14 @@ class PolicyRunner:
     def check(self, obs: Observation) -> None:
         """Refuse (:class:`BadRequest`) a prompt the policy's context cannot hold, before it is queued."""
         for prompt in obs.task_descriptions:
+            if prompt in self._fitting_prompts:
+                continue
             try:
                 self.policy.check_prompt(prompt)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
+            if len(prompt) <= FITTING_PROMPT_MAX_CHARS and len(self._fitting_prompts) < FITTING_PROMPTS_KEPT:
+                self._fitting_prompts.add(prompt)
 
     def submit(self, obs: Observation, batched: bool = False) -> Future:
         """Queue one observation (a batch of one), or the n rows of a batched request (``batched``, n <= max_batch);
@@ -124,7 +132,7 @@ class PolicyRunner:
     def run_inline(self, obs: Observation, batched: bool = False) -> tuple[np.ndarray, dict] | None:
         """:meth:`submit`'s result computed on this thread, or None when the model should run on its thread (batching
         is on, a job is queued or running, or the model's last run took ``INLINE_MAX_MS`` or more)."""
-        if self.settings.max_batch > 1 or self._last_model_ms >= INLINE_MAX_MS or self._jobs or self._closed:
+        if not self._may_run_inline or self._last_model_ms >= INLINE_MAX_MS or self._jobs or self._closed:
             return None
         if not self._model_lock.acquire(blocking=False):
             return None
