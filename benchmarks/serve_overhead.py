@@ -11,8 +11,9 @@ policies:
   mapped to an ``Observation`` by the same libero mapping, ``policy.act``, the actions as numpy). Overhead = the
   client's round trip less the time inside ``policy.act`` (timed alike in both).
 - **a policy that computes nothing** (a constant chunk): openpi's server hands the dict to ``policy.infer`` untouched,
-  ``rlinf serve`` still checks and maps it to an ``Observation`` (dtypes, shapes, NaN, a copy into writable torch
-  memory), which counts as its overhead here: that work sits in an openpi policy's input transforms.
+  ``rlinf serve`` still checks and maps it to an ``Observation`` (dtypes, shapes, the state's NaN / inf, torch
+  tensors over the request's image buffers), which counts as its overhead here: that work sits in an openpi
+  policy's input transforms.
 
 Per server: the overhead's p50 / p90 over all requests, the median over rounds of each round's p50 (wall clock), and
 the CPU time the server process used per request (the sum over its threads of the kernel's nanosecond run-time

@@ -162,22 +162,34 @@ def test_aloha_preset_and_a_yaml_mapping(tmp_path):
         load_mapping(str(tmp_path / "bad.yaml"))
 
 
-def test_the_mapped_request_is_a_writable_copy_and_nan_or_inf_anywhere_in_the_state_is_refused():
-    """What the policy receives owns its memory (a wire buffer is read-only and dies with the request), and the state's
-    NaN / inf check (a float64 sum for short states, numpy's isfinite for long ones) agrees with numpy's on every
-    vector, including finite float32 values whose float32 sum would overflow."""
+def test_the_mapped_images_share_the_decoded_request_and_outlive_it_and_nan_or_inf_in_the_state_is_refused():
+    """The images reach the policy without a copy (views of the bytes msgpack decoded, kept alive by the tensors
+    after the message and the request are gone, with no torch warning about read-only memory); the state is a copy.
+    The state's NaN / inf check (a float64 sum for short states, numpy's isfinite for long ones) agrees with numpy's
+    on every vector, including finite float32 values whose float32 sum would overflow."""
+    import gc
+    import warnings
+
     from openpi_client import msgpack_numpy
 
     from rlinf_core.serve.codecs import msgpack_loads
 
-    request = msgpack_loads(msgpack_numpy.packb(libero_request(0)))  # as the server decodes it: read-only arrays
+    sent = libero_request(0)
+    message = msgpack_numpy.packb(sent)
+    request = msgpack_loads(message)  # as the server decodes it: read-only arrays
     assert not request["observation/image"].flags.writeable
-    obs = to_observation(request, PRESETS["libero"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        obs = to_observation(request, PRESETS["libero"])
     for tensor, key in ((obs.main_images, "observation/image"), (obs.wrist_images, "observation/wrist_image")):
-        assert torch.equal(tensor[0], torch.from_numpy(request[key].copy()))
-        assert tensor.numpy().flags.writeable and not np.shares_memory(tensor.numpy(), request[key])
-    assert obs.states[0].tolist() == request["observation/state"].tolist()
+        assert np.shares_memory(tensor.numpy(), request[key]) and tensor.is_contiguous()
     assert not np.shares_memory(obs.states.numpy(), request["observation/state"])
+    del request, message
+    gc.collect()
+    _ = [bytes(sent["observation/image"].nbytes) for _ in range(20)]  # reuse of freed memory would show below
+    assert torch.equal(obs.main_images[0], torch.from_numpy(sent["observation/image"]))
+    assert torch.equal(obs.wrist_images[0], torch.from_numpy(sent["observation/wrist_image"]))
+    assert obs.states[0].tolist() == sent["observation/state"].tolist()
 
     big = np.finfo(np.float32).max
     rng = np.random.default_rng(0)

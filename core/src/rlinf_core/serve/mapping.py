@@ -9,11 +9,17 @@ client both turn it by 180°, openpi: examples/libero/main.py:115-116), so the s
 **policy resizes** (OpenVLA(-OFT): squash to its input size; π0: resize with padding), so any size is
 accepted unless the mapping or ``--image-size`` fixes one. The prompt is the raw task text: the policy
 applies its own template and lower-casing. States are float32, concatenated in the listed order.
+
+Images are not copied: the observation's image tensors share the request's memory (for a decoded message, the
+read-only bytes msgpack made, kept alive by the tensors), as openpi's server hands its policy the decoded arrays. A
+policy only reads its observation (:meth:`~rlinf_core.contracts.policy.Policy.act`). States are copied (they are
+small and checked for NaN / inf).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -190,7 +196,23 @@ def _image(value: Any, key: str, mapping: ObsMapping) -> np.ndarray:
         raise BadRequest(f"{key} is {h}x{w}, this server expects {want} images (its --image-size / mapping)")
     if h < MIN_IMAGE_SIDE or w < MIN_IMAGE_SIDE:
         raise BadRequest(f"{key} is {h}x{w}; images must be at least {MIN_IMAGE_SIDE} pixels a side")
-    return img.copy()  # C order, writable: wire buffers are read-only, torch wants writable memory
+    return img if img.flags.c_contiguous else np.ascontiguousarray(img)  # a view of the request when it can be
+
+
+_read_only_warning_spent = False
+
+
+def _image_tensor(img: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, also over a read-only request buffer. torch warns once per process that writing to such
+    a tensor is undefined; policies never write their observation, so that one warning is not shown to the user."""
+    global _read_only_warning_spent
+    if _read_only_warning_spent or img.flags.writeable:
+        return torch.from_numpy(img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(img)
+    _read_only_warning_spent = True
+    return tensor
 
 
 def _all_finite(arr: np.ndarray) -> bool:
@@ -239,7 +261,8 @@ def _field(request: dict, key: str, field_name: str, mapping: ObsMapping) -> Any
 
 
 def to_observation(request: Any, mapping: ObsMapping) -> Observation:
-    """The request as a batch-of-one :class:`Observation`; :class:`BadRequest` names the first problem."""
+    """The request as a batch-of-one :class:`Observation` (its images share the request's memory);
+    :class:`BadRequest` names the first problem."""
     if not isinstance(request, dict):
         raise BadRequest(f"the request must be a dict of observation keys, got {type(request).__name__}")
     main = _image(_field(request, mapping.image, "image", mapping), mapping.image, mapping)
@@ -248,7 +271,8 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
         value = _field(request, key, "wrist_images", mapping)
         if value is not _MISSING:
             wrists.append((key, value))
-    wrists = [_image(value, key, mapping) for key, value in wrists]
+    for i, (key, value) in enumerate(wrists):  # loops, not comprehensions: no function object per request
+        wrists[i] = _image(value, key, mapping)
     if len(wrists) > 1 and len({w.shape for w in wrists}) > 1:
         raise BadRequest(f"wrist images {list(mapping.wrist_images)} must share one size")
     parts = []
@@ -256,7 +280,8 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
         value = _field(request, key, "state", mapping)
         if value is not _MISSING:
             parts.append((key, value))
-    parts = [_state_part(value, key) for key, value in parts]
+    for i, (key, value) in enumerate(parts):
+        parts[i] = _state_part(value, key)
     if len(parts) not in (0, len(mapping.state)):
         raise BadRequest(f"send all of the state keys {list(mapping.state)} or none")
     for key, part, size in zip(mapping.state, parts, mapping.state_sizes if parts else ()):
@@ -275,11 +300,11 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
     prompt = _prompt(raw_prompt, mapping.prompt)
     wrist_t = None
     if len(wrists) == 1:
-        wrist_t = torch.from_numpy(wrists[0][None])  # one camera: [1, H, W, 3]
+        wrist_t = _image_tensor(wrists[0][None])  # one camera: [1, H, W, 3]
     elif wrists:
-        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3]
+        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3], a copy
     return Observation(
-        main_images=torch.from_numpy(main[None]),
+        main_images=_image_tensor(main[None]),
         task_descriptions=[prompt],
         wrist_images=wrist_t,
         states=torch.from_numpy(state[None]) if state is not None else None,
