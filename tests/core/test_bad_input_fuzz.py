@@ -433,11 +433,16 @@ def _kind_cases(tmp: Path):
     yield 1, "num_nodes 2", fit(_toy(trainer__num_nodes=2)), "torchrun --nnodes"
     yield 1, "num_nodes 4 flag", fit(None, "--trainer.num_nodes=4"), "needs a launcher"
     # 2. sizes: ranges at parse time, products by the memory estimate
-    yield 2, "action chunks 0", fit(_toy(**{pol + "num_action_chunks": 0})), "policy.num_action_chunks must be in"
-    yield 2, "bins 1", fit(_toy(**{pol + "num_bins": 1})), "policy.num_bins must be in"
-    yield 2, "bins huge", fit(_toy(**{pol + "num_bins": 10**8})), "policy.num_bins must be in"
-    yield 2, "hidden 0", fit(_toy(**{pol + "hidden_size": 0})), "policy.hidden_size must be in"
-    yield 2, "image size 0", fit(_toy(**{env + "image_size": 0})), "env.image_size must be in"
+    yield (
+        2,
+        "action chunks 0",
+        fit(_toy(**{pol + "num_action_chunks": 0})),
+        "policy.init_args.num_action_chunks must be in",
+    )
+    yield 2, "bins 1", fit(_toy(**{pol + "num_bins": 1})), "policy.init_args.num_bins must be in"
+    yield 2, "bins huge", fit(_toy(**{pol + "num_bins": 10**8})), "policy.init_args.num_bins must be in"
+    yield 2, "hidden 0", fit(_toy(**{pol + "hidden_size": 0})), "policy.init_args.hidden_size must be in"
+    yield 2, "image size 0", fit(_toy(**{env + "image_size": 0})), "env.init_args.image_size must be in"
     yield 2, "num_envs huge", fit(_toy(**{env + "num_envs": 2**30})), "GiB of host RAM per node, this machine has"
     yield 2, "rollout steps huge", fit(_toy(**{ro + "max_steps_per_rollout_epoch": 2**30})), "GiB of host RAM"
     # 3. YAML structure, named by key path
@@ -740,7 +745,7 @@ def test_blocking_the_core_plugin_warns_in_one_line(tmp_path, capsys, monkeypatc
     assert len(warnings) == 1 and "RLINF_BLOCK_PLUGINS=core is ignored" in warnings[0], warnings
 
 
-def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 120):
+def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 300):
     import os
     import subprocess
     import sys
@@ -767,7 +772,7 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
     out with a message (RLINF_RENDEZVOUS_TIMEOUT) instead of waiting forever."""
     import socket
 
-    out = _rlinf(["--trainer.num_nodes=2"], {}, tmp_path, timeout=120)
+    out = _rlinf(["--trainer.num_nodes=2"], {}, tmp_path, timeout=300)
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "torchrun --nnodes" in last and "Traceback" not in out.stderr, out.stderr[-800:]
     with socket.socket() as s:
@@ -791,7 +796,7 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
         ],
         env,
         tmp_path,
-        timeout=150,
+        timeout=300,
     )
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "rendezvous of 2 ranks" in last and "did not complete within 3 s" in last, (

@@ -68,6 +68,14 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "imagination.md",
         "rlinf wm-score rank --names sft step4 step8 step16 --real 0.23 0.30 0.41 0.45 --imagined 0.50 0.44 0.61 0.58",
     ): [],
+    (
+        "imagination.md",
+        "bash scripts/gpu_check.sh --prepare-imagination",
+    ): "downloads wheels and takes 30 min on CPU; tests/test_gpu_check_imagination.py prepares a tiny carry with it",
+    (
+        "imagination.md",
+        "bash scripts/gpu_check.sh --dry-run --parts imagination",
+    ): "tests/test_gpu_check_imagination.py runs the dry run (into tmp_path)",
     ("opensora.md", "pip install -e plugins/rlinf-wm-opensora"): "scripts/install.sh installs every plugin",
     (
         "opensora.md",

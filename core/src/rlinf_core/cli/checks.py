@@ -27,14 +27,10 @@ from typing import Any
 import yaml
 
 from rlinf_core.cli.action_sizes import check_action_sizes
-from rlinf_core.cli.combos import (
-    check_built_module,
-    check_combinations,
-    check_lightning_optimizer,
-    check_signature_values,
-)
+from rlinf_core.cli.combos import check_built_module, check_combinations
 from rlinf_core.cli.eval_only import check_trainable_policy
-from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
+from rlinf_core.cli.machine import check_lightning_optimizer, check_machine, start_rendezvous_watchdog
+from rlinf_core.cli.signatures import check_signature_values
 
 WARNINGS: list[str] = []
 

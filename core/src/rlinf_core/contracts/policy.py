@@ -87,6 +87,9 @@ class Policy(nn.Module):
     #: the key of the dataset statistics the policy un-normalises its actions with (OpenVLA's ``unnorm_key``;
     #: ``rlinf serve``'s REST protocol refuses a request for another one); ``None``: one set of statistics
     unnorm_key: str | None = None
+    #: the ``model_type`` in ``config.json`` of the checkpoints this class loads (``rlinf serve`` picks the class by it
+    #: for a directory whose ``save_pretrained`` recorded no class); ``None``: none
+    model_type: str | None = None
     #: the policy cannot be trained (a policy served elsewhere, :class:`rlinf_core.remote.policy.RemotePolicy`):
     #: ``rlinf fit`` refuses it in one line; ``rlinf validate`` evaluates it
     eval_only: bool = False

@@ -14,18 +14,18 @@ import numpy as np
 import torch
 
 from rlinf_core.callbacks.eval_report import suite_columns
-from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.interruption import EpisodesInterrupted
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 
 log = logging.getLogger("rlinf.eval")
 
 
 @torch.no_grad()
 def eval_passes(
-    env: Env,
+    env: BatchedEnv,
     policy: Policy,
     device: torch.device | str,
     passes: int,

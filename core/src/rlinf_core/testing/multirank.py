@@ -62,7 +62,7 @@ class ScaleProbe(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx != 0:
             return
-        envs = pl_module._stage_envs
+        envs = pl_module.train_envs
         self.record["epochs"].append(
             {
                 "pools": [env.pool.tolist() for env in envs],
@@ -166,7 +166,7 @@ def reach_config(
     }
 
 
-def run_fit(tmp_path: Path, config: dict, pythonpath: tuple[str | Path, ...] = (), timeout: int = 300) -> list[dict]:
+def run_fit(tmp_path: Path, config: dict, pythonpath: tuple[str | Path, ...] = (), timeout: int = 900) -> list[dict]:
     """Run ``rlinf fit`` on ``config`` in ``tmp_path`` and return each rank's :class:`ScaleProbe` record.
 
     ``pythonpath``: extra import roots (e.g. a test folder with more callbacks)."""
