@@ -204,7 +204,7 @@ class ServerProcess:
             tunables = os.environ.get("GLIBC_TUNABLES")
             env = {**os.environ, "GLIBC_TUNABLES": f"{tunables}:{NO_REP_MOVSB}" if tunables else NO_REP_MOVSB}
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        wait_listening(self.port, timeout_s=60.0 if callgrind_dir is None else 1800.0, process=self.process)
+        wait_listening(self.port, timeout_s=300.0 if callgrind_dir is None else 1800.0, process=self.process)
 
     def cpu_s(self) -> float:
         """CPU seconds the process's threads have run so far (the kernel's per-thread nanosecond counters)."""
