@@ -16,15 +16,23 @@ end identical, training changed the parameters): FSDP2 really shards the policy;
 
 How close to DDP, on any CPU: :func:`~rlinf_core.testing.multirank.assert_trains_like` (its docstring derives the
 bound and lists the bugs each comparison catches), which needs AdamW with ``adam_eps: 1`` (:data:`OPTIM`). Why, in
-numbers: with the usual ε = 1e-8 (and lr 1e-3) the clipped gradients' small elements sit where AdamW's step moves by
-up to lr/ε per unit of gradient. Two DDP runs on one AMD EPYC, one under ``ATEN_CPU_CAPABILITY=avx2`` and one under
-the default avx512, then ended 1.2e-4 apart at ``value_head.mlp.0.weight``: one hidden unit whose first gradients
-were ~1e-9, so that its Adam state was set by the fourth step's gradient, which the other runs' rounding had by then
-moved by 4e-3 of itself (gradients at the first three steps: within 2e-6). The same place and size (1.2e-4) is where
-an AVX-512 + AMX Xeon's DDP and sharded runs parted. The SigLIP key biases, whose gradient is 0 in exact arithmetic
-(the softmax over keys ignores a shift shared by all keys), moved by lr-sized steps on rounding noise alone; under ε
-= 1 they are held to rounding of the largest move (``exempt``). Measured under ε = 1 (same EPYC): end parameters
-within 1.3e-6 of DDP's move (FSDP2, DeepSpeed, DDP under avx2), metrics within 4e-7 relative.
+numbers (π0.5, AdamW's usual ε = 1e-8, lr 1e-3, one AMD EPYC):
+
+- The runs differ from the first step on: a sharded strategy sums the squares for the clipping norm over shards, in
+  another order than DDP, so its clipped gradients are DDP's times 1 + 2e-7 (every element above 1e-3 of the
+  largest within 1 + 1.1e-7 and 1 + 2.8e-7). Another CPU's kernels move them more: DDP under
+  ``ATEN_CPU_CAPABILITY=avx2`` against the default avx512, by up to 1e-5 of their size.
+- AdamW's step ``lr·m̂/(√v̂ + ε)`` moves by up to lr/ε per unit of gradient where ``|g| ≲ ε``, and the clipped
+  gradients' small elements are there (the critic's are ≤ 3e-4, many ~1e-9). After 3 steps the weights differed
+  by up to 7e-6 (the key biases below: 7e-5) and the 4th gradient by 4e-3 of its size. One hidden unit of the
+  critic, whose first gradients were ~1e-9 so that its Adam state was set by the 4th, ended 1.2e-4 apart
+  (``value_head.mlp.0.weight``, DDP avx2 vs avx512): the place and size where an AVX-512 + AMX Xeon's DDP and
+  sharded runs parted. The SigLIP key biases, whose gradient is 0 in exact arithmetic (the softmax over keys
+  ignores a shift shared by all keys), moved by lr-sized steps on rounding noise alone; under ε = 1 they are held
+  to rounding of the largest move (``exempt``).
+
+Measured under ε = 1 on the EPYC: end parameters within 2e-6 of DDP's move (FSDP2, DeepSpeed, and DDP under avx2),
+metrics within 2e-6 relative.
 """
 
 from __future__ import annotations
