@@ -53,8 +53,8 @@ def test_every_route_to_a_saved_directory_gives_the_same_policy(tiny, tmp_path):
     expected = trained.eval().act(obs, do_sample=False)
     for policy in (yaml, pretrained, served):
         got = policy.eval().act(obs, do_sample=False)
-        assert torch.allclose(got.actions, expected.actions, atol=1e-5)
-        assert torch.allclose(got.values, expected.values, atol=1e-5)
+        # the same weights and code on the same observation, in one process: equal on any CPU
+        assert torch.equal(got.actions, expected.actions) and torch.equal(got.values, expected.values)
 
 
 def test_a_setting_given_wins_over_the_recorded_one_on_every_route(tiny, tmp_path):
