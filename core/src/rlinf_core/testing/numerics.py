@@ -34,10 +34,10 @@ U32 = 2.0**-24  #: float32 unit roundoff
 K_SIGMA = 10.0  #: margin, in standard deviations of the rounding difference
 
 
-def reorder_rtol(n: int, depth: int = 1, gain: float = 1.0) -> float:
-    """``gain · 10 · sqrt(depth · n) · 2**-24``: how far two float32 evaluations of the same chain of ``depth`` sums of
-    at most ``n`` terms may differ, relative to the output's size."""
-    return gain * K_SIGMA * math.sqrt(depth * max(n, 1)) * U32
+def reorder_rtol(n: int, depth: int = 1, gain: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+    """``gain · 10 · sqrt(depth · n) · u``: how far two evaluations of the same chain of ``depth`` sums of at most
+    ``n`` terms may differ, relative to the output's size (``u``: ``dtype``'s unit roundoff, 2**-24 for float32)."""
+    return gain * K_SIGMA * math.sqrt(depth * max(n, 1)) * torch.finfo(dtype).eps / 2
 
 
 def assert_close_reordered(
@@ -48,6 +48,6 @@ def assert_close_reordered(
     gain: float = 1.0,
     msg: str | None = None,
 ) -> None:
-    """``|actual - expected| <= reorder_rtol(n, depth, gain) · max|expected|`` everywhere."""
-    atol = reorder_rtol(n, depth, gain) * float(expected.detach().abs().max())
+    """``|actual - expected| <= reorder_rtol(n, depth, gain, expected.dtype) · max|expected|`` everywhere."""
+    atol = reorder_rtol(n, depth, gain, expected.dtype) * float(expected.detach().abs().max())
     torch.testing.assert_close(actual, expected, rtol=0.0, atol=atol, msg=msg)
