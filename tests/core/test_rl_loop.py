@@ -274,6 +274,7 @@ def test_resume_from_checkpoint_continues_sampler_and_steps(tmp_path):
     assert resumed._optim_steps_done == state["optim_steps_done"] + resumed.optimizer_steps_per_epoch
 
 
+@pytest.mark.numeric
 def test_logged_losses_do_not_depend_on_micro_batch_size(tmp_path):
     logged = []
     for micro in (96, 24):

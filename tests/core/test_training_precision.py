@@ -81,6 +81,7 @@ class _GradientProbe(pl.Callback):
         self.before_clip.append(_norm(pl_module.policy.parameters()))
 
 
+@pytest.mark.numeric
 def test_16_mixed_clips_the_unscaled_gradients(tmp_path):
     clip = 1e-3  # far below every gradient norm of this model: every step is clipped
     module, probe = _module(clip_grad=clip), _GradientProbe()

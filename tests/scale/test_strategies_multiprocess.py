@@ -15,6 +15,8 @@ import pytest
 
 from rlinf_core.testing.multirank import PARITY_OPTIM, assert_trains_like, check_ranks, reach_config, run_fit
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 HERE = Path(__file__).parent
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32}}

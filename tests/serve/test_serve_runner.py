@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import torch
 from tests.serve.conftest import libero_request
 
 from rlinf_core.serve.loading import LoadOptions, load_policy
 from rlinf_core.serve.mapping import PRESETS, to_observation
 from rlinf_core.serve.runner import InferenceSettings, PolicyFailure, PolicyRunner
+
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
 
 
 def _held_runner(toy_export, max_batch: int):

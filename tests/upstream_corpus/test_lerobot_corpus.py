@@ -17,6 +17,8 @@ import torch
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.serve.loading import LoadOptions, load_policy
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 HERE = Path(__file__).resolve().parent
 TOKENIZER = HERE / "openpi_pi0" / "paligemma_tokenizer.model"
 EXPERT_LM_HEAD = "paligemma_with_expert.gemma_expert.lm_head.weight"  # in lerobot's file, never used

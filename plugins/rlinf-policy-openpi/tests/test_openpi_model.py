@@ -13,6 +13,8 @@ from rlinf_policy_openpi.checkpoint import load_model
 from rlinf_policy_openpi.config import variant_from_keys
 from rlinf_policy_openpi.testing import FLOAT32_SUMS, make_inputs
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 
 @pytest.fixture(scope="module", params=[False, True], ids=["pi0", "pi05"])
 def model(request, tiny):

@@ -14,6 +14,8 @@ from rlinf_policy_openpi.policy import OpenPIPolicy
 from rlinf_policy_openpi.settings import NoiseConfig, grouped
 from rlinf_policy_openpi.testing import FLOAT32_SUMS
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 VLM = "paligemma_with_expert.paligemma."
 # A recompute (evaluate) of a rollout's log-probs runs the same float32 passes as the rollout: their velocities may
 # differ by reordered sums, reorder_rtol(*FLOAT32_SUMS) of their size (<= 5 here). A Gaussian log-density moves by

@@ -13,6 +13,8 @@ from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import ExploreNoiseNet
 from rlinf_policy_openpi.sampler import FlowSampler
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 B, H, A, W = 4, 3, 5, 16
 # Two float32 evaluations of one step's Gaussian (the rollout's and the recompute's, or a formula's) may differ by
 # reordered sums: in the velocity, at most reorder_rtol(W, 4) of its size (sums of <= W = 16 terms, 4 in a row: the

@@ -4,6 +4,7 @@ restore the same settings, through :class:`rlinf_core.models.settings.SavedSetti
 
 from __future__ import annotations
 
+import pytest
 import torch
 from jsonargparse import ArgumentParser
 
@@ -11,6 +12,8 @@ from rlinf_core.contracts.observation import Observation
 from rlinf_core.serve.loading import LoadOptions, load_policy
 from rlinf_policy_openpi.policy import OpenPIPolicy
 from rlinf_policy_openpi.settings import CriticConfig, NoiseConfig
+
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
 
 
 def _from_yaml(model_path, *extra: str) -> OpenPIPolicy:

@@ -46,6 +46,8 @@ from safetensors.torch import load_file
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.testing.multirank import PARITY_OPTIM, assert_trains_like, check_ranks, reach_config, run_fit
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"critic": {"after_vlm": True}, "train_expert_only": False}),
     "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "critic": {"detach_input": False}}),

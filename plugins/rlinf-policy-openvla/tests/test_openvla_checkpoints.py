@@ -16,6 +16,8 @@ from rlinf_policy_openvla.make_tiny import main as make_tiny_main
 from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.vit import TIMM_PRESETS
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 TOKENIZER_FILES = [
     "tokenizer.model",
     "tokenizer.json",

@@ -7,6 +7,8 @@ from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.settings import ActionConfig
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 
 def _count_calls(policy) -> dict:
     """Forward calls of a submodule inside the first Llama layer and inside the first block of each ViT tower."""

@@ -21,6 +21,8 @@ from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openvla.processing import pixel_values, resize_images
 from rlinf_policy_openvla.settings import InputConfig
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 
 def _images(h: int, w: int, n: int = 3, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)

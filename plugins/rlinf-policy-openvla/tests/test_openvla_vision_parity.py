@@ -17,6 +17,8 @@ import torch
 from rlinf_core.testing.numerics import reorder_rtol
 from rlinf_policy_openvla.vit import TIMM_PRESETS, TimmViT, ViTSpec
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 DINO_ID, SIGLIP_ID = "vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"
 SIZES = {"image_size": 42, "patch_size": 14, "width": 48, "depth": 3, "heads": 4}
 

@@ -290,7 +290,8 @@ def assert_trains_like(
 ) -> None:
     """Assert that a run trained as ``reference`` did, on any CPU: the same config under another strategy (or
     another CPU's kernels), so the same float32 sums taken in other orders (per rank, per micro-batch, per bucket,
-    per kernel blocking). Both runs: :func:`reach_config` with ``save_params`` and ``optim`` :data:`PARITY_OPTIM`.
+    the clipping norm over shards, per kernel blocking). Both runs: :func:`reach_config` with ``save_params`` and
+    ``optim`` :data:`PARITY_OPTIM`.
 
     Why ``adam_eps: 1``: AdamW's step ``lr·m̂/(√v̂ + ε)`` changes by up to ``lr/ε`` per unit of gradient where
     ``|g| ≲ ε``. With the usual ε = 1e-8, a clipped gradient (norm 1 over many parameters) has many elements in
