@@ -15,11 +15,18 @@
 #   bash scripts/test_cpu_kernels.sh                      # the quick numeric tests, every setting
 #   bash scripts/test_cpu_kernels.sh -m numeric           # with the slow ones (multi-rank strategy runs)
 #   RLINF_CPU_KERNELS="default avx2" bash scripts/test_cpu_kernels.sh   # some settings only
+#   bash scripts/test_cpu_kernels.sh --after-suite        # what scripts/test.sh runs: not this CPU's own setting,
+#                                                         # which the suite has just run
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${RLINF_VENV:-$ROOT/.venv}/bin/python"
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
+after_suite=0
+if [ "${1:-}" = "--after-suite" ]; then
+    after_suite=1
+    shift
+fi
 if [ $# -eq 0 ]; then set -- -m "numeric and not slow"; fi
 
 declare -A ONEDNN=([default]=SSE41 [avx2]=AVX2 [avx512]=AVX512_CORE)
@@ -32,6 +39,10 @@ for cap in ${RLINF_CPU_KERNELS:-default avx2 avx512}; do
     setting="ATEN_CPU_CAPABILITY=$cap ONEDNN_MAX_CPU_ISA=${ONEDNN[$cap]} MKL_CBWR=${MKL[$cap]}"
     if [ "${LEVEL[$cap]}" -gt "${LEVEL[$native]:-2}" ]; then
         verdicts+=("$setting: skipped (this CPU's level is $native)")
+        continue
+    fi
+    if [ $after_suite -eq 1 ] && [ "${LEVEL[$cap]}" -eq "${LEVEL[$native]:-2}" ]; then
+        verdicts+=("$setting: this CPU's own kernels, run by the suite")
         continue
     fi
     log="$(mktemp)"
