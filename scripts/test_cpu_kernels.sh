@@ -14,7 +14,7 @@
 # runs `-m "numeric and not slow"` with RLINF_TEST_WORKERS (2) xdist workers, e.g.
 #   bash scripts/test_cpu_kernels.sh                      # the quick numeric tests, every setting
 #   bash scripts/test_cpu_kernels.sh -m numeric           # with the slow ones (multi-rank strategy runs)
-#   RLINF_CPU_KERNELS="default avx2" bash scripts/test_cpu_kernels.sh   # some settings only
+#   RLINF_CPU_KERNELS="default avx2" bash scripts/test_cpu_kernels.sh   # some settings only (set but empty: none)
 #   bash scripts/test_cpu_kernels.sh --after-suite        # what scripts/test.sh runs: not this CPU's own setting,
 #                                                         # which the suite has just run
 set -uo pipefail
@@ -35,7 +35,7 @@ declare -A LEVEL=([default]=0 [avx2]=1 [avx512]=2 [DEFAULT]=0 [AVX2]=1 [AVX512]=
 native="$("$PY" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')"
 failed=0
 verdicts=()
-for cap in ${RLINF_CPU_KERNELS:-default avx2 avx512}; do
+for cap in ${RLINF_CPU_KERNELS-default avx2 avx512}; do
     setting="ATEN_CPU_CAPABILITY=$cap ONEDNN_MAX_CPU_ISA=${ONEDNN[$cap]} MKL_CBWR=${MKL[$cap]}"
     if [ "${LEVEL[$cap]}" -gt "${LEVEL[$native]:-2}" ]; then
         verdicts+=("$setting: skipped (this CPU's level is $native)")
@@ -60,5 +60,5 @@ for cap in ${RLINF_CPU_KERNELS:-default avx2 avx512}; do
     fi
     rm -f "$log"
 done
-printf '%s\n' "${verdicts[@]}"
+if [ ${#verdicts[@]} -gt 0 ]; then printf '%s\n' "${verdicts[@]}"; fi
 exit $failed
