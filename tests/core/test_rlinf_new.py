@@ -43,7 +43,7 @@ def test_bad_names_taken_names_and_existing_directories_are_one_line_refusals(tm
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=1500, **kw)
 
 
 @pytest.mark.slow
