@@ -57,8 +57,9 @@ for cap in ${RLINF_CPU_KERNELS-default avx2 avx512}; do
         failed=1
         verdicts+=("$setting: FAIL ($summary) in $(($(date +%s) - start)) s")
         grep -E '^(FAILED|ERROR) ' "$log" | sed "s/^/  [$cap] /"
+        echo "  [$cap] the whole pytest output: $log"
     fi
-    rm -f "$log"
+    if [ $rc -eq 0 ]; then rm -f "$log"; fi
 done
 if [ ${#verdicts[@]} -gt 0 ]; then printf '%s\n' "${verdicts[@]}"; fi
 exit $failed
