@@ -17,12 +17,13 @@ import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.foundation.checks import check_number
-from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
+from rlinf_core.rl.algorithms.losses import KL_ESTIMATORS, kl_penalty, masked_mean, ppo_actor_loss
 from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
 LossAgg = Literal["step_mean", "trajectory_mean"]
+KLEstimator = Literal["k1", "k2", "k3"]
 
 
 class Reducer:
@@ -84,6 +85,11 @@ class Algorithm:
             sub-steps of its trajectory) and the sum is divided by *all* stored entries, masked
             ones included, so every trajectory counts equally and dropped (filtered) groups
             scale the loss down as upstream. Needs ``auto_reset: false``.
+        kl_beta: coefficient of a penalty ``kl_beta · KL(π_θ ‖ π_ref)`` toward the reference policy: the policy
+            as it was when training started (the RL module keeps a frozen copy of it and computes its log-probs
+            of every rollout). ``0``: no penalty, no reference copy.
+        kl_penalty: the per-entry KL estimator (:func:`~rlinf_core.rl.algorithms.losses.kl_penalty`): ``k3``
+            (GRPO's, ≥ 0), ``k2`` or ``k1``; at ``logprob_type`` granularity, aggregated like the actor loss.
     """
 
     uses_critic = False
@@ -99,6 +105,8 @@ class Algorithm:
         logprob_type: Level = "token_level",
         entropy_type: Level = "token_level",
         loss_agg: LossAgg = "step_mean",
+        kl_beta: float = 0.0,
+        kl_penalty: KLEstimator = "k3",
     ) -> None:
         if clip_ratio_c is not None and clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 (or null to disable), got {clip_ratio_c}")
@@ -113,6 +121,9 @@ class Algorithm:
         check_number("algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True)
         check_number("algorithm.entropy_bonus", entropy_bonus)
         check_number("algorithm.update_epoch", update_epoch, low=1, high=1000)
+        check_number("algorithm.kl_beta", kl_beta, low=0)
+        if kl_penalty not in KL_ESTIMATORS:
+            raise ValueError(f"kl_penalty must be one of {', '.join(KL_ESTIMATORS)}, got {kl_penalty!r}")
         if loss_agg not in ("step_mean", "trajectory_mean"):
             raise ValueError(f"loss_agg must be 'step_mean' or 'trajectory_mean', got {loss_agg!r}")
         self.loss_agg = loss_agg
@@ -124,7 +135,14 @@ class Algorithm:
         self.reward_type = reward_type
         self.logprob_type = logprob_type
         self.entropy_type = entropy_type
+        self.kl_beta = kl_beta
+        self.kl_penalty = kl_penalty
         self.denominators: list[Denominators] = []  # per minibatch of the current RL step (prepare_update)
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the loss needs the reference policy's log-probs of the rollout (``Samples.ref_logprobs``)."""
+        return self.kl_beta > 0
 
     def check(self, env, policy) -> None:
         """Raise a one-line ``ValueError`` if ``env`` / ``policy`` settings cannot work with this
@@ -257,6 +275,16 @@ class Algorithm:
         metrics = {f"train/actor/{k}": v for k, v in stats.items()}
         metrics["train/actor/policy_loss"] = policy_loss.detach()
         loss = policy_loss if actor_enabled else policy_loss * 0.0
+        if self.uses_reference:
+            if mb.ref_logprobs is None:
+                raise RuntimeError(
+                    "algorithm.kl_beta > 0 needs the reference policy's log-probs (Samples.ref_logprobs)"
+                )
+            ref = reduce_level(mb.ref_logprobs.to(logp.device), self.logprob_type)
+            kl = masked_mean(kl_penalty(logp, ref, self.kl_penalty), mask, denom * n_per_entry)
+            metrics["train/actor/kl_to_reference"] = kl.detach()
+            if actor_enabled:
+                loss = loss + self.kl_beta * kl
         if out.entropy is not None:
             ent = reduce_level(out.entropy, self.entropy_type)
             ent_mask = expand_to(weighted.to(ent.device), self.entropy_type).expand_as(ent)
