@@ -223,7 +223,6 @@ def sft_settings(args: argparse.Namespace) -> dict:
         "sft_epochs": args.sft_epochs,
         "sft_arg": args.sft_arg,
         "eval_trials": args.eval_trials,
-        "greedy_eval": args.greedy_eval,
         "kernels": cpu_kernels(),
         "torch": torch.__version__,
         "configs_sha256": digest.hexdigest()[:16],
@@ -271,6 +270,14 @@ GREEDY = ["--model.init_args.rollout.do_sample_eval=false",
           "--model.init_args.eval_env.init_args.video_cfg.save_video=false"]  # fmt: skip
 
 
+def greedy_sft_eval(args: argparse.Namespace, run: Runner, base: Path) -> None:
+    """The SFT policy in ``base`` on the held-out scenes, with greedy actions."""
+    run("eval SFT greedily", [str(run.bin / "rlinf"), "validate", "--config", str(CONFIGS / "quickstart_grpo.yaml"),
+                              *eval_overrides(args, base),
+                              f"--model.init_args.policy.init_args.model_path={base / 'sft_policy'}", *GREEDY,
+                              "--trainer.logger.init_args.name=sft_eval_greedy"], base / "logs")  # fmt: skip
+
+
 def run_sft_stages(args: argparse.Namespace, run: Runner, base: Path) -> None:
     """Stages 1-4 (and the SFT policy's greedy eval with ``--greedy-eval``), everything under ``base``."""
     py, rlinf, logs = sys.executable, str(run.bin / "rlinf"), base / "logs"
@@ -295,8 +302,7 @@ def run_sft_stages(args: argparse.Namespace, run: Runner, base: Path) -> None:
                                         f"{base / 'videos' / 'sft'}",
                                         "--trainer.logger.init_args.name=sft_eval"], logs)  # fmt: skip
     if args.greedy_eval:
-        run("eval SFT greedily", [rlinf, "validate", "--config", grpo, *eval_overrides(args, base), policy, *GREEDY,
-                                  "--trainer.logger.init_args.name=sft_eval_greedy"], logs)  # fmt: skip
+        greedy_sft_eval(args, run, base)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"[{run.elapsed()}] SFT stages: reusing {sft_dir} (same settings; their times count below)")
                 run.times.update(times)
+                if args.greedy_eval and "eval SFT greedily" not in times:  # made without it: add it
+                    greedy_sft_eval(args, run, sft_dir)
+                    record = json.loads((sft_dir / "sft.json").read_text())
+                    record["times"]["eval SFT greedily"] = run.times["eval SFT greedily"]
+                    (sft_dir / "sft.json").write_text(json.dumps(record, indent=1))
     (out / "run.json").write_text(json.dumps({"sft_dir": str(sft_dir)}))
     if args.sft_only:
         return sft_report(args, out, sft_dir, run.times)

@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 def sft_key(rest: list[str], eval_trials: int) -> str:
     """A folder name for the SFT options among the quickstart options ``rest`` (RL options do not change it)."""
     q = quickstart.parse_args([*rest, "--eval-trials", str(eval_trials)])
-    options = [q.tasks, q.demos_per_task, q.sft_epochs, q.sft_arg, q.eval_trials, q.greedy_eval]
+    options = [q.tasks, q.demos_per_task, q.sft_epochs, q.sft_arg, q.eval_trials]
     digest = hashlib.sha256(json.dumps(options).encode()).hexdigest()[:8]
     return f"demos{q.demos_per_task}-epochs{q.sft_epochs}-eval{q.eval_trials}-{digest}"
 
