@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -95,12 +96,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished child processes (and theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Runner:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.logs = out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.times: dict[str, float] = {}
+        # CPU seconds of each stage's processes (user + system, workers included): its cost on an idle machine,
+        # whatever else the machine was running
+        self.cpu: dict[str, float] = {}
         self.t0 = time.perf_counter()
         self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                     "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1",
@@ -113,7 +123,7 @@ class Runner:
         log = logs / f"{len(self.times) + 1}_{name.replace(' ', '_')}.log"
         shown = log.relative_to(self.out) if log.is_relative_to(self.out) else log
         print(f"[{self.elapsed()}] {name} ... (log: {shown})", flush=True)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), children_cpu_seconds()
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
@@ -133,7 +143,9 @@ class Runner:
                     echo = False
             proc.wait()
         self.times[name] = time.perf_counter() - t
+        self.cpu[name] = children_cpu_seconds() - cpu
         (self.out / "times.json").write_text(json.dumps(self.times, indent=1))
+        (self.out / "cpu_seconds.json").write_text(json.dumps(self.cpu, indent=1))
         if proc.returncode != 0:
             tail = log.read_text().splitlines()[-25:]
             print("\n".join(tail), file=sys.stderr)
@@ -325,14 +337,17 @@ def main(argv: list[str] | None = None) -> int:
             times = finished_sft(sft_dir, settings)
             if times is None:
                 run_sft_stages(args, run, fresh_results_dir(sft_dir))
-                (sft_dir / "sft.json").write_text(json.dumps({"settings": settings, "times": run.times}, indent=1))
+                record = {"settings": settings, "times": run.times, "cpu_seconds": run.cpu}
+                (sft_dir / "sft.json").write_text(json.dumps(record, indent=1))
             else:
                 print(f"[{run.elapsed()}] SFT stages: reusing {sft_dir} (same settings; their times count below)")
                 run.times.update(times)
+                run.cpu.update(json.loads((sft_dir / "sft.json").read_text()).get("cpu_seconds", {}))
                 if args.greedy_eval and "eval SFT greedily" not in times:  # made without it: add it
                     greedy_sft_eval(args, run, sft_dir)
                     record = json.loads((sft_dir / "sft.json").read_text())
                     record["times"]["eval SFT greedily"] = run.times["eval SFT greedily"]
+                    record.setdefault("cpu_seconds", {})["eval SFT greedily"] = run.cpu["eval SFT greedily"]
                     (sft_dir / "sft.json").write_text(json.dumps(record, indent=1))
     (out / "run.json").write_text(json.dumps({"sft_dir": str(sft_dir)}))
     if args.sft_only:
@@ -434,7 +449,9 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     curve = learning_curve(rl_dir, sft, out / "learning_curve.png")
     videos = sorted((out / "videos").rglob("*.mp4")) + sorted((sft_base / "videos").rglob("*.mp4"))
     total = sum(times.values())
-    timing = "\n".join(f"- {k}: {v:.0f} s" for k, v in times.items()) + f"\n- total: {total:.0f} s"
+    cpu = read_cpu_seconds(out)
+    timing = "\n".join(f"- {k}: {v:.0f} s" + (f" (CPU {cpu[k]:.0f} s)" if k in cpu else "") for k, v in times.items())
+    timing += f"\n- total: {total:.0f} s" + (f" (CPU {sum(cpu.values()):.0f} s)" if cpu else "")
     if sft_base != out:
         timing += f"\n\n(The SFT stages ran once in {sft_base}, for every run with the same settings.)"
     kernels = cpu_kernels()
@@ -465,6 +482,7 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
         "sampled": summary(args.tasks, sft, rl),
         "train_success": train,
         "times": times,
+        "cpu_seconds": cpu,
     }
     if greedy:
         results["greedy"] = summary(args.tasks, *greedy)
@@ -483,11 +501,18 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     return 0
 
 
+def read_cpu_seconds(out: Path) -> dict[str, float]:
+    """The stages' CPU seconds that ``Runner`` recorded in ``out`` (none for runs made before it recorded them)."""
+    path = out / "cpu_seconds.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def sft_report(args: argparse.Namespace, out: Path, sft_base: Path, times: dict[str, float]) -> int:
     """``results.json`` (and the printed table) of a ``--sft-only`` run: the SFT policy's held-out evals."""
     tb = sft_base / "tensorboard"
     results = {"seed": args.seed, "tasks": args.tasks, "cpu": cpu_name(), "kernels": cpu_kernels(),
-               "torch": torch_version(), "sft_dir": str(sft_base), "times": times}  # fmt: skip
+               "torch": torch_version(), "sft_dir": str(sft_base), "times": times,
+               "cpu_seconds": read_cpu_seconds(out)}  # fmt: skip
     for mode, name in (("sampled", "sft_eval"), ("greedy", "sft_eval_greedy")):
         if (tb / name).is_dir():
             sft = eval_results(tb / name / "version_0")[-1]

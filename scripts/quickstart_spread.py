@@ -199,6 +199,7 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
     torch_versions = sorted({r["torch"] for r in runs})
     kernels = sorted({f"{r['run'].split('-seed')[0]}: {r['kernels']}" for r in runs})
     times = [sum(r["times"].values()) for r in runs]
+    cpu = [sum(r["cpu_seconds"].values()) for r in runs if r.get("cpu_seconds")]
     text = [
         f"# Quickstart spread: {args.name}",
         "",
@@ -209,7 +210,12 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
         "rates); **↓** marks a task that fell by more than one s.e.",
         "",
         f"Quickstart time per run (SFT stages included, {len(runs)} runs, machine load not controlled): "
-        f"{quickstart.fmt_duration(min(times))} … {quickstart.fmt_duration(max(times))}.",
+        f"{quickstart.fmt_duration(min(times))} … {quickstart.fmt_duration(max(times))}"
+        + (
+            f"; CPU time (all its processes) {quickstart.fmt_duration(min(cpu))} … {quickstart.fmt_duration(max(cpu))}."
+            if cpu
+            else "."
+        ),
     ]
     for mode, title in (("sampled", "sampled actions (the quickstart's eval)"), ("greedy", "greedy actions")):
         with_mode = [r for r in runs if mode in r]

@@ -25,15 +25,15 @@ def _result(per_task: dict[str, float]) -> dict:
 
 def test_readme_row_format():
     header, row = _quickstart().readme_row(0, TASKS, _result(dict(zip(TASKS, (0.3, 0.5)))),
-                                           _result(dict(zip(TASKS, (0.4, 1.0)))), 546.0)  # fmt: skip
-    assert row == "| 0 | 30% → 40% | 50% → 100% | **40.0% → 70.0%** | **+30.0** | 9 min 6 s |"
+                                           _result(dict(zip(TASKS, (0.4, 1.0)))), 546.0, "AMD EPYC, AVX2")  # fmt: skip
+    assert row == "| 0 | 30% → 40% | 50% → 100% | **40.0% → 70.0%** | **+30.0** | 9 min 6 s | AMD EPYC, AVX2 |"
     assert header.splitlines()[0].startswith("| seed | button-press-topdown: SFT → SFT+GRPO | drawer-close:")
 
 
 def test_the_readme_table_is_the_quickstarts():
     readme = (ROOT / "README.md").read_text()
     header, _ = _quickstart().readme_row(
-        0, TASKS, _result(dict.fromkeys(TASKS, 0.0)), _result(dict.fromkeys(TASKS, 0.0)), 0
+        0, TASKS, _result(dict.fromkeys(TASKS, 0.0)), _result(dict.fromkeys(TASKS, 0.0)), 0, ""
     )
     assert header in readme, "the README's quickstart table header is not the one scripts/quickstart.py writes"
     recorded = (ROOT / "docs" / "quickstart_runs" / "seed0.md").read_text()
