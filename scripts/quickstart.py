@@ -473,6 +473,7 @@ def report(args: argparse.Namespace, out: Path, times: dict[str, float], run: Ru
     results = {
         "seed": args.seed,
         "tasks": args.tasks,
+        "commit": git_commit(),
         "cpu": cpu_name(),
         "kernels": kernels,
         "torch": torch_version(),
@@ -510,8 +511,8 @@ def read_cpu_seconds(out: Path) -> dict[str, float]:
 def sft_report(args: argparse.Namespace, out: Path, sft_base: Path, times: dict[str, float]) -> int:
     """``results.json`` (and the printed table) of a ``--sft-only`` run: the SFT policy's held-out evals."""
     tb = sft_base / "tensorboard"
-    results = {"seed": args.seed, "tasks": args.tasks, "cpu": cpu_name(), "kernels": cpu_kernels(),
-               "torch": torch_version(), "sft_dir": str(sft_base), "times": times,
+    results = {"seed": args.seed, "tasks": args.tasks, "commit": git_commit(), "cpu": cpu_name(),
+               "kernels": cpu_kernels(), "torch": torch_version(), "sft_dir": str(sft_base), "times": times,
                "cpu_seconds": read_cpu_seconds(out)}  # fmt: skip
     for mode, name in (("sampled", "sft_eval"), ("greedy", "sft_eval_greedy")):
         if (tb / name).is_dir():
@@ -521,6 +522,18 @@ def sft_report(args: argparse.Namespace, out: Path, sft_base: Path, times: dict[
             print(f"SFT policy, held-out success ({mode}): {cells}; all: {100 * rate(sft):.1f}%")
     (out / "results.json").write_text(json.dumps(results, indent=1))
     return 0
+
+
+def git_commit() -> str:
+    """The checkout's commit (``+changes`` when it has uncommitted changes), or ``unknown`` outside git."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+changes" if dirty else "")
 
 
 def torch_version() -> str:

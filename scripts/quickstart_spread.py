@@ -198,13 +198,15 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
     cpus = sorted({r["cpu"] for r in runs})
     torch_versions = sorted({r["torch"] for r in runs})
     kernels = sorted({f"{r['run'].split('-seed')[0]}: {r['kernels']}" for r in runs})
+    commits = sorted({r.get("commit", "not recorded") for r in runs})
     times = [sum(r["times"].values()) for r in runs]
     cpu = [sum(r["cpu_seconds"].values()) for r in runs if r.get("cpu_seconds")]
     text = [
         f"# Quickstart spread: {args.name}",
         "",
         f"{len(runs)} runs (seeds {', '.join(str(s) for s in sorted({r['seed'] for r in runs}))}) on "
-        f"{', '.join(cpus)} with torch {', '.join(torch_versions)}; kernels {'; '.join(kernels)}. "
+        f"{', '.join(cpus)} with torch {', '.join(torch_versions)}; kernels {'; '.join(kernels)}; commit "
+        f"{', '.join(commits)}. "
         f"Quickstart options: `{' '.join(rest) or '(none)'}`; {first['sampled']['episodes'][tasks[0]]} held-out "
         "scenes per task. s.e.: the standard error of one run's success rate (at the mean of its two policies' "
         "rates); **↓** marks a task that fell by more than one s.e.",
