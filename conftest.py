@@ -68,12 +68,15 @@ LONGEST_FIRST = [
     "tests/test_quickstart.py",
     "tests/core/test_rlinf_new.py",
     "tests/serve/test_serve_loading.py",
+    "tests/serve/test_remote_parity.py",  # two LIBERO and two MetaWorld `rlinf validate` runs
+    "tests/serve/test_remote_openpi_server.py",
     "tests/core/test_wm_training.py",
     "tests/core/test_console_output.py",
     "tests/test_gpu_configs.py",
     "plugins/rlinf-env-libero/tests/test_libero_env.py",
     "plugins/rlinf-env-libero/tests/test_libero_workers.py",
     "tests/test_gpu_check.py",
+    "tests/test_gpu_check_imagination.py",  # the dry run: about 12 forked `rlinf` commands
 ]
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from rlinf_core.distributed.reduce import Reducer  # noqa: E402
 from rlinf_core.rl.algorithms import GRPO  # noqa: E402
-from rlinf_core.rl.algorithms.base import Reducer  # noqa: E402
 from rlinf_core.rl.collector import RolloutCollector  # noqa: E402
 from scale_common import ComputePolicy, env_kind, fmt_table, load_line, make_env  # noqa: E402
 

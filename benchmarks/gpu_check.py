@@ -15,12 +15,16 @@ Parts (each time-boxed; one that errors or runs out of time is recorded and the 
   last RL step and the largest rollout-vs-recompute log-prob gap;
 * ``openpi``: π0 and π0.5 at released size: one flow-SDE RL step (act, evaluate + backward, AdamW) with its peak
   memory, and ``act`` latency per batch size;
-* ``opensora``: the OpenSora world model at released size: peak memory and imagined frames/s per env count.
+* ``opensora``: the OpenSora world model at released size: peak memory and imagined frames/s per env count;
+* ``imagination`` (only when named, it needs a prepared carry): the world model of examples/metaworld_imagination
+  trained for as long as ``--imagination-budget-s`` allows, gated with ``rlinf wm-score actions``, GRPO inside it,
+  the real MetaWorld success before and after (benchmarks/gpu_check_imagination.py).
 
 Writes ``gpu_check.json`` and ``gpu_check.md`` (a Markdown table per part) under ``--out`` after every part.
 ``--dry-run`` runs the same code at tiny size on the CPU (tests/test_gpu_check.py)::
 
     scripts/gpu_check.sh [--dry-run] [--out DIR] [--parts memory throughput ...] [--env auto|libero|metaworld|reach]
+        [--imagination-carry DIR] [--imagination-budget-s 330] [--imagination-train-s S]
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gpu_check_parts import FUNCTIONS, ROOT, Check  # noqa: E402
 
-PARTS = ("memory", "throughput", "precisions", "openpi", "opensora")
+PARTS = ("memory", "throughput", "precisions", "openpi", "opensora", "imagination")
+DEFAULT_PARTS = PARTS[:5]  # imagination runs when named: it needs its carry
 # seconds per part on a GPU. On an H100 (9b10e1a) memory took 30 s, precisions 40, openpi 35, opensora 33 and
 # throughput ran past 150 s, so the first call (every part but throughput) needs about 4.5 minutes, the second 4.
-BUDGET_S = {"memory": 90, "throughput": 240, "precisions": 60, "openpi": 60, "opensora": 60}
+# imagination keeps its own time (--imagination-budget-s); its box is that plus a minute.
+BUDGET_S = {"memory": 90, "throughput": 240, "precisions": 60, "openpi": 60, "opensora": 60, "imagination": 60}
 
 
 class PartTimeout(Exception):
@@ -73,6 +79,17 @@ def time_box(seconds: float):
 def run_part(check: Check, name: str, fn: Callable[[Check], dict], budget_s: float) -> None:
     t0 = time.perf_counter()
     check.partial = {}
+
+    def report_running() -> None:  # a run killed from outside still leaves the rows measured so far
+        check.results[name] = {
+            "status": "running",
+            "error": "still running, or cut short from outside",
+            "seconds": round(time.perf_counter() - t0, 1),
+            "rows": dict(check.partial),
+        }
+        write_reports(check)
+
+    check.report = report_running
     try:
         with time_box(budget_s):
             result = {"status": "ok", **fn(check)}
@@ -131,8 +148,15 @@ def markdown(check: Check) -> str:
             lines.append("measured before it stopped:")
         rows = result.get("rows", {})
         columns = sorted({k for row in rows.values() for k, v in row.items() if not isinstance(v, (dict, list))})
-        lines += ["", "| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        lines += [f"| {key} | " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for key, row in rows.items()]
+        if len(columns) > 12:  # rows of different stages (imagination): one line per row
+            lines += [""] + [
+                f"- **{key}**: "
+                + ", ".join(f"{k} {_fmt(v)}" for k, v in row.items() if not isinstance(v, (dict, list)))
+                for key, row in rows.items()
+            ]
+        else:
+            lines += ["", "| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+            lines += [f"| {key} | " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for key, row in rows.items()]
         extra = {k: v for k, v in result.items() if k not in ("rows", "status", "seconds")}
         lines += ["", *(f"- {k}: {json.dumps(v) if isinstance(v, dict) else _fmt(v)}" for k, v in extra.items()), ""]
     return "\n".join(lines) + "\n"
@@ -148,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU (the suite's smoke run)")
     parser.add_argument("--out", default="gpu_check_out", help="folder for gpu_check.json and gpu_check.md")
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
     parser.add_argument(
         "--env",
         choices=["auto", "libero", "metaworld", "reach"],
@@ -162,6 +186,20 @@ def main(argv: list[str] | None = None) -> int:
         help="memory part: the card's GiB the estimate must fit (default: the device's)",
     )
     parser.add_argument("--budget-scale", type=float, default=1.0, help="multiply every part's time box")
+    parser.add_argument(
+        "--imagination-carry",
+        default=None,
+        help="imagination: the prepared carry (default .whl/imagination; a dry run prepares a tiny one)",
+    )
+    parser.add_argument(
+        "--imagination-budget-s",
+        type=float,
+        default=330.0,
+        help="imagination: seconds for the whole part; the VAE and DiT train for what the other stages leave",
+    )
+    parser.add_argument(
+        "--imagination-train-s", type=float, default=None, help="imagination: VAE + DiT seconds (overrides the plan)"
+    )
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
@@ -173,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         out=Path(args.out),
         env=args.env,
         card_gib=args.card_gib,
+        imagination_carry=Path(args.imagination_carry) if args.imagination_carry else None,
+        imagination_budget_s=args.imagination_budget_s,
+        imagination_train_s=args.imagination_train_s,
     )
     check.results["_meta"] = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
@@ -182,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_cores": os.cpu_count(),
     }
     for name in args.parts:
-        run_part(check, name, FUNCTIONS[name], BUDGET_S[name] * args.budget_scale)
+        budget = BUDGET_S[name] + (args.imagination_budget_s if name == "imagination" else 0)
+        run_part(check, name, FUNCTIONS[name], budget * args.budget_scale)
     failed = [n for n in args.parts if check.results[n]["status"] != "ok"]
     print(f"gpu_check: wrote {check.out / 'gpu_check.json'} and gpu_check.md; failed parts: {failed or 'none'}")
     return 0

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,12 @@ class Check:
     results: dict[str, Any] = field(default_factory=dict)
     # rows a part has measured so far: kept in its result when it errors or runs out of time
     partial: dict[str, Any] = field(default_factory=dict)
+    # the imagination part: its carry (None: .whl/imagination; a dry run prepares a tiny one), seconds
+    imagination_carry: Path | None = None
+    imagination_budget_s: float = 330.0
+    imagination_train_s: float | None = None
+    # writes the reports with the running part's rows so far (benchmarks/gpu_check.py sets it)
+    report: Callable[[], None] = lambda: None
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rlinf-gpu-check-")))
 
     @property
@@ -601,7 +608,14 @@ def part_opensora(check: Check) -> dict:
     return {"image_size": model.image_size, "parameters": sum(p.numel() for p in model.parameters()), "rows": rows}
 
 
+def part_imagination(check: Check) -> dict:
+    from gpu_check_imagination import part_imagination as run
+
+    return run(check)
+
+
 FUNCTIONS = {
+    "imagination": part_imagination,
     "memory": part_memory,
     "throughput": part_throughput,
     "precisions": part_precisions,

@@ -59,8 +59,12 @@ pip_install "${args[@]}"
 # openpi-client, the real reference of the `rlinf serve` tests (WebsocketClientPolicy) and of the openpi plugin's
 # resize parity test (image_tools): it pins numpy<2 (and dm-tree) for openpi's JAX stack, but what we use of it
 # (msgpack + websockets, numpy + pillow) runs on numpy 2, so it comes without its pins and pip check passes over its lines
-say "openpi-client (the serve tests' websocket client, the openpi resize reference) and pip check"
-pip_install --no-deps "openpi-client==0.1.2"
+# openpi-server: openpi's own WebsocketPolicyServer module as a package (the file is byte-identical to openpi's
+# src/openpi/serving/websocket_policy_server.py; tests/serve/test_remote_openpi_server.py checks its hash), the
+# server the remote-eval tests and benchmarks/serve_overhead.py run next to rlinf serve; its two requirements
+# (openpi-client, websockets) are installed already
+say "openpi-client (the serve tests' websocket client, the openpi resize reference), openpi-server and pip check"
+pip_install --no-deps "openpi-client==0.1.2" "openpi-server==0.1.0"
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }
 

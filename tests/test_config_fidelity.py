@@ -519,6 +519,11 @@ NOT_SEEDS = {
     "wan/wan_cpu_smoke.yaml",
     "wan/wan_world_model_fit.yaml",
     "wan/wan_world_model_fit_cpu_smoke.yaml",
+    # remote evals (RemotePolicy): RLinf evaluates no served policy; their grids follow openpi's LIBERO client and our
+    # own eval configs (docs/remote_eval.md)
+    "libero/eval/remote_spatial.yaml",
+    "metaworld/remote_mt50.yaml",
+    "maniskill/remote_ood_plate25.yaml",
 }
 SEED_DIRS = ("libero", "maniskill", "metaworld", "opensora", "wan")
 

@@ -22,11 +22,18 @@ ALL_GPU_CONFIGS = sorted(
     for p in (ROOT / "configs").rglob("*.yaml")
     if not p.name.startswith("_") and (yaml.safe_load(p.read_text()).get("trainer") or {}).get("accelerator") == "gpu"
 )
-# RL / eval configs (a policy); the world-model training configs build their model on meta in their plugin's tests
+# RL / eval configs (a policy); the world-model training configs build their model on meta in their plugin's tests;
+# a remote eval's policy (RemotePolicy) runs on its server: nothing to build here (tests/serve/test_remote_*.py)
 GPU_CONFIGS = [
-    p for p in ALL_GPU_CONFIGS if "policy" in (yaml.safe_load(p.read_text())["model"].get("init_args") or {})
+    p
+    for p in ALL_GPU_CONFIGS
+    if "policy" in (yaml.safe_load(p.read_text())["model"].get("init_args") or {})
+    and yaml.safe_load(p.read_text())["model"]["init_args"]["policy"]["class_path"] != "RemotePolicy"
 ]
-CHECKED_IN_PLUGIN_TESTS = {"wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan/tests/test_wan_configs.py"}
+CHECKED_IN_PLUGIN_TESTS = {
+    "wan/wan_world_model_fit.yaml": "plugins/rlinf-wm-wan/tests/test_wan_configs.py",
+    "maniskill/remote_ood_plate25.yaml": "tests/serve/test_remote_policy.py",
+}
 POLICY = "model.init_args.policy.init_args"
 
 

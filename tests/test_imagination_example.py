@@ -108,3 +108,14 @@ def test_frame_pairs_are_consecutive_frames_of_each_episode():
     ep = Episode(frames, np.zeros((4, 2), np.float32), np.zeros(4, bool), "x", False)
     pairs = prep.frame_pairs([ep, ep])
     assert pairs.shape == (6, 2, 2, 2, 3) and (pairs[:, 1, 0, 0, 0] - pairs[:, 0, 0, 0, 0] == 1).all()
+
+
+def test_the_vae_trains_for_a_time_budget():
+    prep = prepare_module()
+    assert prep.steps_in(10.0, elapsed=2.0, done=20) == 100
+    assert prep.steps_in(1.0, elapsed=5.0, done=20) == 20  # never fewer than the steps already trained
+    pairs = np.random.default_rng(0).integers(0, 256, (8, 2, 16, 16, 3), dtype=np.uint8)
+    vae, mse, steps = prep.train_vae(pairs, steps=0, batch=4, lr=1e-3, seed=0, seconds=1e-3)
+    assert steps == 20 and np.isfinite(mse)  # the budget was spent by the timed steps: training stops there
+    _, _, fixed = prep.train_vae(pairs, steps=3, batch=4, lr=1e-3, seed=0)
+    assert fixed == 3 and next(vae.parameters()).device.type == "cpu"

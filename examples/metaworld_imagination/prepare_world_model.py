@@ -1,7 +1,8 @@
 """A small OpenSora world model for MetaWorld, made from recorded episodes (the loop's ``world_model_init`` stage).
 
     python examples/metaworld_imagination/prepare_world_model.py --rollouts DIR --out DIR [--vae-steps 300]
-        [--latent-channels 4] [--vae-motion-weight 0] [--action-tokens] [--heldout DIR]
+        [--vae-seconds S] [--device cuda] [--latent-channels 4] [--vae-motion-weight 0] [--action-tokens]
+        [--heldout DIR]
 
 At real scale the world model starts from the released checkpoint (its SDXL VAE is pretrained). Here nothing may be
 downloaded, so this writes the released directory layout with ``rlinf_wm_opensora.make_tiny`` (a small random
@@ -13,6 +14,9 @@ STDiT3 with 4-D MetaWorld actions), then makes the two things a random model lac
 
 ``--heldout DIR`` adds ``vae_floor_heldout`` to ``prepare.json``: the VAE's reconstruction error against one step of
 real motion, over all pixels and over the moving ones (docs/imagination.md, "Levers toward a responding world model").
+
+``--vae-seconds S`` trains the VAE for as many steps as ``S`` seconds allow instead of ``--vae-steps`` (the step
+time is measured over the first steps, and the count set from it, so that the learning-rate schedule ends on time).
 
 It also writes ``init_states/``: one-frame init files (the env's reset format) from steps ``--init-steps`` of every
 recorded episode, so that imagined episodes can start part-way through a real one (shorter imagined horizons).
@@ -39,6 +43,9 @@ VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D"
            up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16, 32, 32, 64), layers_per_block=1,
            latent_channels=4, norm_num_groups=8)  # fmt: skip
 OPENSORA_SCALE = 0.13025
+# with --vae-seconds, the step count is set from the time of the first 20 steps and set again after 100 and 500
+# (a start shared with other processes is slower than the rest): early in the warm-up / cosine schedule
+TIMED = (20, 100, 500)
 MOTION_THRESHOLD = 8 / 255  # a pixel "moves" between two frames when a channel changes by more than this ([0, 1])
 
 
@@ -88,20 +95,26 @@ def train_vae(
     seed: int,
     latent_channels: int = 4,
     motion_weight: float = 0.0,
+    seconds: float | None = None,
+    device: str = "cpu",
 ):
     """An ``AutoencoderKL`` fitted to consecutive frame pairs ``uint8 [N, 2, H, W, 3]`` (``batch // 2`` pairs a
-    step; ``motion_weight``: see :func:`reconstruction_loss`); returns (vae, reconstruction MSE in [-1, 1])."""
+    step; ``motion_weight``: see :func:`reconstruction_loss`) on ``device``; with ``seconds``, as many steps as fit
+    in that time (:func:`steps_in` after each of :data:`TIMED` steps) instead of ``steps``. Returns (vae on
+    ``device``, reconstruction MSE in [-1, 1], steps trained)."""
     from diffusers import AutoencoderKL
 
     torch.manual_seed(seed)
-    vae = AutoencoderKL(**vae_config(latent_channels), sample_size=pairs.shape[2])
+    vae = AutoencoderKL(**vae_config(latent_channels), sample_size=pairs.shape[2]).to(device)
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
-    warmup_cosine = lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / steps))  # noqa: E731
+    total = [steps if seconds is None else 10**9]  # with ``seconds``: set from the step time (TIMED)
+    warmup_cosine = lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s / total[0], 1)))  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
     data = torch.from_numpy(pairs).permute(0, 1, 4, 2, 3)  # [N, 2, 3, H, W]
     rng = np.random.default_rng(seed)
-    for step in range(steps):
-        xp = data[rng.integers(0, len(data), max(1, batch // 2))].float() / 127.5 - 1
+    t0, step = time.perf_counter(), 0
+    while step < total[0]:
+        xp = data[rng.integers(0, len(data), max(1, batch // 2))].to(device).float() / 127.5 - 1
         x = xp.flatten(0, 1)
         post = vae.encode(x).latent_dist
         rec = vae.decode(post.sample()).sample
@@ -112,15 +125,27 @@ def train_vae(
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % 25 == 0 or step == steps - 1:
-            print(f"vae step {step}: loss {loss.item():.4f}", flush=True)
+        step += 1
+        if seconds is not None and step in TIMED:
+            loss.item()  # waits for the device
+            total[0] = steps_in(seconds, time.perf_counter() - t0, step)
+            print(f"vae: {step} steps in {time.perf_counter() - t0:.1f} s: {total[0]} steps in {seconds:.0f} s",
+                  flush=True)  # fmt: skip
+        if step % 25 == 1 or step == total[0]:
+            print(f"vae step {step - 1}: loss {loss.item():.4f}", flush=True)
     vae.eval()
     with torch.no_grad():
-        x = data[rng.integers(0, len(data), 128)].flatten(0, 1).float() / 127.5 - 1
+        x = data[rng.integers(0, len(data), 128)].flatten(0, 1).to(device).float() / 127.5 - 1
         mean = vae.encode(x).latent_dist.mean
         mse = torch.nn.functional.mse_loss(vae.decode(mean).sample.clamp(-1, 1), x).item()
         rescale_latent(vae, 1.0 / (OPENSORA_SCALE * mean.std().item()))
-    return vae, mse
+    return vae, mse, step
+
+
+def steps_in(seconds: float, elapsed: float, done: int) -> int:
+    """How many steps in all fit in ``seconds`` when the first ``done`` took ``elapsed`` seconds (at least
+    ``done``: those are trained already)."""
+    return max(done, int(seconds * done / max(elapsed, 1e-9)))
 
 
 @torch.no_grad()
@@ -140,13 +165,15 @@ def vae_floor(vae, pairs: np.ndarray, batch: int = 64) -> dict:
     ``[0, 1]`` pixel units: ``reconstruction_mse`` (encode the mean, decode, all pixels), ``motion_mse`` (frame
     ``t + 1`` against frame ``t``), and both on the moving pixels only (:func:`motion_mask` of the pair)."""
     sums = np.zeros(5)
+    device = next(vae.parameters()).device
     for i in range(0, len(pairs), batch):
-        xp = torch.from_numpy(pairs[i : i + batch]).permute(0, 1, 4, 2, 3).float() / 127.5 - 1
+        xp = torch.from_numpy(pairs[i : i + batch]).permute(0, 1, 4, 2, 3).to(device).float() / 127.5 - 1
         mask = motion_mask(xp)[:, 0].expand(-1, 3, -1, -1)  # [N, 3, H, W]
         x1 = xp[:, 1]
         rec = vae.decode(vae.encode(x1).latent_dist.mean).sample.clamp(-1, 1)
         rec_err, motion_err = ((rec - x1) / 2) ** 2, ((x1 - xp[:, 0]) / 2) ** 2
-        sums += [rec_err.sum(), motion_err.sum(), (rec_err * mask).sum(), (motion_err * mask).sum(), mask.sum()]
+        sums += [t.item() for t in (rec_err.sum(), motion_err.sum(), (rec_err * mask).sum(), (motion_err * mask).sum(),
+                                    mask.sum())]  # fmt: skip
     n = pairs.shape[0] * 3 * pairs.shape[2] * pairs.shape[3]
     moving = max(sums[4], 1.0)
     return {"reconstruction_mse": sums[0] / n, "motion_mse": sums[1] / n, "reconstruction_mse_moving": sums[2] / moving,
@@ -172,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--num-heads", type=int, default=4)
     p.add_argument("--vae-steps", type=int, default=300)
+    p.add_argument("--vae-seconds", type=float, default=None, help="train the VAE for this long instead of --vae-steps")
+    p.add_argument("--device", default="cpu", help="where the VAE trains (cpu, cuda)")
     p.add_argument("--vae-batch", type=int, default=16)
     p.add_argument("--vae-lr", type=float, default=2e-3)
     p.add_argument("--latent-channels", type=int, default=4, help="the VAE's latent channels (= the DiT's)")
@@ -208,15 +237,16 @@ def main(argv: list[str] | None = None) -> None:
     ResnetRewardModel().save_pretrained(out / "resnet_rm.pth")
     (out / "dataset_statistics.json").write_text(json.dumps(action_statistics(actions), indent=2) + "\n")
     write_init_states(episodes, args.init_steps, out / "init_states")
-    vae, mse = train_vae(frame_pairs(episodes), args.vae_steps, args.vae_batch, args.vae_lr, args.seed,
-                         args.latent_channels, args.vae_motion_weight)  # fmt: skip
+    vae, mse, vae_steps = train_vae(frame_pairs(episodes), args.vae_steps, args.vae_batch, args.vae_lr, args.seed,
+                                    args.latent_channels, args.vae_motion_weight, args.vae_seconds,
+                                    args.device)  # fmt: skip
     shutil.rmtree(out / "vae")
-    vae.save_pretrained(out / "vae")
-    report = {"episodes": len(episodes), "frames": len(frames), "vae_reconstruction_mse": mse,
-              "vae_seconds": time.perf_counter() - t0}  # fmt: skip
+    vae.to("cpu").save_pretrained(out / "vae")
+    report = {"episodes": len(episodes), "frames": len(frames), "vae_steps": vae_steps, "vae_batch": args.vae_batch,
+              "vae_reconstruction_mse": mse, "vae_seconds": time.perf_counter() - t0}  # fmt: skip
     if args.heldout:
         held = [load_episode(f) for f in find_trajectories(args.heldout)]
-        report["vae_floor_heldout"] = vae_floor(vae, frame_pairs(held))
+        report["vae_floor_heldout"] = vae_floor(vae.to(args.device), frame_pairs(held))
     report["seconds"] = time.perf_counter() - t0
     (out / "prepare.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report), flush=True)

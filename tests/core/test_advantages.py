@@ -116,7 +116,7 @@ class ThreadReducer:
 
 def _grpo_traj(scores: torch.Tensor, group_size: int):
     from rlinf_core.contracts.observation import Observation
-    from rlinf_core.rl.algorithms.trajectory import Trajectory
+    from rlinf_core.rl.data.trajectory import Trajectory
 
     B = scores.shape[0]
     obs = Observation(main_images=torch.zeros(B, 2, 2, 3, dtype=torch.uint8), task_descriptions=["t"] * B)

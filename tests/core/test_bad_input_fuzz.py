@@ -433,11 +433,16 @@ def _kind_cases(tmp: Path):
     yield 1, "num_nodes 2", fit(_toy(trainer__num_nodes=2)), "torchrun --nnodes"
     yield 1, "num_nodes 4 flag", fit(None, "--trainer.num_nodes=4"), "needs a launcher"
     # 2. sizes: ranges at parse time, products by the memory estimate
-    yield 2, "action chunks 0", fit(_toy(**{pol + "num_action_chunks": 0})), "policy.num_action_chunks must be in"
-    yield 2, "bins 1", fit(_toy(**{pol + "num_bins": 1})), "policy.num_bins must be in"
-    yield 2, "bins huge", fit(_toy(**{pol + "num_bins": 10**8})), "policy.num_bins must be in"
-    yield 2, "hidden 0", fit(_toy(**{pol + "hidden_size": 0})), "policy.hidden_size must be in"
-    yield 2, "image size 0", fit(_toy(**{env + "image_size": 0})), "env.image_size must be in"
+    yield (
+        2,
+        "action chunks 0",
+        fit(_toy(**{pol + "num_action_chunks": 0})),
+        "policy.init_args.num_action_chunks must be in",
+    )
+    yield 2, "bins 1", fit(_toy(**{pol + "num_bins": 1})), "policy.init_args.num_bins must be in"
+    yield 2, "bins huge", fit(_toy(**{pol + "num_bins": 10**8})), "policy.init_args.num_bins must be in"
+    yield 2, "hidden 0", fit(_toy(**{pol + "hidden_size": 0})), "policy.init_args.hidden_size must be in"
+    yield 2, "image size 0", fit(_toy(**{env + "image_size": 0})), "env.init_args.image_size must be in"
     yield 2, "num_envs huge", fit(_toy(**{env + "num_envs": 2**30})), "GiB of host RAM per node, this machine has"
     yield 2, "rollout steps huge", fit(_toy(**{ro + "max_steps_per_rollout_epoch": 2**30})), "GiB of host RAM"
     # 3. YAML structure, named by key path

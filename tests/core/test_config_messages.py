@@ -222,6 +222,57 @@ def test_a_negative_batch_size_is_named_before_the_seed_line(tmp_path, capsys, m
     assert not any(ln.startswith("Seed set") for ln in lines), lines
 
 
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        (
+            "algorithm.init_args.update_epoch=0",
+            "model.init_args.algorithm.init_args.update_epoch must be in [1, 1000], got 0",
+        ),
+        ("algorithm.init_args.clip_ratio_c=0.5", "algorithm.init_args.clip_ratio_c must be > 1, got 0.5"),
+        ("env.init_args.group_size=1", "GRPO needs model.init_args.env.init_args.group_size > 1"),
+        (
+            "policy.init_args.action_dim=3",
+            "env.action_dim (2) and model.init_args.policy.init_args.action_dim (3) disagree",
+        ),
+        (
+            "rollout.pipeline_stage_num=3",
+            "env.init_args.num_envs (64) must split into model.init_args.rollout.pipeline_stage_num (3)",
+        ),
+    ],
+)
+def test_a_value_a_class_refuses_is_named_by_its_yaml_key(tmp_path, capsys, monkeypatch, flag, expected):
+    """A class checks its own values and names them as it knows them; rlinf fit names the YAML key instead (a value
+    a class does not take from the config, the env's action_dim here, keeps the class's name)."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_error(*_fit(tmp_path, capsys, None, "--config", str(TOY), *FAST, f"--model.init_args.{flag}"))
+    assert expected in line, line
+
+
+def test_yaml_keys_are_found_by_section_and_name_and_only_when_unambiguous():
+    from rlinf_core import GRPO
+    from rlinf_core.cli.yaml_keys import yaml_key
+    from rlinf_core.foundation.checks import ConfigValueError
+
+    with pytest.raises(ConfigValueError) as caught:
+        GRPO(update_epoch=0)
+    assert str(caught.value).startswith("algorithm.update_epoch must be in [1, 1000], got 0")  # the class's name
+    config = {
+        "model": {
+            "init_args": {
+                "env": {"init_args": {"num_envs": 4, "world_model": {"init_args": {"action_dim": 3}}}},
+                "eval_env": {"init_args": {"num_envs": 4}},
+                "policy": {"init_args": {"actions": {"action_dim": None}}},
+            }
+        }
+    }
+    assert yaml_key(config, "env.action_dim", 3) == "model.init_args.env.init_args.world_model.init_args.action_dim"
+    assert yaml_key(config, "policy.action_dim", 7) == "model.init_args.policy.init_args.actions.action_dim"
+    assert yaml_key(config, "env.num_envs", 4) == "model.init_args.env.init_args.num_envs"
+    assert yaml_key(config, "num_envs", 4) is None  # env's or eval_env's: not guessed
+    assert yaml_key(config, "algorithm.update_epoch", 0) is None
+
+
 # ------------------------------------------------------------------ issue 33 finding 3: RLinf's flat keys
 def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeypatch):
     """An RLinf-style flat key under an OpenVLA policy's init_args names its grouped key, in YAML and on the

@@ -68,6 +68,14 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "imagination.md",
         "rlinf wm-score rank --names sft step4 step8 step16 --real 0.23 0.30 0.41 0.45 --imagined 0.50 0.44 0.61 0.58",
     ): [],
+    (
+        "imagination.md",
+        "bash scripts/gpu_check.sh --prepare-imagination",
+    ): "downloads wheels and takes 30 min on CPU; tests/test_gpu_check_imagination.py prepares a tiny carry with it",
+    (
+        "imagination.md",
+        "bash scripts/gpu_check.sh --dry-run --parts imagination",
+    ): "tests/test_gpu_check_imagination.py runs the dry run (into tmp_path)",
     ("opensora.md", "pip install -e plugins/rlinf-wm-opensora"): "scripts/install.sh installs every plugin",
     (
         "opensora.md",
@@ -123,6 +131,25 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "serving.md",
         "rlinf serve --policy openvla-7b --protocol openvla --device cuda --precision bf16 --unnorm-key bridge_orig",
     ): GPU,
+    (
+        "serving.md",
+        "rlinf validate --config libero/eval/remote_spatial.yaml --model.init_args.policy.init_args.url=ws://127.0.0.1:8000",
+    ): "needs a policy server; tests/serve/test_remote_policy.py runs rlinf validate with RemotePolicy on rlinf serve",
+    (
+        "remote_eval.md",
+        "rlinf serve --policy runs/libero_spatial_grpo/version_0/policy --host 0.0.0.0 --port 8000 --max-batch 16",
+    ): "a LIBERO run's export on a GPU box; tests/serve/test_remote_policy.py serves a toy export with --max-batch",
+    (
+        "remote_eval.md",
+        "rlinf validate --config libero/eval/remote_spatial.yaml --model.init_args.policy.init_args.url=ws://gpu-box:8000",
+    ): "needs a policy server; tests/serve/test_remote_openpi_server.py evaluates LIBERO against openpi's server",
+    (
+        "remote_eval.md",
+        "rlinf validate --config libero/eval/remote_spatial.yaml --model.init_args.policy.init_args.url="
+        "ws://gpu-box:8000 --model.init_args.eval_env.init_args.task_suite_name=libero_10 "
+        "--model.init_args.eval_env.init_args.max_episode_steps=520 "
+        "--model.init_args.rollout.max_steps_per_rollout_epoch=520 --trainer.logger.init_args.name=pi05_libero_10",
+    ): "needs openpi's pi0.5 served on a GPU; tests/serve/test_remote_openpi_server.py runs openpi's server on LIBERO",
     (
         "wan.md",
         "pip install -e plugins/rlinf-wm-wan -e plugins/rlinf-env-libero -e plugins/rlinf-policy-openvla",

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from tests.core.test_loss_agg import G, _trajectory
+from tests.core.test_loss_agg import G, _trajectory, _whole
 from tests.core.test_rl_loop import make_module, make_trainer, scalars
 
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.losses import kl_penalty
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
@@ -57,8 +57,8 @@ def test_the_loss_adds_beta_times_the_masked_mean_kl_at_the_logprob_level():
     samples.ref_logprobs = samples.old_logprobs + 0.2 * torch.randn(samples.old_logprobs.shape, generator=g)
     logp = (samples.old_logprobs + 0.3 * torch.randn(samples.old_logprobs.shape, generator=g)).requires_grad_(True)
     denom = float(with_kl.denominator(samples.mask))
-    loss, metrics = with_kl.loss(EvaluateOutput(logprobs=logp), samples, denom, None)
-    plain, _ = without.loss(EvaluateOutput(logprobs=logp), samples, denom, None)
+    loss, metrics = with_kl.loss(EvaluateOutput(logprobs=logp), _whole(samples, denom))
+    plain, _ = without.loss(EvaluateOutput(logprobs=logp), _whole(samples, denom))
 
     # token level: the [S, C] mask covers every one of the D tokens of a valid sub-step
     S, C, D = logp.shape
@@ -84,7 +84,7 @@ def test_a_penalty_without_reference_logprobs_is_a_bug_and_bad_settings_are_expl
     samples, _ = algo.compute([traj], G, Reducer())
     out = EvaluateOutput(logprobs=samples.old_logprobs.clone())
     with pytest.raises(RuntimeError, match="ref_logprobs"):
-        algo.loss(out, samples, float(algo.denominator(samples.mask)), None)
+        algo.loss(out, _whole(samples, float(algo.denominator(samples.mask))))
     with pytest.raises(ValueError, match="kl_beta"):
         GRPO(kl_beta=-1.0)
     with pytest.raises(ValueError, match="kl_penalty"):

@@ -5,10 +5,12 @@ import torch
 
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.rl.algorithms.base import Reducer, trajectory_weights
+from rlinf_core.distributed.reduce import Reducer
+from rlinf_core.rl.algorithms.base import trajectory_weights
 from rlinf_core.rl.algorithms.grpo import GRPO
 from rlinf_core.rl.algorithms.ppo import PPO
-from rlinf_core.rl.algorithms.trajectory import Trajectory
+from rlinf_core.rl.data.micro_batch import Denominators, MicroBatch
+from rlinf_core.rl.data.trajectory import Trajectory
 
 N, B, C, D, G = 4, 6, 2, 3, 2
 LENGTHS = [8, 3, 5, 8, 2, 6]  # sub-steps until (and including) the step that ended each episode
@@ -35,6 +37,13 @@ def _trajectory(with_values: bool = False) -> Trajectory:
         bootstrap_values=torch.zeros(N, B, C),
         reset_state_ids=torch.arange(B // G).repeat_interleave(G).view(1, B).expand(N, B),
     )
+
+
+def _whole(samples, policy_denominator: float, value_denominator: float | None = None) -> MicroBatch:
+    """All of ``samples`` as one micro-batch that is its own minibatch, with these loss denominators."""
+    n = len(samples)
+    denominators = Denominators(policy_denominator, value_denominator)
+    return MicroBatch(samples, torch.arange(n), 0, 0, 0, n, denominators, last=True, last_of_step=True)
 
 
 def _upstream_masked_mean_ratio(loss_entries, dones, filter_mask, T):
@@ -67,7 +76,7 @@ def test_trajectory_mean_matches_rlinf_masked_mean_ratio():
     noise = torch.randn(samples.old_logprobs.shape, generator=torch.Generator().manual_seed(1))
     logp = samples.old_logprobs + 0.3 * noise
     out = EvaluateOutput(logprobs=logp.clone().requires_grad_(True))
-    loss, _ = algo.loss(out, samples, float(algo.denominator(samples.mask)), None)
+    loss, _ = algo.loss(out, _whole(samples, float(algo.denominator(samples.mask))))
 
     dones = torch.zeros(N * C + 1, B, dtype=torch.bool)
     for b, L in enumerate(LENGTHS):
@@ -91,7 +100,7 @@ def test_step_mean_weights_every_valid_step_equally():
     samples, _ = algo.compute([traj], G, Reducer())
     assert samples.loss_weight is None
     logp = samples.old_logprobs + 0.1
-    loss, _ = algo.loss(EvaluateOutput(logprobs=logp), samples, float(algo.denominator(samples.mask)), None)
+    loss, _ = algo.loss(EvaluateOutput(logprobs=logp), _whole(samples, float(algo.denominator(samples.mask))))
     entries = _clipped_loss(logp, samples.old_logprobs, samples.adv.unsqueeze(-1).expand_as(logp))
     m = samples.mask.unsqueeze(-1).expand_as(entries)
     assert torch.allclose(loss, (entries * m).sum() / m.sum(), atol=1e-6)
@@ -107,7 +116,7 @@ def test_trajectory_weights_and_ppo_critic():
     out = EvaluateOutput(logprobs=samples.old_logprobs.clone(), values=values)
     denom = float(algo.denominator(samples.mask))
     vdenom = float(algo.denominator(samples.value_mask))
-    _, metrics = algo.loss(out, samples, denom, vdenom)
+    _, metrics = algo.loss(out, _whole(samples, denom, vdenom))
     from rlinf_core.rl.algorithms.losses import huber
 
     per = torch.maximum(

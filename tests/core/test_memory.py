@@ -94,7 +94,7 @@ def test_the_gpu_size_lives_in_the_memory_section_not_in_rlmodule(tmp_path, caps
     small.write_text(yaml.safe_dump({**cfg, "memory": {"gpu_memory_gb": 0.5}}))
     assert main(["memory", "--config", str(small)]) == 1
     assert "of 0.5 GiB per GPU: DOES NOT FIT" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="memory.gpu_memory_gb must be in \\(0, inf\\], got 0"):
+    with pytest.raises(ValueError, match="memory.gpu_memory_gb must be > 0, got 0"):
         MemoryTarget(gpu_memory_gb=0)
 
 

@@ -1,8 +1,11 @@
 """The RolloutBuffer owns one RL step's data: micro-batches carry their samples, training_step receives them, and
 they are read only by the step they were filled for (also right after a resume, where Lightning has no public hook
-that says which step a dataloader iterator belongs to). The algorithm owns the loss denominators: one all-reduce."""
+that says which step a dataloader iterator belongs to). Each micro-batch carries its minibatch's loss denominators,
+all computed in one all-reduce at the fill."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import lightning.pytorch as pl
 import pytest
@@ -13,9 +16,10 @@ from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.rl.algorithms import PPO
-from rlinf_core.rl.algorithms.trajectory import Samples
-from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer
+from rlinf_core.rl.buffer import RolloutBuffer
 from rlinf_core.rl.config import RolloutConfig
+from rlinf_core.rl.data.micro_batch import MicroBatch
+from rlinf_core.rl.data.trajectory import Samples
 from rlinf_core.rl.module import RLModule
 
 
@@ -68,24 +72,23 @@ class CountingReducer:
         return x * 2
 
 
-def test_micro_batches_carry_their_samples_and_the_algorithm_its_minibatch_denominators():
+def test_micro_batches_carry_their_samples_and_their_minibatch_denominators():
     buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=3, update_epoch=2)
     samples = _samples(10)
     samples.value_mask = torch.ones(10, 1)
-    buffer.fill(5, samples, rank=0, world=2)
+    algorithm, reducer = PPO(update_epoch=2), CountingReducer()
+    buffer.fill(5, samples, algorithm.denominator, rank=0, world=2, reduce=reducer)
     mbs = list(buffer)
     assert len(mbs) == len(buffer) == buffer.num_micro_batches(10, world=2) == 10
     assert [m.last_of_step for m in mbs] == [False] * 9 + [True]
     assert [(m.step, m.index) for m in mbs] == [(5, i) for i in range(10)]
-    algorithm, reducer = PPO(update_epoch=2), CountingReducer()
-    algorithm.prepare_update(samples, buffer.minibatch_rows(), reducer, world=2)
-    assert reducer.calls == 1 and len(algorithm.denominators) == 6  # one all-reduce for every minibatch
+    assert reducer.calls == 1 and len(buffer.denominators) == 6  # one all-reduce for every minibatch
     for m in mbs:  # the data is the rows named by idx, the denominators those of the micro-batch's minibatch
         assert torch.equal(m.samples.old_logprobs, samples.old_logprobs[m.idx])
         assert torch.equal(m.samples.records["tokens"][:, 0], m.idx)
         rows = torch.cat([x.idx for x in mbs if x.minibatch == m.minibatch])
         assert torch.equal(torch.sort(buffer.minibatch_rows()[m.minibatch]).values, torch.sort(rows).values)
-        denominators = algorithm.denominators[m.minibatch]
+        denominators = m.denominators
         assert denominators.policy == max(float(samples.mask[rows].sum()), 1.0)  # x2 ranks / world 2
         assert denominators.value == float(len(rows))
     for epoch in range(2):  # every sample once per update epoch
@@ -98,11 +101,38 @@ def test_micro_batches_carry_their_samples_and_the_algorithm_its_minibatch_denom
         buffer.micro_batch(5, 0)
 
 
+def _tensors(value) -> list[torch.Tensor]:
+    """Every tensor in a (nested) dataclass / dict / list."""
+    if torch.is_tensor(value):
+        return [value]
+    if dataclasses.is_dataclass(value):
+        return [t for f in dataclasses.fields(value) for t in _tensors(getattr(value, f.name))]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def test_a_micro_batch_moves_all_of_its_samples_so_the_loss_moves_nothing():
+    samples = _samples(8)
+    samples.old_values, samples.value_targets = torch.zeros(8, 1), torch.ones(8, 1)
+    samples.value_mask, samples.loss_weight = torch.ones(8, 1), torch.ones(8)
+    samples.ref_logprobs = samples.old_logprobs.clone()
+    assert all(getattr(samples, f.name) is not None for f in dataclasses.fields(samples))
+    buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=4, update_epoch=1)
+    buffer.fill(0, samples, PPO().denominator)
+    moved = buffer.micro_batch(0, 1).to("meta")
+    tensors = _tensors(moved.samples)
+    assert len(tensors) == len(_tensors(buffer.micro_batch(0, 1).samples)) == 10  # image, record, 8 sample tensors
+    assert all(t.is_meta for t in tensors)
+
+
 def test_the_shuffle_is_a_function_of_step_and_rank():
     orders = {}
     for step, rank in [(0, 0), (1, 0), (0, 1), (0, 0)]:
         buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=4, update_epoch=1)
-        buffer.fill(step, _samples(8), rank=rank, world=2)
+        buffer.fill(step, _samples(8), PPO().denominator, rank=rank, world=2)
         orders.setdefault((step, rank), []).append(torch.cat([m.idx for m in buffer]).tolist())
     assert orders[(0, 0)][0] == orders[(0, 0)][1]
     assert len({tuple(v[0]) for v in orders.values()}) == 3

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from rlinf_core.builtin.toy_world_model import ToyRewardModel, ToyWorldModel
 from rlinf_core.world_models.datasets import Episode, find_trajectories, load_episode
@@ -162,6 +163,13 @@ def test_the_command_scores_recorded_episodes(tmp_path, capsys):
     assert "rlinf: error: no window" in capsys.readouterr().err
     assert main(["wm-score", "actions", "--world_model", "NoSuchModel", "--episodes", str(tmp_path)]) == 2
     assert "unknown world_model class_path 'NoSuchModel'" in capsys.readouterr().err
+    assert main(["wm-score", "actions", *args, "--device", "cpu", "--out", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text()) == json.loads((tmp_path / "a.json").read_text())
+    assert main(["wm-score", "actions", *args, "--device", "gpu0"]) == 2
+    assert "rlinf: error: --device 'gpu0' is not a device" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["wm-score", "reward", *args, "--reward_model", "ToyRewardModel", "--device", "cuda"]) == 2
+        assert "rlinf: error: --device cuda: no CUDA GPU here" in capsys.readouterr().err
 
 
 def test_window_labels_stay_positive_after_the_first_success():

@@ -75,11 +75,13 @@ from rlinf_core.world_models.init_data import condition_inputs, load_init_trajec
 class TestToyWorldModelKit(WorldModelPluginTests):
     model_class = ToyWorldModel
     image_size = 16
+    pretrained_overrides = {"pixels_per_unit": 3.0}
 
 
 class TestWanLikeToyWorldModelKit(WorldModelPluginTests):
     model_class = ToyWorldModel
     image_size = 16
+    pretrained_overrides = {"pixels_per_unit": 2.5}
 
     def make_model(self):
         return ToyWorldModel(action_dim=7, num_condition_frames=5, condition_frames="first_and_last", pad_gripper=-1.0)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from rlinf_core.rl.buffer import world_size_note
+from rlinf_core.cli.world_size import world_size_note
 
 
 def test_note_numbers_for_the_seeds_libero_sizes():

@@ -3,6 +3,7 @@ and compares the synced gradient with the full-minibatch gradient averaged over 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -43,7 +44,8 @@ class GradSyncProbe(pl.Callback):
         while first > 0 and not buffer.micro_batch(pl_module.current_epoch, first - 1).last:
             first -= 1
         items = [buffer.micro_batch(pl_module.current_epoch, i) for i in range(first, self.batch_idx + 1)]
-        mb = buffer.samples.select(torch.cat([it.idx for it in items]))
+        idx = torch.cat([it.idx for it in items])
+        mb = buffer.samples.select(idx)
         policy = pl_module.policy
         params = [p for p in policy.parameters() if p.requires_grad]
         out = policy.evaluate(
@@ -53,7 +55,7 @@ class GradSyncProbe(pl.Callback):
             compute_entropy=True,
             compute_values=pl_module.algorithm.uses_critic,
         )
-        loss, _ = pl_module.algorithm.update_loss(out, mb, items[-1].minibatch)
+        loss, _ = pl_module.algorithm.loss(out, dataclasses.replace(items[-1], samples=mb, idx=idx))
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         want = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
         dist.all_reduce(want)

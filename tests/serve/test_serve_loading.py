@@ -242,6 +242,7 @@ def test_a_busy_port_is_a_one_line_error(toy_export, protocol, capsys):
         )
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("rlinf serve: error: cannot listen on 127.0.0.1")
+    assert torch.is_grad_enabled(), "serving turned autograd off in the caller's thread"
 
 
 def test_a_missing_serving_package_is_a_one_line_error_before_the_load(toy_export, monkeypatch, capsys):

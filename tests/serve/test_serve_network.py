@@ -276,3 +276,23 @@ def test_a_prompt_longer_than_the_context_is_refused_before_the_model_thread():
         client = WebsocketClientPolicy("127.0.0.1", server.port)
         with pytest.raises(RuntimeError, match="context"):
             client.infer({"image": image, "instruction": long_prompt})
+
+
+def test_a_rest_body_over_the_limit_gets_413_naming_the_limit_even_when_sent_whole(toy_export):
+    """A client that sends its whole body before reading (requests) gets the 413, not a broken pipe: the server
+    reads and drops the body; one sending ``Expect: 100-continue`` (curl) gets it before sending the body."""
+    image = np.zeros((64, 64, 3), np.uint8)
+    big = b" " * (3 * 2**20)  # 3 MiB of whitespace: a body over a 1 MiB limit
+    with serving(toy_export, "openvla", "--mapping", "openvla-oft", "--max-message-mb", "1") as server:
+        url = f"http://127.0.0.1:{server.port}/act"
+        response = requests.post(url, data=big, timeout=60)
+        assert response.status_code == 413
+        assert response.json()["error"] == (
+            f"the body is {len(big)} bytes, over this server's limit of {2**20} bytes (--max-message-mb 1)"
+        )
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+            s.sendall(b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n" % len(big))
+            reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 413") and b"--max-message-mb 1" in reply
+        good = json_numpy.dumps({"full_image": image, "instruction": "go", "state": np.zeros(8, np.float32)})
+        assert requests.post(url, data=good, timeout=60).status_code == 200

@@ -19,7 +19,6 @@ from torch.nn.parallel import DistributedDataParallel
 from rlinf_core import Observation
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openpi.policy import OpenPIPolicy
-from rlinf_policy_openpi.settings import grouped
 
 
 class Loss(nn.Module):
@@ -46,7 +45,7 @@ def main(model_path: str, out: str, settings: str) -> None:
     kw = json.loads(settings)
     if kw.get("lora"):
         kw["lora"] = LoRAConfig(**kw["lora"])
-    policy = OpenPIPolicy(model_path, num_steps=3, add_value_head=True, **grouped(kw))
+    policy = OpenPIPolicy.from_pretrained(model_path, num_steps=3, add_value_head=True, **kw)
     ddp = DistributedDataParallel(Loss(policy))
     optim = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
     start = digest(policy)

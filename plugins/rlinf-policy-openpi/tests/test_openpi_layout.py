@@ -73,34 +73,3 @@ def test_constructor_is_a_small_schema_of_config_groups():
     for group, cls in GROUPS.items():  # every RLinf flat name lands on a field of its group
         names = {f.name for f in dataclasses.fields(cls)}
         assert {f for g, f in FLAT_KEYS.values() if g == group} <= names
-
-
-def test_directories_saved_with_flat_names_still_load(tiny, tmp_path):
-    import json
-    import shutil
-
-    from rlinf_policy_openpi.policy import OpenPIPolicy
-
-    path = tmp_path / "old"
-    shutil.copytree(tiny(pi05=True, layout="rlinf"), path)
-    cfg = json.loads((path / "config.json").read_text())
-    cfg["rlinf"] = {
-        "policy": "OpenPIPolicy",
-        "num_action_chunks": 2,
-        "noise_method": "flow_cps",
-        "noise_level": 0.3,
-        "add_value_head": True,
-        "value_after_vlm": True,
-        "value_vlm_mode": "last_token",
-        "noise_params": [0.6, 0.2, 10],
-        "num_images_in_input": 1,
-    }
-    (path / "config.json").write_text(json.dumps(cfg))
-    policy = OpenPIPolicy.from_pretrained(path)
-    assert (policy.num_action_chunks, policy.noise_method, policy.noise_level, policy.noise_params) == (
-        2,
-        "flow_cps",
-        0.3,
-        (0.6, 0.2, 10),
-    )
-    assert (policy.has_value_head, policy.value_after_vlm, policy.value_vlm_mode) == (True, True, "last_token")

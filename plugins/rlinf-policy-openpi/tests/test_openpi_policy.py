@@ -10,7 +10,7 @@ from rlinf_core.contracts.observation import Observation
 from rlinf_core.testing.conformance import PolicyPluginTests
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.policy import OpenPIPolicy
-from rlinf_policy_openpi.settings import NoiseConfig, grouped
+from rlinf_policy_openpi.settings import NoiseConfig
 
 VLM = "paligemma_with_expert.paligemma."
 
@@ -33,7 +33,7 @@ def _obs(B=3, seed=1, states=True):
 def _policy(path, **kw):
     torch.manual_seed(0)
     kw.setdefault("num_steps", 3)
-    return OpenPIPolicy(str(path), **grouped(kw)).eval()  # RLinf's flat names → the config groups
+    return OpenPIPolicy.from_pretrained(path, **kw).eval()  # RLinf's flat names → the config groups
 
 
 class TestPi0Conformance(PolicyPluginTests):
@@ -301,7 +301,7 @@ def test_bad_settings_are_one_line_errors(ckpt):
         ({"image_resize": "jax"}, "image_resize 'jax' not supported; use pil or lerobot"),
     ):
         with pytest.raises(ValueError, match=match) as exc:
-            OpenPIPolicy(str(path), **grouped(kw))
+            OpenPIPolicy.from_pretrained(path, **kw)
         assert "\n" not in str(exc.value)
     policy = _policy(path, num_images_in_input=2)
     with pytest.raises(ValueError, match="needs wrist_images"):

@@ -1,8 +1,10 @@
 """Real checkpoint layouts: tiny dirs, sharded save → load, Prismatic parameter names, loading errors."""
 
+import dataclasses
 import json
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,7 +120,7 @@ def test_sharded_save_load_round_trip(tmp_path, tiny_oft, obs):
     assert set(saved) == set(own) and any(k.startswith("value_head.mlp.") for k in saved)
     assert all(torch.equal(saved[k], own[k]) for k in own)
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["rlinf_policy"]["actions"]["unnorm_key"] == "libero_spatial_no_noops"
+    assert cfg["rlinf"]["actions"]["unnorm_key"] == "libero_spatial" and cfg["rlinf"]["class"] == "OpenVLAOFTPolicy"
     assert "libero_spatial_no_noops" in cfg["norm_stats"]
     loaded = OpenVLAOFTPolicy(model_path=str(out))
     assert (loaded.num_action_chunks, loaded.has_value_head, loaded.attention_mode) == (2, True, "bidirectional")
@@ -212,7 +214,7 @@ def test_official_proprio_projector_file(tmp_path, obs):
 
     src = tiny_checkpoint(kind="oft", proprio_dim=8)
     model = _copy(src, tmp_path)
-    _edit_config(model, lambda cfg: cfg["rlinf_policy"]["inputs"].pop("image_resize"))  # an official export: no record
+    _edit_config(model, lambda cfg: cfg["rlinf"]["inputs"].pop("image_resize"))  # an official export: no record
     state = load_weights(model)
     proprio = {
         f"module.{k.removeprefix('proprio_projector.')}": v
@@ -245,23 +247,21 @@ def test_official_proprio_projector_file(tmp_path, obs):
         OpenVLAOFTPolicy(model_path=str(model), inputs=InputConfig(use_proprio=True))
 
 
-FLAT_SETTINGS = {  # config.json's rlinf_policy as save_pretrained wrote it before the config groups
-    "policy": "OpenVLAOFTPolicy",
-    "unnorm_key": "libero_spatial_no_noops",
-    "num_action_chunks": 3,
-    "num_images_in_input": 2,
-    "add_value_head": True,
-    "value_type": "action_level",
-    "use_proprio": False,
-    "proprio_dim": None,
-    "max_prompt_length": 40,
-    "image_resize": "pil",
-    "attention_mode": "causal",
-}
+def _settings(p):
+    return (
+        p.unnorm_key,
+        p.num_action_chunks,
+        p.num_images_in_input,
+        p.has_value_head,
+        p.value_type,
+        p.prompts.max_prompt_length,
+        p.image_resize,
+        p.attention_mode,
+    )
 
 
-def test_directories_saved_with_flat_names_still_load(tmp_path, tiny_oft):
-    policy = OpenVLAOFTPolicy.from_pretrained(  # flat overrides are grouped, as the flat YAML names were
+def _trained(tiny_oft):
+    return OpenVLAOFTPolicy.from_pretrained(  # RLinf's flat names are put into their groups
         tiny_oft,
         num_action_chunks=3,
         num_images_in_input=2,
@@ -271,33 +271,58 @@ def test_directories_saved_with_flat_names_still_load(tmp_path, tiny_oft):
         image_resize="pil",
         attention_mode="causal",
     )
-    policy.save_pretrained(tmp_path / "grouped")
-    grouped = json.loads((tmp_path / "grouped" / "config.json").read_text())["rlinf_policy"]
-    assert grouped["actions"] == {"unnorm_key": "libero_spatial_no_noops", "num_action_chunks": 3}
-    assert grouped["inputs"]["max_prompt_length"] == 40 and grouped["inputs"]["image_resize"] == "pil"
-    shutil.copytree(tmp_path / "grouped", tmp_path / "flat")
-    _edit_config(tmp_path / "flat", lambda cfg: cfg.update(rlinf_policy=FLAT_SETTINGS))
 
-    def settings(p):
-        return (
-            p.unnorm_key,
-            p.num_action_chunks,
-            p.num_images_in_input,
-            p.has_value_head,
-            p.value_type,
-            p.prompts.max_prompt_length,
-            p.image_resize,
-            p.attention_mode,
-        )
 
-    expected = ("libero_spatial_no_noops", 3, 2, True, "action_level", 40, "pil", "causal")
-    assert settings(policy) == expected
-    for name in ("grouped", "flat"):
-        assert settings(OpenVLAOFTPolicy.from_pretrained(tmp_path / name)) == expected, name
-        assert settings(OpenVLAOFTPolicy(model_path=str(tmp_path / name))) == expected, name
-    again = OpenVLAOFTPolicy.from_pretrained(tmp_path / "flat", inputs=InputConfig(max_prompt_length=50))
+TRAINED = ("libero_spatial_no_noops", 3, 2, True, "action_level", 40, "pil", "causal")
+
+
+def test_every_route_to_a_saved_directory_restores_the_settings(tmp_path, tiny_oft):
+    from jsonargparse import ArgumentParser
+
+    from rlinf_core.serve.loading import LoadOptions, load_policy
+
+    policy = _trained(tiny_oft)
+    assert _settings(policy) == TRAINED
+    policy.save_pretrained(tmp_path / "export")
+    record = json.loads((tmp_path / "export" / "config.json").read_text())["rlinf"]
+    assert record["actions"]["num_action_chunks"] == 3 and record["inputs"]["max_prompt_length"] == 40
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(OpenVLAOFTPolicy, "policy")
+    yaml = parser.instantiate(parser.parse_args([f"--policy.model_path={tmp_path / 'export'}"])).policy
+    assert parser.get_defaults().policy.actions.num_action_chunks == 8  # OFT's real default, in --print_config
+    for loaded in (
+        OpenVLAOFTPolicy.from_pretrained(tmp_path / "export"),
+        OpenVLAOFTPolicy(model_path=str(tmp_path / "export")),
+        yaml,
+        load_policy(str(tmp_path / "export"), LoadOptions()).policy,
+    ):
+        assert _settings(loaded) == TRAINED
+    again = OpenVLAOFTPolicy.from_pretrained(tmp_path / "export", inputs=InputConfig(max_prompt_length=50))
     assert (again.prompts.max_prompt_length, again.num_images_in_input) == (50, 2)  # unset fields: the recorded ones
-    assert OpenVLAOFTPolicy.from_pretrained(tmp_path / "flat", image_resize="tensor").image_resize == "tensor"
+    assert OpenVLAOFTPolicy.from_pretrained(tmp_path / "export", image_resize="tensor").image_resize == "tensor"
+    # an override equal to the default wins over the recorded value too
+    assert OpenVLAOFTPolicy.from_pretrained(tmp_path / "export", attention_mode="bidirectional").attention_mode == (
+        "bidirectional"
+    )
+
+
+def test_a_directory_saved_under_the_earlier_settings_key_loads_the_same(tmp_path, tiny_oft, obs):
+    """``fixtures/saved_oft_config.json`` is the ``config.json`` that ``save_pretrained`` wrote for ``_trained``'s
+    policy when OpenVLA recorded its settings under ``rlinf_policy`` (they are under ``rlinf`` now, as for every
+    model): such a directory loads with the settings it recorded."""
+    from rlinf_core.serve.loading import LoadOptions, load_policy
+
+    policy = _trained(tiny_oft)
+    policy.save_pretrained(tmp_path / "export")
+    shutil.copy(Path(__file__).parent / "fixtures" / "saved_oft_config.json", tmp_path / "export" / "config.json")
+    assert "rlinf_policy" in json.loads((tmp_path / "export" / "config.json").read_text())
+    loaded = OpenVLAOFTPolicy.from_pretrained(tmp_path / "export")
+    served = load_policy(str(tmp_path / "export"), LoadOptions()).policy  # the class name is recorded there too
+    assert _settings(loaded) == _settings(served) == TRAINED
+    two_views = dataclasses.replace(obs, wrist_images=obs.main_images.flip(1))
+    with torch.no_grad():
+        a, b = policy.act(two_views, do_sample=False), loaded.act(two_views, do_sample=False)
+    torch.testing.assert_close(a.actions, b.actions, rtol=0, atol=0)
 
 
 # ---- errors: one line with the cause and a hint ------------------------------------------------------

@@ -153,7 +153,7 @@ def _unrecorded(tiny: Path, to: Path) -> Path:
     """A copy of ``tiny`` whose config.json records no image_resize: an upstream directory with its processor."""
     shutil.copytree(tiny, to)
     config = json.loads((to / "config.json").read_text())
-    config["rlinf_policy"]["inputs"].pop("image_resize")
+    config["rlinf"]["inputs"].pop("image_resize")
     (to / "config.json").write_text(json.dumps(config))
     return to
 

@@ -1,17 +1,18 @@
 """The config groups ``actions:`` / ``inputs:``: the schema, RLinf's flat names, and readers of the grouped keys."""
 
-import inspect
 from dataclasses import fields
 
 import pytest
 
+from rlinf_core.foundation.signatures import constructor_parameters
+from rlinf_core.models.settings import grouped_settings
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
-from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig, flat, grouped
+from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig
 
 
 @pytest.mark.parametrize("cls", [OpenVLAPolicy, OpenVLAOFTPolicy])
 def test_constructor_is_a_small_schema(cls):
-    params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    params = list(constructor_parameters(cls))
     assert len(params) <= 12, params
     assert {"actions", "inputs", "add_value_head", "lora"} <= set(params)
     for name in FLAT_KEYS:  # every grouped setting lives only in its group
@@ -28,20 +29,13 @@ def test_flat_names_map_onto_every_group_field():
         "top_k": 50,
         "inputs": {"max_prompt_length": 30},
     }
-    args = grouped(old)
-    assert args == {
+    assert grouped_settings(old, GROUPS, FLAT_KEYS) == {  # what from_pretrained passes the constructor
         "top_k": 50,
-        "actions": ActionConfig(unnorm_key="bridge_orig", num_action_chunks=4),
-        "inputs": InputConfig(max_prompt_length=30, center_crop=True),
+        "actions": {"unnorm_key": "bridge_orig", "num_action_chunks": 4},
+        "inputs": {"max_prompt_length": 30, "center_crop": True},
     }
-    assert grouped({"inputs": InputConfig(use_proprio=True), "proprio_dim": 8})["inputs"] == InputConfig(
-        use_proprio=True, proprio_dim=8
-    )
-    assert flat({"actions": {"unnorm_key": "k"}, "inputs": {"image_resize": "pil"}, "value_type": "x"}) == {
-        "unnorm_key": "k",
-        "image_resize": "pil",
-        "value_type": "x",
-    }
+    given = grouped_settings({"inputs": InputConfig(use_proprio=True), "proprio_dim": 8}, GROUPS, FLAT_KEYS)
+    assert InputConfig(**given["inputs"]) == InputConfig(use_proprio=True, proprio_dim=8)
 
 
 def test_group_values_are_checked_when_parsed():

@@ -9,6 +9,7 @@ class TestOpenSoraWorldModel(WorldModelPluginTests):
     model_class = OpenSoraWorldModel
     image_size = 32
     chunk = 8
+    pretrained_overrides = {"num_sampling_steps": 3}
 
     def make_model(self):
         return OpenSoraWorldModel(str(tiny_world_model()), num_sampling_steps=2)

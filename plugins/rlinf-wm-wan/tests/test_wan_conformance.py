@@ -10,6 +10,7 @@ class TestWanWorldModelKit(WorldModelPluginTests):
     model_class = WanWorldModel
     image_size = 64
     chunk = 4  # 5 condition + 4 = 9 = 1 + 4k frames (upstream: 8)
+    pretrained_overrides = {"num_inference_steps": 3}
 
     @pytest.fixture(autouse=True)
     def _tiny(self, tiny_wan):

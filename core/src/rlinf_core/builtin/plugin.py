@@ -1,5 +1,5 @@
-"""Core's built-in plugin: registers the test doubles through the same hooks as any plugin (by dotted path:
-nothing is imported until a config uses it)."""
+"""Core's built-in plugin: registers the test doubles and the remote policy through the same hooks as any plugin (by
+dotted path: nothing is imported until a config uses it)."""
 
 from rlinf_core.plugins.hookspecs import hookimpl
 
@@ -14,6 +14,7 @@ def register_envs(register):
 def register_policies(register):
     register("rlinf_core.builtin.toy_policy:TinyVLAPolicy")
     register("rlinf_core.builtin.toy_gaussian:TinyGaussianPolicy")
+    register("rlinf_core.remote.policy:RemotePolicy")
 
 
 @hookimpl

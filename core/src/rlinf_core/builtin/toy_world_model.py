@@ -16,10 +16,11 @@ from safetensors.torch import save_file
 from torch import nn
 
 from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.run.checkpoint_files import load_safetensors
 
 
-class ToyWorldModel(WorldModel):
+class ToyWorldModel(SavedSettings, WorldModel):
     """Shifts the last frame by ``round(action[:2] · pixels_per_unit)`` per predicted frame.
 
     Args:
@@ -29,8 +30,8 @@ class ToyWorldModel(WorldModel):
         condition_frames: ``repeat_first`` (OpenSora-like) or ``first_and_last`` (Wan-like keyframe init).
         pad_gripper: gripper entry of padded condition actions (``None``: zeros).
         num_target_frames: target frames of a training clip (``clip_frames = (num_condition_frames, this)``).
-        model_path: load the config and weights from this directory (``save_pretrained`` layout); the other
-            arguments are then ignored.
+        model_path: load the weights from this directory (``save_pretrained`` layout); a setting left at its
+            default takes the value recorded there.
     """
 
     def __init__(
@@ -44,15 +45,11 @@ class ToyWorldModel(WorldModel):
         model_path: str | None = None,
     ) -> None:
         super().__init__()
-        if model_path is not None:
-            if not (Path(model_path) / "config.json").is_file():
-                raise FileNotFoundError(
-                    f"ToyWorldModel model_path {model_path} has no config.json (save_pretrained layout)"
-                )
-            cfg = json.loads((Path(model_path) / "config.json").read_text())
-            action_dim, pixels_per_unit = cfg["action_dim"], cfg["pixels_per_unit"]
-            num_condition_frames, condition_frames = cfg["num_condition_frames"], cfg["condition_frames"]
-            pad_gripper, num_target_frames = cfg["pad_gripper"], cfg["num_target_frames"]
+        if model_path is not None and not (Path(model_path) / "model.safetensors").is_file():
+            raise FileNotFoundError(
+                f"ToyWorldModel model_path {model_path} has no model.safetensors (save_pretrained layout)"
+            )
+        self.model_path = model_path
         self.action_dim = action_dim
         self.pixels_per_unit = pixels_per_unit
         self.condition = ConditionSpec(num_condition_frames, condition_frames, pad_gripper)
@@ -67,15 +64,7 @@ class ToyWorldModel(WorldModel):
     def save_pretrained(self, path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        cfg = {
-            "action_dim": self.action_dim,
-            "pixels_per_unit": self.pixels_per_unit,
-            "num_condition_frames": self.condition.num_frames,
-            "condition_frames": self.condition.frames,
-            "pad_gripper": self.condition.pad_gripper,
-            "num_target_frames": self.clip_frames[1],
-        }
-        (path / "config.json").write_text(json.dumps(cfg, indent=2))
+        (path / "config.json").write_text(json.dumps({SETTINGS_KEY: self.settings_record()}, indent=2))
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         save_file(tensors, str(path / "model.safetensors"))
 

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.callbacks.progress import console_lines
+from rlinf_core.contracts.rl_loop import RLLoop
 
 
 def _short(name: str, max_len: int) -> str:
@@ -93,7 +94,7 @@ class EvalReport(Callback):
         return [eval_headline(last_eval, step), *eval_table(last_eval, self.max_tasks, self.worst), *columns]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        last_eval = getattr(pl_module, "last_eval", None)
+        last_eval = pl_module.last_eval if isinstance(pl_module, RLLoop) else None
         if not trainer.is_global_zero or not last_eval or trainer.sanity_checking:
             return
         fitting = trainer.state.fn == "fit"

@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from rlinf_core.callbacks.startup import release_startup_lines
+from rlinf_core.contracts.rl_loop import RLLoop
 from rlinf_core.foundation.trainer import attached_trainer
 
 # (logged metric, label, format): the step's key numbers, in the bar and the plain lines
@@ -170,7 +171,7 @@ class RLProgressBar(ProgressBar):
         release_startup_lines()
         self._live = True
         self._steps_done = 0
-        self._unit = "step" if hasattr(pl_module, "step_metrics") else "epoch"
+        self._unit = "step" if isinstance(pl_module, RLLoop) else "epoch"
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._header_outside_fit(trainer, pl_module)
@@ -197,7 +198,7 @@ class RLProgressBar(ProgressBar):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._unit == "step":  # RLModule: the step's micro-batch count is known once the rollout is in
+        if isinstance(pl_module, RLLoop):  # the step's micro-batch count is known once the rollout is in
             self.set_phase(f"update {batch_idx + 1}/{pl_module.steps_per_epoch} micro-batches")
             return
         total = self.total_train_batches
@@ -236,8 +237,10 @@ class RLProgressBar(ProgressBar):
         now = time.perf_counter()
         self._steps_done += 1
         self._last_step_end = now
-        metrics = getattr(pl_module, "step_metrics", None)
-        numbers = key_numbers(metrics) if metrics is not None else other_numbers(trainer.progress_bar_metrics)
+        if isinstance(pl_module, RLLoop):
+            numbers = key_numbers(pl_module.step_metrics)
+        else:
+            numbers = other_numbers(trainer.progress_bar_metrics)
         step = trainer.current_epoch + 1
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         head = f"{self._unit} {step}/{total}" if total else f"{self._unit} {step}"
@@ -311,8 +314,8 @@ def _what(pl_module: pl.LightningModule, trainable_only: bool) -> str:
     """``"RLModule (TinyVLAPolicy, 17.3 K trainable parameters)"``: the module and the model it trains."""
     from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
-    inner = getattr(pl_module, "policy", None)
-    if inner is None and callable(getattr(pl_module, "trained_module", None)):  # world / reward model trainers
+    inner = pl_module.policy if isinstance(pl_module, RLLoop) else None
+    if inner is None and callable(getattr(pl_module, "trained_module", None)):  # SFT, world / reward model trainers
         inner = pl_module.trained_module()
     count = sum(p.numel() for p in pl_module.parameters() if p.requires_grad or not trainable_only)
     numbers = f"{get_human_readable_count(count).strip()} {'trainable ' if trainable_only else ''}parameters"
@@ -326,7 +329,7 @@ def run_header(trainer: pl.Trainer, pl_module: pl.LightningModule, log_dir: str 
     fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
     if fn != "fit":
         return f"{fn} {_what(pl_module, False)} on {trainer.world_size} device(s); logs: {log_dir}"
-    unit = "RL steps" if hasattr(pl_module, "step_metrics") else "epochs"
+    unit = "RL steps" if isinstance(pl_module, RLLoop) else "epochs"
     unit = unit[:-1] if trainer.max_epochs == 1 else unit
     steps = f"{trainer.max_epochs} {unit}" if trainer.max_epochs and trainer.max_epochs > 0 else f"unbounded {unit}"
     return f"fit {_what(pl_module, True)}: {steps} on {trainer.world_size} device(s); logs: {log_dir}"

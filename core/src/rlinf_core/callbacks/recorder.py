@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.rl_loop import RLLoop
 from rlinf_core.world_models.datasets import resize_frames
 from rlinf_core.world_models.init_data import save_init_trajectory
 
@@ -105,7 +106,7 @@ class RolloutRecorder(Callback):
         self.rank = 0
         self.written: dict[str, list[Path]] = {"train": [], "eval": []}
         self._buffers: dict[int, list[_Buffer | None]] = {}
-        self._observers: dict[int, tuple[Env, Any, str]] = {}
+        self._observers: dict[int, tuple[BatchedEnv, Any, str]] = {}
         self._next_index: dict[str, int] = {}
         self._full_notice: set[str] = set()
         self._lock = threading.Lock()  # pipeline stages step their envs (and call the observers) in threads
@@ -118,16 +119,16 @@ class RolloutRecorder(Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.record_train:
-            for env in getattr(pl_module, "_stage_envs", None) or []:
+            for env in pl_module.train_envs if isinstance(pl_module, RLLoop) else []:
                 self.attach(env, "train")
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        env = getattr(pl_module, "eval_env", None)
+        env = pl_module.eval_env if isinstance(pl_module, RLLoop) else None
         if self.record_eval and env is not None:
             self.attach(env, "eval")
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        env = getattr(pl_module, "eval_env", None)
+        env = pl_module.eval_env if isinstance(pl_module, RLLoop) else None
         if env is not None:
             self.detach(env)
 
@@ -143,7 +144,7 @@ class RolloutRecorder(Callback):
         return [root for root in (sink.close() for sink in sinks.values()) if root is not None]
 
     # ------------------------------------------------------------------ observing an env
-    def attach(self, env: Env, split: str) -> None:
+    def attach(self, env: BatchedEnv, split: str) -> None:
         """Start recording ``env``'s episodes into ``split`` (idempotent)."""
         if id(env) in self._observers:
             return
@@ -153,7 +154,7 @@ class RolloutRecorder(Callback):
         if self.all_envs and in_process and env.video_cfg.max_envs < env.num_envs:
             env.video_cfg.max_envs = env.num_envs
 
-        def observer(env: Env, event: str, arg: Any, result: Any, frames: list[dict[str, Any]]) -> None:
+        def observer(env: BatchedEnv, event: str, arg: Any, result: Any, frames: list[dict[str, Any]]) -> None:
             if event == "reset":
                 self._on_reset(env, split, result)
             elif event == "chunk_step":
@@ -163,7 +164,7 @@ class RolloutRecorder(Callback):
         self._buffers[id(env)] = []
         env.step_observers = (*env.step_observers, observer)
 
-    def detach(self, env: Env) -> None:
+    def detach(self, env: BatchedEnv) -> None:
         """Stop recording ``env``: episodes still running are written as they are (if long enough)."""
         entry = self._observers.pop(id(env), None)
         if entry is None:
@@ -174,7 +175,7 @@ class RolloutRecorder(Callback):
             self._finish(env, b, split)
         self._buffers.pop(id(env), None)
 
-    def _on_reset(self, env: Env, split: str, obs) -> None:
+    def _on_reset(self, env: BatchedEnv, split: str, obs) -> None:
         images = self._images(obs.main_images)
         bufs = self._buffers[id(env)]
         for b in range(len(bufs)):
@@ -182,7 +183,7 @@ class RolloutRecorder(Callback):
         n = min(len(images), env.video_cfg.max_envs)  # the sub-envs whose step frames are captured
         self._buffers[id(env)] = [self._start(images[b], obs.task_descriptions[b], env) for b in range(n)]
 
-    def _on_chunk(self, env: Env, split: str, actions: Any, res, frames: list[dict[str, Any]]) -> None:
+    def _on_chunk(self, env: BatchedEnv, split: str, actions: Any, res, frames: list[dict[str, Any]]) -> None:
         bufs = self._buffers[id(env)]
         if not frames or not bufs:
             return
@@ -224,14 +225,14 @@ class RolloutRecorder(Callback):
             raise ValueError(f"RolloutRecorder.action_dim {D} is smaller than the env's {len(a)}-D actions")
         return np.concatenate([a[:-1], np.zeros(D - len(a), np.float32), a[-1:]])
 
-    def _start(self, image: np.ndarray, instruction: str, env: Env) -> _Buffer:
+    def _start(self, image: np.ndarray, instruction: str, env: BatchedEnv) -> _Buffer:
         buf = _Buffer(instruction=str(instruction))
         buf.frames.append(image)
         buf.actions.append(np.zeros(self.action_dim or env.action_dim, np.float32))
         buf.success.append(False)
         return buf
 
-    def _finish(self, env: Env, b: int, split: str) -> None:
+    def _finish(self, env: BatchedEnv, b: int, split: str) -> None:
         bufs = self._buffers.get(id(env))
         if not bufs or b >= len(bufs) or bufs[b] is None:
             return

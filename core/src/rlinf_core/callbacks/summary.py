@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.callbacks.eval_report import EvalReport
 from rlinf_core.callbacks.progress import console_lines, fmt_duration
+from rlinf_core.contracts.rl_loop import RLLoop
 
 
 def _rel(path: str | Path) -> str:
@@ -66,7 +67,7 @@ class RunSummary(Callback):
         if not trainer.is_global_zero:
             return
         steps = trainer.current_epoch  # RL steps (epochs) completed, counting a resumed run's earlier ones
-        unit = "RL step" if hasattr(pl_module, "step_metrics") else "epoch"
+        unit = "RL step" if isinstance(pl_module, RLLoop) else "epoch"
         took = fmt_duration(time.perf_counter() - self._t0)
         if interrupted:  # the step in flight may or may not have been checkpointed: the resume line says where
             lines = ["", f"rlinf: fit interrupted in {unit} {steps + 1} after {took}"]
@@ -74,7 +75,7 @@ class RunSummary(Callback):
             lines = ["", f"rlinf: fit finished: {steps} {unit}{'s' if steps != 1 else ''} in {took}"]
         report = next((cb for cb in trainer.callbacks if isinstance(cb, EvalReport)), None)
         lines += [f"  {line}" for line in best_and_last(report.history if report else [])]
-        step_metrics = getattr(pl_module, "step_metrics", None) or {}
+        step_metrics = pl_module.step_metrics if isinstance(pl_module, RLLoop) else {}
         if "env/success_once" in step_metrics:
             lines.append(f"  training success_once (last step): {100 * step_metrics['env/success_once']:.1f}%")
         rows = self._locations(trainer, log_dir)

@@ -12,7 +12,8 @@ import numpy as np
 from lightning.pytorch.callbacks import Callback
 from PIL import Image, ImageDraw
 
-from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.rl_loop import RLLoop
 
 MIN_TILE = 128
 
@@ -113,9 +114,13 @@ class RolloutVideoRecorder(Callback):
         self.written: list[Path] = []
 
     @staticmethod
-    def _train_env(module: pl.LightningModule) -> Env | None:
-        envs = getattr(module, "_stage_envs", None)
+    def _train_env(module: pl.LightningModule) -> BatchedEnv | None:
+        envs = module.train_envs if isinstance(module, RLLoop) else []
         return envs[0] if envs else None
+
+    @staticmethod
+    def _eval_env(module: pl.LightningModule) -> BatchedEnv | None:
+        return module.eval_env if isinstance(module, RLLoop) else None
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         env = self._train_env(pl_module)
@@ -131,18 +136,18 @@ class RolloutVideoRecorder(Callback):
             self._write(trainer, env, "train")
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        env = getattr(pl_module, "eval_env", None)
+        env = self._eval_env(pl_module)
         if env is not None and env.video_cfg.save_video:
             env.capture_frames = True
             env.pop_frames()
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        env = getattr(pl_module, "eval_env", None)
+        env = self._eval_env(pl_module)
         if env is not None and env.capture_frames:
             env.capture_frames = False
             self._write(trainer, env, "eval")
 
-    def _write(self, trainer: pl.Trainer, env: Env, split: str) -> None:
+    def _write(self, trainer: pl.Trainer, env: BatchedEnv, split: str) -> None:
         frames = env.pop_frames()
         if not frames:
             return

@@ -3,13 +3,16 @@
 ``action_dim`` (D) and ``num_action_chunks`` (C) may be written in the env's config (a plugin env that takes them,
 a world model's ``action_dim`` under ``WorldModelEnv``) and in the policy's (``init_args`` or a group such as
 OpenVLA's ``actions:``). When both sides state one and the values differ, the run stops with one line naming both
-keys, before a policy's weights are loaded. (Sizes an env only declares as a class attribute are compared once
-the classes are built, by :func:`rlinf_core.rl.consistency.check_rl_sizes`.)
+keys, before a policy's weights are loaded. The rule and its wording are
+:func:`rlinf_core.rl.consistency.check_same_action_size`, which the RL module applies again to the built env and
+policy (sizes an env only declares as a class attribute, or a policy reads from its ``model_path``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from rlinf_core.rl.consistency import check_same_action_size
 
 SIZE_KEYS = ("action_dim", "num_action_chunks")
 
@@ -40,10 +43,6 @@ def check_action_sizes(cfg: dict) -> None:
     for env_key in ("env", "eval_env"):
         env = stated_sizes(args.get(env_key), f"model.init_args.{env_key}")
         for key in SIZE_KEYS:
-            for env_path, env_value in env[key]:
-                for policy_path, policy_value in policy[key]:
-                    if env_value != policy_value:
-                        raise ValueError(
-                            f"{env_path} ({env_value}) and {policy_path} ({policy_value}) disagree: the policy's "
-                            f"action chunks [C, D] must be the env's; set both to the same value"
-                        )
+            for env_size in env[key]:
+                for policy_size in policy[key]:
+                    check_same_action_size(env_size, policy_size)

@@ -27,13 +27,10 @@ from typing import Any
 import yaml
 
 from rlinf_core.cli.action_sizes import check_action_sizes
-from rlinf_core.cli.combos import (
-    check_built_module,
-    check_combinations,
-    check_lightning_optimizer,
-    check_signature_values,
-)
-from rlinf_core.cli.machine import check_machine, start_rendezvous_watchdog
+from rlinf_core.cli.combos import check_built_module, check_combinations
+from rlinf_core.cli.eval_only import check_trainable_policy
+from rlinf_core.cli.machine import check_lightning_optimizer, check_machine, start_rendezvous_watchdog
+from rlinf_core.cli.signatures import check_signature_values
 
 WARNINGS: list[str] = []
 
@@ -243,6 +240,8 @@ def _check_config(config: Any, training: bool = True) -> None:
         save_dir = ((item or {}).get("init_args") or {}).get("save_dir") if isinstance(item, dict) else None
         if save_dir and Path(str(save_dir)).is_file():
             raise ValueError(f"trainer.logger.init_args.save_dir {save_dir} is an existing file, not a directory")
+    if training:
+        check_trainable_policy(cfg)
     check_machine(trainer, warn, training)
     check_signature_values(cfg)
     check_lightning_optimizer(cfg)

@@ -1,120 +1,12 @@
-"""Values the parsed config gives that its classes cannot use, and combinations legal one by one but
-nonsensical together (docs/reliability.md states the rule: an error for what a user would certainly not
-want, a one-line warning for what might be deliberate)."""
+"""Combinations of an RL config's settings that are legal one by one but nonsensical together, in the parsed config
+and in the built module (docs/reliability.md states the rule: an error for what a user would certainly not want, a
+one-line warning for what might be deliberate)."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
-import typing
 from collections.abc import Callable
 from typing import Any
-
-
-def _import(class_path: str) -> type | None:
-    module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except Exception:  # noqa: BLE001 - jsonargparse already reported unknown classes
-        return None
-
-
-def _parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """``__init__`` parameters of ``cls``, following ``**kwargs`` into its bases."""
-    found: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        try:
-            sig = inspect.signature(init)
-            hints = typing.get_type_hints(init)
-        except Exception:  # noqa: BLE001 - unannotated or unresolvable: nothing to check
-            return found
-        for name, p in sig.parameters.items():
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name not in found:
-                found[name] = p.replace(annotation=hints.get(name, p.annotation))
-        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-            break
-    return found
-
-
-def _allows(annotation: Any, kind: type) -> tuple[bool, bool]:
-    """(``annotation`` admits ``kind``, it admits ``None``)."""
-    args = typing.get_args(annotation) if typing.get_origin(annotation) is not None else (annotation,)
-    return any(a is kind for a in args), any(a is type(None) for a in args) or annotation is Any
-
-
-def check_signature_values(node: Any, path: str = "") -> None:
-    """``null`` for a required number and non-finite floats where the class's default is finite, by key path."""
-    if isinstance(node, list):
-        for i, item in enumerate(node):
-            check_signature_values(item, f"{path}[{i}]")
-        return
-    if not isinstance(node, dict):
-        return
-    cls = _import(node["class_path"]) if isinstance(node.get("class_path"), str) else None
-    args = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
-    params = _parameters(cls) if cls is not None else {}
-    for key, value in args.items():
-        p = params.get(key)
-        where = f"{path}.init_args.{key}" if path else f"init_args.{key}"
-        if p is not None and p.annotation is not inspect.Parameter.empty:
-            numeric = [k for k in (int, float) if _allows(p.annotation, k)[0]]
-            nullable = _allows(p.annotation, int)[1]
-            if value is None and numeric and not nullable and p.default is not None:
-                raise ValueError(
-                    f"{where}: null given, expected {' or '.join(k.__name__ for k in numeric)} (default {p.default!r})"
-                    if p.default is not p.empty
-                    else f"{where}: null given, a required {numeric[0].__name__}"
-                )
-            # only rlinf's own classes: a third-party class may take inf as a meaningful value
-            default_finite = cls.__module__.startswith("rlinf") and not (
-                isinstance(p.default, float) and not math.isfinite(p.default)
-            )
-            if isinstance(value, float) and not math.isfinite(value) and float in numeric and default_finite:
-                raise ValueError(f"{where}: {value} given, expected a finite number")
-    for key, value in node.items():
-        if key != "init_args":
-            check_signature_values(value, f"{path}.{key}" if path else key)
-    for key, value in args.items():
-        check_signature_values(value, f"{path}.init_args.{key}" if path else key)
-
-
-def check_batch_sizes(config: Any) -> None:
-    """``model.init_args.global_batch_size`` / ``micro_batch_size`` below 1, by key and value, right after parsing
-    (before LightningCLI seeds and prints ``Seed set to``)."""
-    model = config.get("model") if hasattr(config, "get") else None
-    args = model.get("init_args") if hasattr(model, "get") else None
-    for key in ("global_batch_size", "micro_batch_size"):
-        value = args.get(key) if hasattr(args, "get") else None
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            raise ValueError(
-                f"model.init_args.{key} must be >= 1, got {value} (samples per optimizer step / per forward-backward)"
-            )
-
-
-def check_lightning_optimizer(cfg: dict) -> None:
-    """LightningCLI's ``optimizer:`` / ``lr_scheduler:`` beside a module that configures its own optimizers (every
-    rlinf module: the manual optimization would step nothing)."""
-    given = [key for key in ("optimizer", "lr_scheduler") if cfg.get(key)]
-    model = cfg.get("model") or {}
-    cls = _import(model["class_path"]) if given and isinstance(model.get("class_path"), str) else None
-    if cls is None:
-        return
-    from lightning.pytorch import LightningModule
-
-    if getattr(cls, "configure_optimizers", None) is not LightningModule.configure_optimizers:
-        optim = (
-            "model.init_args.optim (lr, weight_decay, lr_warmup_steps, ...)"
-            if "optim" in _parameters(cls)
-            else "the module's own settings"
-        )
-        raise ValueError(
-            f"{given[0]}: is LightningCLI's, but {cls.__name__} configures its own optimizer and "
-            f"schedule: remove it and set {optim}"
-        )
 
 
 def _name(node: Any) -> str:

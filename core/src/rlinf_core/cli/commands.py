@@ -30,15 +30,15 @@ BUILTIN_COMMANDS = (
     BuiltinCommand(
         "plugins",
         "List installed plugins and the envs, policies, world models and commands they add.",
-        "rlinf_core.cli.main:plugins_command",
+        "rlinf_core.cli.plugins:plugins_command",
     ),
     BuiltinCommand(
         "configs",
         "List the configs shipped inside installed packages (for `--config NAME`).",
-        "rlinf_core.cli.main:configs_command",
+        "rlinf_core.cli.configs:configs_command",
     ),
     BuiltinCommand(
-        "plot", "Draw a run's learning curves as a PNG from its TensorBoard events.", "rlinf_core.cli.main:plot_command"
+        "plot", "Draw a run's learning curves as a PNG from its TensorBoard events.", "rlinf_core.cli.plot:plot_command"
     ),
     BuiltinCommand(
         "memory",

@@ -9,9 +9,11 @@ Packages are located without importing them (no simulator or model library is lo
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import importlib.metadata
 import importlib.util
+import json
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -161,3 +163,25 @@ def _resolve(value: str) -> str:
         return str(find_shipped_config(value))
     except FileNotFoundError:
         return value
+
+
+def configs_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rlinf configs",
+        description="List the configs shipped inside installed rlinf packages; pass a "
+        "name to `rlinf fit --config NAME`.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    opts = parser.parse_args(argv)
+    found = shipped_configs()
+    if opts.json:
+        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
+                          for c in found], indent=2))  # fmt: skip
+        return 0
+    for package in dict.fromkeys(c.package for c in found):
+        print(f"{package}:")
+        mine = [c for c in found if c.package == package]
+        width = max(len(c.name) for c in mine)
+        for c in mine:
+            print(f"  {c.name:<{width}}  {c.description}")
+    return 0

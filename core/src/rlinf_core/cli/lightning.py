@@ -19,7 +19,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from rlinf_core.foundation.checks import check_number
+from rlinf_core.cli.yaml_keys import yaml_keys
+from rlinf_core.foundation.checks import ConfigValueError, check_number
 from rlinf_core.memory.estimate import MemoryTarget
 from rlinf_core.run.checkpointing import RLCheckpoint
 
@@ -56,9 +57,6 @@ class RLinfCLI(LightningCLI):
         from rlinf_core.run.checkpoint_files import load_checkpoint_file, resolve_resume_path
 
         sub = self.config.get("subcommand")
-        from rlinf_core.cli.combos import check_batch_sizes
-
-        check_batch_sizes(self.config[sub] if sub else self.config)  # before LightningCLI's "Seed set to" line
         if sub and self.config[sub].get("ckpt_path"):
             self.config[sub]["ckpt_path"] = ckpt = resolve_resume_path(self.config[sub]["ckpt_path"])
             if ckpt and Path(ckpt).is_file():  # one line for a file that unpickles badly, before LightningCLI reads it
@@ -93,8 +91,19 @@ class RLinfCLI(LightningCLI):
                 if init.get("save_last") is None:
                     init["save_last"] = "link"
 
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, with a value a class refuses named by its YAML key (the class names it as it knows it)."""
+        try:
+            super().instantiate_classes()
+        except Exception as exc:
+            refused = _config_value_error(exc)
+            if refused is not None:
+                config = self.config[self.subcommand] if self.subcommand else self.config
+                refused.rename(yaml_keys(config.as_dict(), refused.values))
+            raise
+
     def before_fit(self) -> None:
-        from rlinf_core.rl.buffer import world_size_note
+        from rlinf_core.cli.world_size import world_size_note
         from rlinf_core.run.run_dirs import check_outputs
 
         check_outputs(self.trainer, self.model)
@@ -133,6 +142,17 @@ class RLinfCLI(LightningCLI):
         kwargs["callbacks"] = given + default_callbacks(given, trainer_config.get("enable_progress_bar") is not False)
         kwargs["callbacks"] += own
         return super().instantiate_trainer(**kwargs)
+
+
+def _config_value_error(exc: BaseException) -> ConfigValueError | None:
+    """The :class:`ConfigValueError` in ``exc``'s chain (jsonargparse wraps a class's error in its own)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConfigValueError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _as_list(value: Any) -> list:

@@ -1,7 +1,8 @@
-"""What the machine and the launcher can give: devices, nodes, accelerators, precision, Lightning's own flags.
+"""What the machine and the launcher can give: devices, nodes, accelerators, precision, Lightning's own flags
+(the ``trainer:`` ones and LightningCLI's ``optimizer:`` / ``lr_scheduler:``, which rlinf's modules do not use).
 
-Checked on the parsed ``trainer:`` section before the trainer (and any process group) exists, so a run that
-asks for 2 nodes without a launcher fails in one line instead of waiting forever for the other node.
+Checked on the parsed config before the trainer (and any process group) exists, so a run that asks for 2 nodes
+without a launcher fails in one line instead of waiting forever for the other node.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from rlinf_core.cli.signatures import import_config_class, init_parameters
 
 TORCHRUN = (
     "torchrun --nnodes N --nproc-per-node D --node-rank $NODE_RANK --rdzv-backend c10d "
@@ -179,3 +182,25 @@ def start_rendezvous_watchdog(trainer: Any, timeout_s: float | None = None) -> N
         os._exit(2)
 
     threading.Thread(target=watch, name="rlinf-rendezvous-watchdog", daemon=True).start()
+
+
+def check_lightning_optimizer(cfg: dict) -> None:
+    """LightningCLI's ``optimizer:`` / ``lr_scheduler:`` beside a module that configures its own optimizers (every
+    rlinf module: the manual optimization would step nothing)."""
+    given = [key for key in ("optimizer", "lr_scheduler") if cfg.get(key)]
+    model = cfg.get("model") or {}
+    cls = import_config_class(model["class_path"]) if given and isinstance(model.get("class_path"), str) else None
+    if cls is None:
+        return
+    from lightning.pytorch import LightningModule
+
+    if getattr(cls, "configure_optimizers", None) is not LightningModule.configure_optimizers:
+        optim = (
+            "model.init_args.optim (lr, weight_decay, lr_warmup_steps, ...)"
+            if "optim" in init_parameters(cls)
+            else "the module's own settings"
+        )
+        raise ValueError(
+            f"{given[0]}: is LightningCLI's, but {cls.__name__} configures its own optimizer and "
+            f"schedule: remove it and set {optim}"
+        )

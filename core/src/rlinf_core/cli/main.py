@@ -10,94 +10,13 @@ package (``libero/spatial.yaml``, see :mod:`rlinf_core.cli.configs`) when no suc
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import os
 import sys
 
 from rlinf_core.cli.class_paths import check_config_class_paths
 from rlinf_core.cli.error_report import run_cli
-from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, load_plugins
-
-
-def plugins_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf plugins", description="List installed rlinf plugins and what they "
-                                     "register (classes are not imported; --check imports them).")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--check", action="store_true", help="also import every registered class; exit with status "
-                        "1 if a plugin or class failed to load")  # fmt: skip
-    opts = parser.parse_args(argv)
-    try:
-        registry = load_plugins(warn=False)
-    except PluginError as exc:
-        print(f"rlinf: error: {exc}", file=sys.stderr)
-        return 2
-    if opts.check:
-        registry.import_classes(warn=False)
-    infos = list(registry.plugins.values())
-    if opts.json:
-        out = []
-        for p in infos:
-            commands = sorted(n for n, c in registry.commands.items() if c.plugin == p.name)
-            out.append({**p.as_dict(), "builtin": p.name in BUILTIN_PLUGINS, "commands": commands})
-        print(json.dumps(out, indent=2))
-    else:
-        for p in infos:
-            where = "built in" if p.name in BUILTIN_PLUGINS else f"module {p.module}"
-            print(f"{p.name}  ({p.distribution} {p.version}, {where})")
-            if p.error:
-                print(f"  ERROR: {p.error}")
-            for kind in KINDS:
-                names = [r.name for r in p.registered if r.kind == kind]
-                if names:
-                    print(f"  {kind}: {', '.join(names)}")
-            commands = sorted(n for n, c in registry.commands.items() if c.plugin == p.name)
-            if commands:
-                print(f"  commands: {', '.join(f'rlinf {n}' for n in commands)}")
-    return 1 if opts.check and registry.errors() else 0
-
-
-def configs_command(argv: list[str]) -> int:
-    from rlinf_core.cli.configs import shipped_configs
-
-    parser = argparse.ArgumentParser(
-        prog="rlinf configs",
-        description="List the configs shipped inside installed rlinf packages; pass a "
-        "name to `rlinf fit --config NAME`.",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    opts = parser.parse_args(argv)
-    found = shipped_configs()
-    if opts.json:
-        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
-                          for c in found], indent=2))  # fmt: skip
-        return 0
-    for package in dict.fromkeys(c.package for c in found):
-        print(f"{package}:")
-        mine = [c for c in found if c.package == package]
-        width = max(len(c.name) for c in mine)
-        for c in mine:
-            print(f"  {c.name:<{width}}  {c.description}")
-    return 0
-
-
-def plot_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf plot", description="Write a run's learning-curve PNG from its "
-                                     "TensorBoard events.")  # fmt: skip
-    parser.add_argument("run_dir", help="the run's log dir (e.g. runs/reach_grpo/version_0)")
-    parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
-    parser.add_argument("--title", default=None, help="figure title (default <name>/<version> of RUN_DIR)")
-    opts = parser.parse_args(argv)
-    from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
-
-    try:
-        path = plot_learning_curve(opts.run_dir, opts.out, title=opts.title)
-    except PlotError as exc:
-        print(f"rlinf plot: error: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
+from rlinf_core.plugins.manager import PluginError, load_plugins
 
 
 def _dispatch(argv: list[str]) -> int | None:

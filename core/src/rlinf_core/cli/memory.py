@@ -142,7 +142,8 @@ def world_model_memory(model_args: dict, chunk: int, accelerator: str = "gpu"):
         registry = load_plugins(warn=False)
         wm = _build_component(registry, env["world_model"], "world_model")
         rm = _build_component(registry, env.get("reward_model"), "reward_model")
-        _WM_CACHE[key] = world_model_env_memory(wm, rm, int(env.get("num_envs", 1)), chunk, device_type)
+        size = wm.image_size or 256
+        _WM_CACHE[key] = world_model_env_memory(wm, rm, int(env.get("num_envs", 1)), chunk, device_type, size)
     return _WM_CACHE[key]
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from rlinf_core.contracts.rl_loop import RLLoop
+
 
 def _checkpoint_dirs(trainer: Any) -> list[Path]:
     dirs = [Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)]
@@ -88,7 +90,7 @@ def stop_if_finished(trainer: Any, model: Any, path: Path, ckpt: dict) -> None:
     # an epoch-end checkpoint counts its epoch as processed (completed follows after the save); resume skips it
     epochs = int(progress.get("processed", progress.get("completed", int(ckpt.get("epoch", -1)) + 1)))
     steps = int(ckpt.get("global_step", 0))
-    unit = "RL steps" if hasattr(model, "step_metrics") else "epochs"
+    unit = "RL steps" if isinstance(model, RLLoop) else "epochs"
     if trainer.max_epochs is not None and 0 < trainer.max_epochs <= epochs:
         done, key, more = f"{epochs} {unit[:-1] if epochs == 1 else unit}", "trainer.max_epochs", 2 * epochs
     elif trainer.max_steps is not None and 0 < trainer.max_steps <= steps:

@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["wm_score_command"]
 
 
-def _build(kind: str, name: str, args_json: str):
+def _build(kind: str, name: str, args_json: str, device: str = "cpu"):
     from rlinf_core.plugins.manager import load_plugins
 
     try:
@@ -30,7 +30,19 @@ def _build(kind: str, name: str, args_json: str):
     if not isinstance(kwargs, dict):
         raise ValueError(f"--{kind}_args must be a JSON object, got {args_json!r}")
     cls = load_plugins(warn=False).resolve("world_model", name)
-    return cls(**kwargs).eval().requires_grad_(False)
+    return cls(**kwargs).eval().requires_grad_(False).to(_device(device))
+
+
+def _device(name: str):
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not a device (cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA GPU here (--device cpu runs on the CPU)")
+    return device
 
 
 def _windows(a, world_model):
@@ -40,7 +52,7 @@ def _windows(a, world_model):
     files = find_trajectories(a.episodes)
     if a.max_episodes:
         files = files[: a.max_episodes]
-    size = getattr(world_model, "image_size", None)
+    size = world_model.image_size
     episodes = [load_episode(f, int(size) if size else None) for f in files]
     if a.horizon is None:  # the longest horizon (up to 24) that half of the episodes hold after the latest start
         lengths = sorted(len(e.frames) for e in episodes)
@@ -62,7 +74,7 @@ def _fmt(x: float) -> str:
 def _actions(a) -> dict:
     from rlinf_core.world_models.scoring import action_response
 
-    wm = _build("world_model", a.world_model, a.world_model_args)
+    wm = _build("world_model", a.world_model, a.world_model_args, a.device)
     win = _windows(a, wm)
     res = action_response(wm, win, a.chunk, seed=a.seed, min_gap=a.min_gap, batch=a.batch)
     steps = sorted({0, *range(a.chunk - 1, a.horizon, a.chunk), a.horizon - 1})
@@ -80,8 +92,8 @@ def _actions(a) -> dict:
 def _reward(a) -> dict:
     from rlinf_core.world_models.scoring import reward_on_imagined
 
-    wm = _build("world_model", a.world_model, a.world_model_args)
-    rm = _build("reward_model", a.reward_model, a.reward_model_args)
+    wm = _build("world_model", a.world_model, a.world_model_args, a.device)
+    rm = _build("reward_model", a.reward_model, a.reward_model_args, a.device)
     win = _windows(a, wm)
     res = reward_on_imagined(wm, rm, win, a.chunk, a.threshold, a.success_frames, seed=a.seed, batch=a.batch)
     print(
@@ -144,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     rollout.add_argument("--max_episodes", type=int, default=0, help="use the first N episode files (0: all)")
     rollout.add_argument("--batch", type=int, default=16, help="windows per predict call")
     rollout.add_argument("--seed", type=int, default=0)
+    rollout.add_argument("--device", default="cpu", help="where the models run (cpu, cuda, cuda:1)")
     rollout.add_argument("--out", default=None, help="write the numbers to this JSON file")
     act = sub.add_parser("actions", parents=[rollout], help="does the model respond to actions?")
     act.add_argument("--min_gap", type=float, default=0.05, help="relative MSE gap that counts as responding")

@@ -1,4 +1,5 @@
-"""The plugin contracts: what an env, a policy, a world model and a reward model implement."""
+"""The plugin contracts: what an env, a policy, a world model and a reward model implement, and what callbacks read
+of the RL loop."""
 
 from rlinf_core.foundation.lazy import lazy_getattr
 
@@ -13,6 +14,7 @@ _LAZY = {
     "MemoryProfile": "rlinf_core.memory.estimate",
     "Observation": "rlinf_core.contracts.observation",
     "Policy": "rlinf_core.contracts.policy",
+    "RLLoop": "rlinf_core.contracts.rl_loop",
     "RewardModel": "rlinf_core.contracts.world_model",
     "Stack": "rlinf_core.memory.estimate",
     "VideoConfig": "rlinf_core.contracts.batched_env",
@@ -32,6 +34,7 @@ __all__ = [
     "MemoryProfile",
     "Observation",
     "Policy",
+    "RLLoop",
     "RewardModel",
     "Stack",
     "VideoConfig",

@@ -47,9 +47,8 @@ import numpy as np
 import torch
 
 from rlinf_core.contracts.batched_env import VideoConfig
-from rlinf_core.contracts.env_runtime import EnvRuntime, _Episode, observed
+from rlinf_core.contracts.env_runtime import EnvRuntime, observed
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
-from rlinf_core.contracts.reset_states import ResetStateSampler
 
 __all__ = ["ChunkStepResult", "Env", "VideoConfig", "observed"]
 
@@ -74,7 +73,8 @@ class Env(EnvRuntime):
         video_cfg: video recording of this env's rollouts.
     """
 
-    action_dim: int = 7
+    #: D, the size of the actions ``_step`` takes (required: a class attribute, or set in ``__init__``)
+    action_dim: int
     #: callables ``observer(env, event, arg, result, frames)`` run after every ``reset`` (``event`` "reset",
     #: ``arg`` its ``reset_state_ids``, ``result`` the Observation) and ``chunk_step`` ("chunk_step", the
     #: actions ``[B, C, D]``, the ChunkStepResult, and the chunk's per-step frames of the first
@@ -145,21 +145,8 @@ class Env(EnvRuntime):
         self.is_eval = is_eval
         self.task_id_filter = list(task_id_filter) if task_id_filter is not None else None
         self.reset_state_id_filter = list(reset_state_id_filter) if reset_state_id_filter is not None else None
-        self._states = ResetStateSampler(
-            self._count_reset_states,
-            self.task_ids,
-            seed,
-            is_eval,
-            self.task_id_filter,
-            self.reset_state_id_filter,
-            owner=type(self).__name__,
-        )
         self.video_cfg = video_cfg or VideoConfig()
-        self.capture_frames = False
-        self._frames: list[dict[str, Any]] = []
-        self._built = False
-        self._episodes = [_Episode() for _ in range(num_envs)]
-        self._finished: list[dict[str, Any]] = []
+        super().__init__()
 
     # ------------------------------------------------------------------ to be implemented
     def _build(self) -> None:
@@ -220,9 +207,6 @@ class Env(EnvRuntime):
     def set_device(self, device: str | torch.device) -> None:
         """Run on ``device`` (the RL module's; set before rollouts and evals). Simulators on the CPU ignore
         it; accelerator simulators (world models) move their models and frames there."""
-
-    def _count_reset_states(self) -> int:
-        return self.num_reset_states
 
     # ------------------------------------------------------------------ for the hooks to call
     def episode_info(self, env_id: int, reduce: str = "last", **values: float) -> None:

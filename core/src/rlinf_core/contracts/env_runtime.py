@@ -14,6 +14,7 @@ import torch
 
 from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.observation import ChunkStepResult, Observation
+from rlinf_core.contracts.reset_states import ResetStateSampler
 
 __all__ = ["EnvRuntime", "observed"]
 
@@ -52,8 +53,29 @@ def observed(method):
 
 class EnvRuntime(BatchedEnv):
     """The public API of :class:`rlinf_core.Env` (its base class), :class:`BatchedEnv` in this process: built on
-    the env's hooks (``_reset_envs``, ``_chunk`` / ``_step``, ``_observe``, ...) and the state :meth:`Env.__init__`
-    sets up."""
+    the env's hooks (``_reset_envs``, ``_chunk`` / ``_step``, ``_observe``, ...) and settings (``num_envs``,
+    ``group_size``, ...), over runtime state of its own (:meth:`__init__`)."""
+
+    def __init__(self) -> None:
+        """The runtime state (initial-state sampler, running and finished episodes, frames) over the settings that
+        :meth:`Env.__init__` has set (it calls this last)."""
+        self._states = ResetStateSampler(
+            self._count_reset_states,
+            self.task_ids,
+            self.seed,
+            self.is_eval,
+            self.task_id_filter,
+            self.reset_state_id_filter,
+            owner=type(self).__name__,
+        )
+        self.capture_frames = False
+        self._frames: list[dict[str, Any]] = []
+        self._built = False
+        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        self._finished: list[dict[str, Any]] = []
+
+    def _count_reset_states(self) -> int:
+        return self.num_reset_states
 
     @property
     def unwrapped(self) -> EnvRuntime:

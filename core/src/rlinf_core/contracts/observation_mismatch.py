@@ -11,7 +11,9 @@ _ACTED: weakref.WeakSet = weakref.WeakSet()  # policies whose first act succeede
 
 class ObservationMismatch(ValueError):
     """The policy cannot read the env's first observation (a state or image size the config got wrong): raised at
-    the run's first ``act``, it stays a one-line input error inside training (:mod:`rlinf_core.cli.error_report`)."""
+    the run's first ``act``, it stays a one-line input error inside training (:mod:`rlinf_core.cli.error_report`).
+    A remote policy's server that cannot serve the eval is one too, at any ``act``
+    (:class:`rlinf_core.remote.errors.RemoteServerError`)."""
 
 
 def first_act(policy: Any, env: Any, act: Any) -> Any:

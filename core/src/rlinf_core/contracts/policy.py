@@ -87,6 +87,12 @@ class Policy(nn.Module):
     #: the key of the dataset statistics the policy un-normalises its actions with (OpenVLA's ``unnorm_key``;
     #: ``rlinf serve``'s REST protocol refuses a request for another one); ``None``: one set of statistics
     unnorm_key: str | None = None
+    #: the ``model_type`` in ``config.json`` of the checkpoints this class loads (``rlinf serve`` picks the class by it
+    #: for a directory whose ``save_pretrained`` recorded no class); ``None``: none
+    model_type: str | None = None
+    #: the policy cannot be trained (a policy served elsewhere, :class:`rlinf_core.remote.policy.RemotePolicy`):
+    #: ``rlinf fit`` refuses it in one line; ``rlinf validate`` evaluates it
+    eval_only: bool = False
     #: flat setting names → ``(config group, field)`` for a policy whose constructor groups its settings: the
     #: flat names RLinf's configs and ``rlinf serve``'s overrides use (``{"unnorm_key": ("actions", "unnorm_key")}``)
     FLAT_SETTINGS: ClassVar[dict[str, tuple[str, str]]] = {}
@@ -152,6 +158,11 @@ class Policy(nn.Module):
         on the connection's thread, before queuing a request, so an oversized prompt never holds the model thread
         (attention cost grows with the square of its length). Default: every prompt fits (a policy that truncates
         or pads prompts to a fixed length)."""
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Metrics the policy measured itself since the last call (a remote policy's request latency), logged with
+        the eval's under ``eval/``. Default: none."""
+        return {}
 
     def set_rl_step(self, step: int) -> None:
         """Called by the RL loop at the start of every RL step, before its rollout, with the number of RL steps

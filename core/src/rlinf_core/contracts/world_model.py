@@ -6,6 +6,7 @@ Shapes: B = batch, C = frames per action chunk, H×W images.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -50,10 +51,22 @@ class WorldModel(nn.Module):
     #: the condition frames and actions an episode starts from (OpenSora: ``ConditionSpec(4)``, frame 0
     #: repeated; Wan: ``ConditionSpec(5, "first_and_last", pad_gripper=-1.0)``, keyframe init).
     condition: ConditionSpec = ConditionSpec()
-    action_dim: int = 7
+    #: D, the size of the actions it takes (required: a class attribute, or set in ``__init__`` from the checkpoint)
+    action_dim: int
     #: ``(condition, target)`` frames of a training clip (OpenSora ``(4, 8)``, Wan ``(5, 8)``); see
     #: :class:`rlinf_core.world_models.datasets.ClipDataset` for how windows are cut and aligned with actions.
     clip_frames: tuple[int, int] = (1, 1)
+    #: side of the square frames the model works at (``None``: any size); ``rlinf wm-score`` resizes episodes to it,
+    #: ``rlinf memory`` sizes the frames with it (256 when ``None``)
+    image_size: int | None = None
+    #: the checkpoint directory the weights were read from (``None``: built from scratch)
+    model_path: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> WorldModel:
+        """Load what :meth:`save_pretrained` wrote to ``path``; ``overrides`` are constructor settings, which win
+        over the ones saved with it (:class:`rlinf_core.models.settings.SavedSettings` implements both)."""
+        raise NotImplementedError(f"{cls.__name__} does not implement WorldModel.from_pretrained(path, **overrides)")
 
     @property
     def num_condition_frames(self) -> int:
@@ -124,31 +137,9 @@ class WorldModel(nn.Module):
         device. Override it when a forward cannot run on meta, or to add terms; return a
         :class:`rlinf_core.memory.meta_peak.WorldModelMemory`.
         """
-        from rlinf_core.memory.meta_peak import WorldModelMemory, _dtype_name, module_bytes, peak_bytes, require_meta
+        from rlinf_core.memory.meta_peak import world_model_memory
 
-        require_meta(self, type(self).__name__)
-        dtype = self.runtime_dtype(device_type)
-        if dtype is not None:
-            nn.Module.to(self, dtype)  # meta: no memory moves
-        weights = tuple((f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in self.named_children())
-        size = int(getattr(self, "image_size", 256))
-        T = self.condition.num_frames
-        frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
-        cond_actions = torch.zeros(batch, T, self.action_dim, device="meta")
-        actions = torch.zeros(batch, chunk, self.action_dim, device="meta")
-        try:
-            reset = peak_bytes(lambda: self.init_state(frames, cond_actions))
-            with torch.no_grad():
-                state = self.init_state(frames, cond_actions)
-            step = peak_bytes(lambda: self.predict(state, actions))
-        except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
-            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            note = (
-                f"{type(self).__name__}: inference peak not measured (its init_state / predict cannot run on the "
-                f"meta device: {cause}); override memory_profile to report it"
-            )
-            return WorldModelMemory(weights, (), (note,))
-        return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
+        return world_model_memory(self, batch, chunk, device_type, image_size=self.image_size or 256)
 
 
 class RewardModel(nn.Module):
@@ -165,6 +156,12 @@ class RewardModel(nn.Module):
         raise NotImplementedError(
             f"{type(self).__name__} does not implement success_logits, so it cannot be trained by RewardModelTrainer"
         )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> RewardModel:
+        """Load what :meth:`save_pretrained` wrote (the file it returned, or the directory it was given);
+        ``overrides`` are constructor settings, which win over the ones saved with it."""
+        raise NotImplementedError(f"{cls.__name__} does not implement RewardModel.from_pretrained(path, **overrides)")
 
     def save_pretrained(self, path: str) -> Any:
         """Write the model's checkpoint into directory ``path`` (the file its loader reads); returns the file."""

@@ -1,12 +1,50 @@
 """Parse-time checks of config values against their allowed ranges (one-line ``ValueError`` each).
 
 Called from the ``__init__`` / ``__post_init__`` of the config classes, so a bad value fails while jsonargparse
-builds the run, before anything is written; :mod:`rlinf_core.cli.error_report` prints the message as the one-line cause.
+builds the run, before anything is written. The error is a :class:`ConfigValueError` that names the value as the class
+knows it (``update_epoch``, ``optim.lr``); ``rlinf fit`` renames it to its YAML key
+(``model.init_args.algorithm.init_args.update_epoch``) and :mod:`rlinf_core.cli.error_report` prints the message as
+the one-line cause.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
+
+
+class ConfigValueError(ValueError):
+    """A config value (or values that must agree) that a class refuses, with the names its message gives them.
+
+    Args:
+        message: one line naming every key of ``values`` as written there.
+        values: ``{key: value}`` of the refused settings; a key is the parameter as the class knows it, with its
+            section where that helps a reader (``update_epoch``, ``optim.lr``, ``policy.action_dim``).
+    """
+
+    def __init__(self, message: str, values: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.values = dict(values)
+
+    def rename(self, names: dict[str, str]) -> None:
+        """Name the keys as ``names`` says (``rlinf fit``: by their YAML keys), in the message too."""
+        message = str(self)
+        for key, name in names.items():
+            message = re.sub(rf"(?<![\w.]){re.escape(key)}(?![\w])", lambda _: name, message)
+        self.args = (message,)
+        self.values = {names.get(key, key): value for key, value in self.values.items()}
+
+
+def _allowed(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """``>= 1``, ``> 0``, ``<= 1`` or ``in [0, 1)`` (empty without bounds)."""
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f"{'<' if high_open else '<='} {high}"
+    return ""
 
 
 def check_number(
@@ -20,10 +58,10 @@ def check_number(
     optional: bool = False,
     hint: str = "",
 ) -> None:
-    """Raise ``ValueError`` unless ``value`` is a finite number in ``[low, high]`` (``(`` / ``)`` when open).
+    """Raise :class:`ConfigValueError` unless ``value`` is a finite number in ``[low, high]`` (``(`` / ``)`` when open).
 
     Args:
-        name: the config key, as the user writes it (``optim.lr``).
+        name: the config key, as the class knows it (``optim.lr``, ``update_epoch``).
         value: the value given.
         low: smallest allowed value (``None``: unbounded).
         high: largest allowed value (``None``: unbounded).
@@ -34,19 +72,19 @@ def check_number(
     """
     if value is None and optional:
         return
-    lo = "(" if low_open else "["
-    hi = ")" if high_open else "]"
-    allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+    allowed = _allowed(low, high, low_open, high_open)
     tail = f" ({hint})" if hint else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number in {allowed}, got {value!r}{tail}")
+        rule = f"a finite number {allowed}" if allowed else "a finite number"
+        raise ConfigValueError(f"{name} must be {rule}, got {value!r}{tail}", {name: value})
     if (low is not None and (value < low or (low_open and value == low))) or (
         high is not None and (value > high or (high_open and value == high))
     ):
-        raise ValueError(f"{name} must be in {allowed}, got {value!r}{tail}")
+        raise ConfigValueError(f"{name} must be {allowed}, got {value!r}{tail}", {name: value})
 
 
 def check_choice(name: str, value: object, choices: tuple | list) -> None:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (``name``: the config key, ``reward.mode``)."""
+    """Raise :class:`ConfigValueError` unless ``value`` is one of ``choices`` (``name``: the config key,
+    ``reward.mode``)."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise ConfigValueError(f"{name} must be one of {list(choices)}, got {value!r}", {name: value})

@@ -16,7 +16,6 @@ _LAZY = {
     "LeRobotFormatError": "rlinf_core.lerobot.reader",
     "LeRobotReader": "rlinf_core.lerobot.reader",
     "LeRobotWriter": "rlinf_core.lerobot.writer",
-    "is_lerobot_dataset": "rlinf_core.lerobot.reader",
 }
 
 __all__ = list(_LAZY)

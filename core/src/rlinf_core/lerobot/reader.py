@@ -32,10 +32,6 @@ def _pyarrow():
     return pq
 
 
-def is_lerobot_dataset(root: str | Path) -> bool:
-    return (Path(root) / "meta" / "info.json").is_file()
-
-
 class LeRobotReader:
     """One LeRobot dataset on disk, read episode by episode.
 

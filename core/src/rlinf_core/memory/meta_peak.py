@@ -121,6 +121,43 @@ def require_meta(module: nn.Module, what: str) -> None:
         )
 
 
+def world_model_memory(
+    world_model: nn.Module, batch: int, chunk: int, device_type: str = "cuda", image_size: int = 256
+) -> WorldModelMemory:
+    """Per-GPU memory of a meta-built world model stepping ``batch`` envs by ``chunk`` frames of ``image_size``
+    pixels a side on ``device_type`` (the default of ``WorldModel.memory_profile``).
+
+    Weights of each child module cast to the model's ``runtime_dtype(device_type)``, and the peaks of its real
+    ``init_state`` (condition frames, zero actions) and ``predict`` run on the meta device. A model whose forward
+    cannot run on meta gets a note instead of the peaks.
+    """
+    require_meta(world_model, type(world_model).__name__)
+    dtype = world_model.runtime_dtype(device_type)
+    if dtype is not None:
+        nn.Module.to(world_model, dtype)  # meta: no memory moves
+    weights = tuple(
+        (f"{type(m).__name__} ({_dtype_name(m)})", module_bytes(m)) for _, m in world_model.named_children()
+    )
+    size = image_size
+    T = world_model.condition.num_frames
+    frames = torch.empty(batch, T, size, size, 3, dtype=torch.uint8, device="meta")
+    cond_actions = torch.zeros(batch, T, world_model.action_dim, device="meta")
+    actions = torch.zeros(batch, chunk, world_model.action_dim, device="meta")
+    try:
+        reset = peak_bytes(lambda: world_model.init_state(frames, cond_actions))
+        with torch.no_grad():
+            state = world_model.init_state(frames, cond_actions)
+        step = peak_bytes(lambda: world_model.predict(state, actions))
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # e.g. .item() on a meta tensor
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        note = (
+            f"{type(world_model).__name__}: inference peak not measured (its init_state / predict cannot run on the "
+            f"meta device: {cause}); override memory_profile to report it"
+        )
+        return WorldModelMemory(weights, (), (note,))
+    return WorldModelMemory(weights, ((f"reset, {batch} envs", reset), (f"chunk of {chunk}, {batch} envs", step)))
+
+
 def reward_model_memory(reward_model: nn.Module, num_frames: int, image_size: int) -> WorldModelMemory:
     """Weights of a (meta-built) reward model as it runs, and the peak of scoring ``num_frames`` uint8 frames."""
     require_meta(reward_model, type(reward_model).__name__)
@@ -138,7 +175,12 @@ def reward_model_memory(reward_model: nn.Module, num_frames: int, image_size: in
 
 
 def world_model_env_memory(
-    world_model: nn.Module, reward_model: nn.Module, num_envs: int, chunk: int, device_type: str = "cuda"
+    world_model: nn.Module,
+    reward_model: nn.Module,
+    num_envs: int,
+    chunk: int,
+    device_type: str = "cuda",
+    image_size: int = 256,
 ) -> WorldModelMemory:
     """Per-GPU memory of a :class:`~rlinf_core.WorldModelEnv`'s models (both built on meta; see the module docstring).
 
@@ -148,7 +190,7 @@ def world_model_env_memory(
         num_envs: envs the world model steps in one batch (the env's ``num_envs``).
         chunk: frames predicted per step (the policy's ``num_action_chunks``).
         device_type: the training device (``cuda``): sets the dtype ``auto`` precisions resolve to.
+        image_size: side of the frames the reward model scores (the world model's ``image_size``).
     """
     wm = world_model.memory_profile(num_envs, chunk, device_type)
-    size = int(getattr(world_model, "image_size", 256))
-    return wm.merged(reward_model_memory(reward_model, num_envs * chunk, size))
+    return wm.merged(reward_model_memory(reward_model, num_envs * chunk, image_size))

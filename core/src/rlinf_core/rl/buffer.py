@@ -9,20 +9,22 @@ micro-batch can only be read by the step that filled it.
 
 The schedule: samples of a rank are shuffled per update epoch, cut into minibatches (one optimizer step each) and
 each minibatch into micro-batches (gradient accumulation); it is a pure function of the sizes and a seed. The
-storage types (:class:`Trajectory`, :class:`Samples`) in
-:mod:`rlinf_core.rl.algorithms.trajectory`; the loss denominators of each minibatch are the algorithm's
-(:meth:`rlinf_core.rl.algorithms.base.Algorithm.prepare_update`).
+data types (:class:`Trajectory`, :class:`Samples`, :class:`MicroBatch`) are in :mod:`rlinf_core.rl.data`. Each
+micro-batch carries its minibatch's loss denominators, computed at the fill from the algorithm's denominator of a mask
+(``Algorithm.denominator``) in one all-reduce per RL step, so the algorithm holds no state of the step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
-from rlinf_core.rl.algorithms.trajectory import Samples
+from rlinf_core.distributed.reduce import Reducer
+from rlinf_core.rl.data.micro_batch import Denominators, MicroBatch
+from rlinf_core.rl.data.trajectory import Samples
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class ScheduleSlot:
     """The indices of one forward/backward pass.
 
     Args:
-        idx: sample indices into the RL step's :class:`rlinf_core.rl.algorithms.trajectory.Samples` ``[m]``.
+        idx: sample indices into the RL step's :class:`rlinf_core.rl.data.trajectory.Samples` ``[m]``.
         minibatch: index of its minibatch in the step (keys the loss denominators).
         minibatch_size: samples of that minibatch on this rank.
         last: the minibatch's last micro-batch (the optimizer steps after it).
@@ -77,6 +79,32 @@ def schedule_seed(world: int, rank: int, epoch: int) -> int:
     return (world * 100_003 * (epoch + 1) + rank) * 7 + 12345
 
 
+def minibatch_denominators(
+    samples: Samples,
+    minibatch_rows: list[torch.Tensor],
+    loss_denominator: Callable[[torch.Tensor], torch.Tensor],
+    reduce: Reducer,
+    world: int,
+) -> list[Denominators]:
+    """The loss denominators of every minibatch of an RL step (``minibatch_rows``: the sample indices of each), over
+    all ranks in one all-reduce (every rank calls this at the same point: a collective).
+
+    ``loss_denominator`` is the algorithm's denominator of one minibatch's mask on this rank
+    (``Algorithm.denominator``); the sum over ranks is divided by ``world`` and kept at least 1.
+    """
+    local = torch.zeros(len(minibatch_rows), 2, dtype=torch.float64)
+    for k, rows in enumerate(minibatch_rows):
+        local[k, 0] = loss_denominator(samples.mask[rows])
+        if samples.value_mask is not None:
+            local[k, 1] = loss_denominator(samples.value_mask[rows])
+    total = reduce.sum(local).tolist()
+    has_value = samples.value_mask is not None
+    return [
+        Denominators(max(policy / world, 1.0), max(value / world, 1.0) if has_value else None)
+        for policy, value in total
+    ]
+
+
 def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, seed: int) -> list[ScheduleSlot]:
     """Micro-batches of every update epoch, each epoch a fresh permutation of ``sum(sizes)`` samples."""
     gen = torch.Generator().manual_seed(seed)
@@ -96,59 +124,6 @@ def build_schedule(sizes: list[int], micro_batch_size: int, update_epoch: int, s
     return schedule
 
 
-def world_size_note(
-    config_world: int | None, world: int, envs_per_rank: int, samples_per_rank: int, global_batch: int
-) -> str | None:
-    """One line saying what changes when a config written for ``config_world`` processes runs on ``world``."""
-    if not config_world or config_world == world:
-        return None
-
-    def steps(w: int) -> int:
-        return math.ceil(samples_per_rank / min(max(1, global_batch // w), samples_per_rank))
-
-    return (
-        f"rlinf: this config was written for {config_world} processes but runs on {world}: "
-        f"{envs_per_rank * world} envs in total instead of {envs_per_rank * config_world}, "
-        f"{steps(world)} optimizer steps per RL step instead of {steps(config_world)} "
-        f"(scale num_envs by {config_world}/{world} to keep the totals)"
-    )
-
-
-@dataclass
-class MicroBatch:
-    """One forward/backward pass of an RL step.
-
-    Args:
-        samples: the pass's samples (selected from the step's samples when the micro-batch is handed out).
-        idx: indices of ``samples`` in the step's samples ``[m]``.
-        step: the RL step it belongs to.
-        index: its position in the step (the loader's count).
-        minibatch: index of its minibatch in the step (one optimizer step each; keys the loss denominators).
-        minibatch_size: samples of that minibatch on this rank.
-        last: the minibatch's last micro-batch (the optimizer steps after it).
-        last_of_step: the RL step's last micro-batch.
-    """
-
-    samples: Samples
-    idx: torch.Tensor
-    step: int
-    index: int
-    minibatch: int
-    minibatch_size: int
-    last: bool
-    last_of_step: bool
-
-    def to(self, device: torch.device | str) -> MicroBatch:
-        """The micro-batch with what the policy evaluates (observations, action records) on ``device``; the
-        loss moves the rest it reads."""
-        samples = replace(
-            self.samples,
-            obs=self.samples.obs.to(device),
-            records={k: v.to(device) for k, v in self.samples.records.items()},
-        )
-        return replace(self, samples=samples)
-
-
 class RolloutBuffer:
     """One RL step's samples and their shuffled micro-batches on this rank.
 
@@ -165,6 +140,7 @@ class RolloutBuffer:
         self.step: int | None = None  # the RL step the buffer was filled for
         self.samples: Samples | None = None
         self.schedule: list[ScheduleSlot] = []
+        self.denominators: list[Denominators] = []  # per minibatch of the step
 
     # ------------------------------------------------------------------ sizes (known before any rollout)
     def minibatch_sizes(self, samples_per_rank: int, world: int) -> list[int]:
@@ -181,12 +157,25 @@ class RolloutBuffer:
         return len(self.minibatch_sizes(samples_per_rank, world)) * self.update_epoch
 
     # ------------------------------------------------------------------ fill / read
-    def fill(self, step: int, samples: Samples, rank: int = 0, world: int = 1) -> None:
-        """Store RL step ``step``'s samples and shuffle them into micro-batches (a seed per step and rank)."""
+    def fill(
+        self,
+        step: int,
+        samples: Samples,
+        loss_denominator: Callable[[torch.Tensor], torch.Tensor],
+        rank: int = 0,
+        world: int = 1,
+        reduce: Reducer | None = None,
+    ) -> None:
+        """Store RL step ``step``'s samples, shuffle them into micro-batches (a seed per step and rank) and compute
+        each minibatch's loss denominators with the algorithm's ``loss_denominator`` (summed over ranks by
+        ``reduce``, default: this rank only; with a distributed one every rank must call this at the same point)."""
         self.step, self.samples = step, samples
         sizes = self.minibatch_sizes(len(samples), world)
         self.schedule = build_schedule(
             sizes, self.micro_batch_size, self.update_epoch, schedule_seed(world, rank, step)
+        )
+        self.denominators = minibatch_denominators(
+            samples, self.minibatch_rows(), loss_denominator, reduce or Reducer(), world
         )
 
     def minibatch_rows(self) -> list[torch.Tensor]:
@@ -200,7 +189,7 @@ class RolloutBuffer:
         return len(self.schedule)
 
     def micro_batch(self, step: int, i: int) -> MicroBatch:
-        """The ``i``-th micro-batch of RL step ``step``, with its samples."""
+        """The ``i``-th micro-batch of RL step ``step``, with its samples and its minibatch's loss denominators."""
         if self.step != step or self.samples is None:
             raise LookupError(f"the rollout buffer holds RL step {self.step}'s data, not step {step}'s")
         slot = self.schedule[i]
@@ -211,6 +200,7 @@ class RolloutBuffer:
             index=i,
             minibatch=slot.minibatch,
             minibatch_size=slot.minibatch_size,
+            denominators=self.denominators[slot.minibatch],
             last=slot.last,
             last_of_step=i == len(self.schedule) - 1,
         )
@@ -221,4 +211,4 @@ class RolloutBuffer:
 
     def clear(self) -> None:
         """Drop the step's data (at its end: the samples are the largest object of a step)."""
-        self.step, self.samples, self.schedule = None, None, []
+        self.step, self.samples, self.schedule, self.denominators = None, None, [], []

@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
-from rlinf_core.contracts.env import ChunkStepResult, Env
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.observation import ChunkStepResult, Observation
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import ActOutput, Policy
-from rlinf_core.rl.algorithms.trajectory import Trajectory
+from rlinf_core.rl.data.trajectory import Trajectory
 
 
 @dataclass
@@ -58,12 +58,25 @@ class RolloutCollector:
         envs: one env per pipeline stage (same class, ``num_envs`` each).
         policy: the acting policy (its device receives the observations).
         need_values: collect critic values (and bootstrap values of truncated episodes).
+        precision: the context every rollout runs in (reusable; the RL module's is the one its updates run in, so
+            rollout and update log-probs agree).
+        progress: the live-progress callback ``(done, total, episodes=None)`` of a rollout phase, by its label
+            (``None``, or returning ``None``: no progress shown).
     """
 
-    def __init__(self, envs: list[Env], policy: Policy, need_values: bool) -> None:
+    def __init__(
+        self,
+        envs: list[BatchedEnv],
+        policy: Policy,
+        need_values: bool,
+        precision: AbstractContextManager = nullcontext(),
+        progress: Callable[[str], Callable[..., None] | None] | None = None,
+    ) -> None:
         self.envs = envs
         self.policy = policy
         self.need_values = need_values
+        self.precision = precision
+        self.progress = progress
         self.last_obs: list[Observation | None] = [None] * len(envs)
         self._pool = ThreadPoolExecutor(max_workers=len(envs)) if len(envs) > 1 else None
         self.times = RolloutTimes()
@@ -74,23 +87,16 @@ class RolloutCollector:
             self._pool.shutdown(wait=True)
 
     def collect_epochs(
-        self,
-        epochs: int,
-        num_chunk_steps: int,
-        do_sample: bool,
-        temperature: float,
-        auto_reset: bool,
-        progress: Callable[[str], Callable[..., None] | None],
-        context: Callable[[], AbstractContextManager],
+        self, epochs: int, num_chunk_steps: int, do_sample: bool, temperature: float, auto_reset: bool
     ) -> list[Trajectory]:
-        """The RL step's ``epochs`` rollouts, each under ``context()`` with ``progress(label)`` as its progress
+        """The RL step's ``epochs`` rollouts, each in the collector's precision context and with its progress
         callback. Without auto-reset every rollout starts from a reset and its episodes are flushed after it."""
         trajs = []
         for r in range(epochs):
             reset = not auto_reset or self.last_obs[0] is None
             label = f"rollout {r + 1}/{epochs}" if epochs > 1 else "rollout"
-            reporter = progress(label)
-            with context():
+            reporter = self.progress(label) if self.progress is not None else None
+            with self.precision:
                 trajs.append(self.collect(num_chunk_steps, do_sample, temperature, reset=reset, progress=reporter))
             if not auto_reset:
                 for env in self.envs:
@@ -114,13 +120,13 @@ class RolloutCollector:
         self.times.policy += time.perf_counter() - t0
         return values
 
-    def _timed_step(self, env: Env, actions: torch.Tensor) -> ChunkStepResult:
+    def _timed_step(self, env: BatchedEnv, actions: torch.Tensor) -> ChunkStepResult:
         t0 = time.perf_counter()
         result = env.chunk_step(actions)
         self.times.env_busy += time.perf_counter() - t0
         return result
 
-    def _timed_reset(self, env: Env) -> Observation:
+    def _timed_reset(self, env: BatchedEnv) -> Observation:
         t0 = time.perf_counter()
         obs = env.reset()
         self.times.env_busy += time.perf_counter() - t0

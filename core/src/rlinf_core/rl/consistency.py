@@ -1,33 +1,42 @@
 """Parse-time checks of an RL run's pieces against each other (one-line ``ValueError``); single values are checked by
-:func:`rlinf_core.foundation.checks.check_number`."""
+their classes (:func:`rlinf_core.foundation.checks.check_number`)."""
 
 from __future__ import annotations
 
+from rlinf_core.foundation.checks import ConfigValueError
 
-def check_rl_sizes(env, policy, algorithm, rollout, global_batch_size: int, micro_batch_size: int) -> None:
-    """Raise ``ValueError`` (one line) when the env, policy, algorithm and sizes of an RL run do not fit together."""
+
+def check_same_action_size(env: tuple[str, int], policy: tuple[str, int]) -> None:
+    """The policy acts in the env's action chunks ``[C, D]``: a size of the policy's (``action_dim``,
+    ``num_action_chunks``) is the env's. ``env`` / ``policy``: ``(name, value)`` of that size on each side, the name
+    as the message gives it (``env.action_dim``; ``rlinf fit`` gives the YAML key, before anything is built)."""
+    (env_name, env_value), (policy_name, policy_value) = env, policy
+    if env_value != policy_value:
+        raise ConfigValueError(
+            f"{env_name} ({env_value}) and {policy_name} ({policy_value}) disagree: the policy's action chunks "
+            "[C, D] must be the env's; set both to the same value",
+            {env_name: env_value, policy_name: policy_value},
+        )
+
+
+def check_rl_sizes(env, policy, algorithm, rollout) -> None:
+    """Raise ``ValueError`` (one line) when the env, policy, algorithm and rollout of an RL run do not fit together."""
     C = policy.num_action_chunks
-    if env.action_dim != policy.action_dim:
-        raise ValueError(
-            f"env {type(env).__name__} has action_dim {env.action_dim} but policy "
-            f"{type(policy).__name__} outputs {policy.action_dim}: set the policy's action_dim "
-            f"(model.init_args.policy.init_args.action_dim, or its actions: group) to {env.action_dim}"
+    check_same_action_size(("env.action_dim", env.action_dim), ("policy.action_dim", policy.action_dim))
+    steps = rollout.max_steps_per_rollout_epoch
+    if steps % C:
+        raise ConfigValueError(
+            f"rollout.max_steps_per_rollout_epoch ({steps}) must be a multiple of the policy's num_action_chunks ({C})",
+            {"rollout.max_steps_per_rollout_epoch": steps},
         )
-    if rollout.max_steps_per_rollout_epoch % C:
-        raise ValueError(
-            f"rollout.max_steps_per_rollout_epoch ({rollout.max_steps_per_rollout_epoch}) must be a multiple "
-            f"of the policy's num_action_chunks ({C})"
-        )
-    S = rollout.pipeline_stage_num
-    if S < 1 or env.num_envs % S or (env.num_envs // S) % env.group_size:
-        raise ValueError(
-            f"env.num_envs ({env.num_envs}) must split into pipeline_stage_num ({S}) stages that are "
-            f"each a multiple of group_size ({env.group_size})"
+    S, B, G = rollout.pipeline_stage_num, env.num_envs, env.group_size
+    if S < 1 or B % S or (B // S) % G:
+        raise ConfigValueError(
+            f"env.num_envs ({B}) must split into rollout.pipeline_stage_num ({S}) stages that are each a multiple "
+            f"of env.group_size ({G})",
+            {"env.num_envs": B, "rollout.pipeline_stage_num": S, "env.group_size": G},
         )
     algorithm.check(env, policy)
-    for key, value in (("global_batch_size", global_batch_size), ("micro_batch_size", micro_batch_size)):
-        if value < 1:
-            raise ValueError(f"{key} must be >= 1, got {value}")
 
 
 def check_reset_filters(env, eval_env=None) -> None:

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlinf_core.callbacks.eval_report import suite_columns
-from rlinf_core.contracts.env import Env
+from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.interruption import EpisodesInterrupted
 from rlinf_core.contracts.observation_mismatch import first_act
 from rlinf_core.contracts.policy import Policy
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
+
+log = logging.getLogger("rlinf.eval")
 
 
 @torch.no_grad()
 def eval_passes(
-    env: Env,
+    env: BatchedEnv,
     policy: Policy,
     device: torch.device | str,
     passes: int,
@@ -28,7 +33,10 @@ def eval_passes(
     temperature: float,
     progress: Callable[..., None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Episode records of ``passes`` visits of every initial state of ``env``'s pool (this rank's share)."""
+    """Episode records of ``passes`` visits of every initial state of ``env``'s pool (this rank's share).
+
+    A policy that raises :class:`~rlinf_core.contracts.interruption.EpisodesInterrupted` has the episodes in flight
+    started again from their reset states; finished episodes were recorded already and stay, once."""
     records: list[dict[str, Any]] = []
     max_chunks = math.ceil(env.max_episode_steps / policy.num_action_chunks) + 1
     for _ in range(passes):
@@ -38,9 +46,14 @@ def eval_passes(
             for _ in range(max_chunks * max(1, len(env.pool))):
                 if not env.any_live:
                     break
-                out = first_act(
-                    policy, env, lambda: policy.act(obs.to(device), do_sample=do_sample, temperature=temperature)
-                )
+                try:
+                    out = first_act(
+                        policy, env, lambda: policy.act(obs.to(device), do_sample=do_sample, temperature=temperature)
+                    )
+                except EpisodesInterrupted as exc:  # e.g. a remote policy's server restarted: nothing counted yet
+                    log.warning("%s", exc.reason)
+                    obs = env.reset(np.where(env.live_envs, env.reset_state_ids, -1))
+                    continue
                 obs = env.chunk_step(out.actions.cpu()).obs
                 records.extend(env.pop_episodes())
                 if progress is not None:

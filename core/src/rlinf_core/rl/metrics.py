@@ -6,31 +6,10 @@ import math
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from rlinf_core.rl.algorithms.base import Reducer
+from rlinf_core.distributed.reduce import Reducer
 
 EPISODE_KEYS = ("success_once", "success_at_end", "return", "episode_len", "reward")
-# losses whose micro-batch value is a share of its minibatch's mean (see MetricSums.add)
-MINIBATCH_NORMALISED = {"train/actor/policy_loss", "train/entropy_loss", "train/critic/value_loss", "train/loss"}
-
-
-class DistReducer(Reducer):
-    """Sums / maxima over all ranks of the default process group (identity without one)."""
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.SUM)
-        return y
-
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        if not (dist.is_available() and dist.is_initialized()):
-            return x
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.MAX)
-        return y
 
 
 def episode_metrics(
@@ -85,16 +64,13 @@ class MetricSums:
         total, count = self.sums.get(key, (0.0, 0.0))
         self.sums[key] = (total + value * weight, count + weight)
 
-    def add_micro_batch(self, metrics: dict[str, Any], n: int, minibatch_size: int) -> None:
-        """One micro-batch's metrics (``n`` samples of a minibatch of ``minibatch_size``)."""
+    def add_micro_batch(self, metrics: dict[str, Any], n: int) -> None:
+        """One micro-batch's metrics, each weighted by its ``n`` samples (a loss reports its minibatch's mean, so the
+        weighted mean of the step is the mean over minibatches weighted by their sizes)."""
         for key, value in metrics.items():
             if torch.is_tensor(value) and not torch.isfinite(value):
                 self.add(key, 0.0, 0.0)  # keep the key: every rank must reduce the same keys
                 continue
-            if key in MINIBATCH_NORMALISED:
-                # a micro-batch holds a share of its minibatch's mean; scaled so that the
-                # size-weighted epoch mean is the mean over minibatches
-                value = value * (minibatch_size / n)
             self.add(key, value, n)
 
     def pop(self, reducer: Reducer) -> dict[str, float]:

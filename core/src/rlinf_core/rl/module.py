@@ -1,10 +1,11 @@
 """The RL loop as a LightningModule.
 
 One Lightning epoch is one RL step: ``on_train_epoch_start`` collects ``rollout_epoch`` rollouts
-with the current policy (no grad, eval mode), computes advantages, fills the step's
-:class:`rlinf_core.rl.buffer.RolloutBuffer` and lets the algorithm compute its loss denominators; then every
-``training_step`` receives one :class:`~rlinf_core.rl.buffer.MicroBatch` of it (``on_before_batch_transfer`` turns
-the loader's count into it), and an optimizer step is taken at the end of each minibatch (gradient accumulation).
+with the current policy (no grad, eval mode), computes advantages and fills the step's
+:class:`rlinf_core.rl.buffer.RolloutBuffer` (samples, shuffle, the loss denominators of every minibatch); then every
+``training_step`` receives one :class:`~rlinf_core.rl.data.micro_batch.MicroBatch` of it
+(``on_before_batch_transfer`` turns the loader's count into it, ``transfer_batch_to_device`` moves it), and an
+optimizer step is taken at the end of each minibatch (gradient accumulation).
 Multi-GPU / multi-node training comes from Lightning's strategies: every rank runs its own envs on its own
 share of initial states.
 
@@ -15,6 +16,7 @@ step's data (:mod:`.buffer`), the update (:mod:`.update`), evaluation (:mod:`.ev
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import sys
 import time
@@ -26,36 +28,35 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.callbacks.progress import phase_reporter
+from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.distributed.fsdp_sharding import export_policy, shard_policy
 from rlinf_core.distributed.grad_accumulation import backward_sync, set_accumulation_boundary
+from rlinf_core.distributed.reduce import DistReducer
 from rlinf_core.distributed.rollout_mode import rollout_mode
 from rlinf_core.envs.vector import WorkerEnv, vectorize
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.weights import first_non_finite
 from rlinf_core.rl.algorithms.base import Algorithm
-from rlinf_core.rl.buffer import MicroBatch, RolloutBuffer, batch_split_error
+from rlinf_core.rl.buffer import RolloutBuffer, batch_split_error
 from rlinf_core.rl.collector import RolloutCollector
 from rlinf_core.rl.config import OptimConfig, RolloutConfig
 from rlinf_core.rl.consistency import check_reset_filters, check_rl_sizes
+from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
-from rlinf_core.rl.metrics import DistReducer, MetricSums, episode_metrics, summed_counters
+from rlinf_core.rl.metrics import MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
-from rlinf_core.rl.update import (
-    GradientClip,
-    optimizer_step,
-    policy_logprobs,
-    precision_context,
-    recompute_old_logprobs,
-)
+from rlinf_core.rl.update import GradientClip, PrecisionContext, optimizer_step, policy_logprobs, recompute_old_logprobs
 from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_states, rng_state
 
 
 class RLModule(pl.LightningModule):
-    """Fine-tunes a policy with PPO or GRPO in an env.
+    """Fine-tunes a policy with PPO or GRPO in an env. Callbacks read it through
+    :class:`rlinf_core.contracts.rl_loop.RLLoop` (``train_envs``, ``eval_env``, ``step_metrics``, ``last_eval``).
 
     Args:
         env: training env (per rank; split into ``rollout.pipeline_stage_num`` stages).
@@ -91,11 +92,13 @@ class RLModule(pl.LightningModule):
         offload_optimizer: bool = False,
     ) -> None:
         super().__init__()
+        check_number("global_batch_size", global_batch_size, low=1, hint="samples per optimizer step, all ranks")
+        check_number("micro_batch_size", micro_batch_size, low=1, hint="samples per forward-backward pass")
         self.automatic_optimization = False
         # worker processes when rollout.env_workers > 0
-        self.env = vectorize(env, rollout.env_workers)
+        self.env: BatchedEnv = vectorize(env, rollout.env_workers)
         self._eval_workers = rollout.env_workers if rollout.eval_env_workers is None else rollout.eval_env_workers
-        self.eval_env = vectorize(eval_env, self._eval_workers)
+        self.eval_env: BatchedEnv | None = vectorize(eval_env, self._eval_workers)
         self.policy = policy
         self.algorithm = algorithm
         self.rollout_cfg = rollout
@@ -104,12 +107,13 @@ class RLModule(pl.LightningModule):
         self.micro_batch_size = micro_batch_size
         self.export_policy = export_policy
         self.offload_optimizer = offload_optimizer
-        check_rl_sizes(env, policy, algorithm, rollout, global_batch_size, micro_batch_size)
+        check_rl_sizes(env, policy, algorithm, rollout)
         check_reset_filters(env, eval_env)
         self.steps_per_epoch = 0
         self.collector: RolloutCollector | None = None
         self.buffer = RolloutBuffer(global_batch_size, micro_batch_size, algorithm.update_epoch)
         self.reducer = DistReducer()
+        self.step_precision = PrecisionContext(self)  # rollouts, evals and updates alike: log-probs agree
         self.last_eval: dict[str, Any] = {}
         self.step_metrics: dict[str, float] = {}  # this RL step's logged values (all ranks), for the progress bar
         self.skipped_steps = 0
@@ -117,7 +121,7 @@ class RLModule(pl.LightningModule):
         self._grad_clip = GradientClip()
         self._optim_steps_done = 0
         self._epoch_t0 = 0.0
-        self._stage_envs: list[Env] = []
+        self._stage_envs: list[BatchedEnv] = []
         # per-rank RNG and env-sampler states read from a checkpoint: what the next step's rollout starts from
         self._resume_states: list[dict] | None = None
         # algorithm.kl_beta > 0: a frozen copy of the policy as training starts (set in setup; not a submodule, so
@@ -162,13 +166,24 @@ class RLModule(pl.LightningModule):
                 if isinstance(env, WorkerEnv):
                     env.concurrent_envs = S  # read when its workers start (first reset)
                 env.shard(rank * S + s, world * S)
-            self.collector = RolloutCollector(self._stage_envs, self.policy, self.algorithm.uses_critic)
+            self.collector = RolloutCollector(
+                self._stage_envs,
+                self.policy,
+                self.algorithm.uses_critic,
+                precision=self.step_precision,
+                progress=self._phase_reporters(self.env.num_envs * self.policy.num_action_chunks * world),
+            )
             self.steps_per_epoch = self.buffer.num_micro_batches(self.samples_per_rank(), world)
         if self.eval_env is None:
             self.eval_env = vectorize(
                 self.env.unwrapped.clone(is_eval=True, auto_reset=True, group_size=1), self._eval_workers
             )
         self.eval_env.shard(rank, world)
+
+    @property
+    def train_envs(self) -> list[BatchedEnv]:
+        """The envs rollouts step, one per pipeline stage (:class:`rlinf_core.contracts.rl_loop.RLLoop`)."""
+        return list(self._stage_envs)
 
     def samples_per_rank(self) -> int:
         """Samples (chunk steps of one env slot) of one RL step on each rank."""
@@ -219,16 +234,9 @@ class RLModule(pl.LightningModule):
         self.policy.set_rl_step(self.current_epoch)
         self.policy.eval()
         t0 = time.perf_counter()
-        env_steps_per_chunk = self.env.num_envs * self.policy.num_action_chunks * self.trainer.world_size
         with rollout_mode(self, self.offload_optimizer):
-            trajs = self.collector.collect_epochs(  # in training_step's precision context: log-probs agree
-                ro.rollout_epoch,
-                n_chunks,
-                ro.do_sample,
-                ro.temperature_train,
-                self.env.auto_reset,
-                progress=lambda label: self._progress(label, env_steps_per_chunk),
-                context=lambda: precision_context(self),
+            trajs = self.collector.collect_epochs(
+                ro.rollout_epoch, n_chunks, ro.do_sample, ro.temperature_train, self.env.auto_reset
             )
         rollout_time = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -238,20 +246,26 @@ class RLModule(pl.LightningModule):
         metrics.update({k: v for k, v in self.collector.times.as_metrics().items() if k != "time/rollout"})
         if ro.recompute_logprobs:
             self.policy.train()  # recompute in the mode the update runs in (dropout etc.)
-            with precision_context(self):
+            with self.step_precision:
                 worst = recompute_old_logprobs(
                     self.policy, samples, self.micro_batch_size, self.device, ro.temperature_train
                 )
             metrics["rollout/logprob_mismatch"] = float(self.reducer.max(torch.tensor(worst, dtype=torch.float64)))
         if self.algorithm.uses_reference:
-            with precision_context(self):
+            with self.step_precision:
                 samples.ref_logprobs = policy_logprobs(
                     self._reference_on_device(), samples, self.micro_batch_size, self.device, ro.temperature_train
                 )
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
-        self.buffer.fill(self.current_epoch, samples, self.global_rank, self.trainer.world_size)
-        self.algorithm.prepare_update(samples, self.buffer.minibatch_rows(), self.reducer, self.trainer.world_size)
+        self.buffer.fill(
+            self.current_epoch,
+            samples,
+            self.algorithm.denominator,
+            self.global_rank,
+            self.trainer.world_size,
+            self.reducer,
+        )
         if len(self.buffer) != self.steps_per_epoch:  # the loader counts the micro-batches the config's sizes give
             raise RuntimeError(f"the rollout gave {len(samples)} samples, not the {self.samples_per_rank()} planned")
         for key, value in metrics.items():
@@ -269,12 +283,13 @@ class RLModule(pl.LightningModule):
     def _env_counters(self) -> dict[str, float]:
         return summed_counters([env.pop_metrics() for env in self._stage_envs], self.reducer)
 
-    def _progress(self, label: str, env_steps_per_chunk: int = 0):
-        """Rank 0's ``(done, total, episodes=None)`` callback of a rollout or eval, drawn by rlinf's
-        progress bar (``None`` without it or with ``rollout.show_progress: false``)."""
+    def _phase_reporters(self, env_steps_per_chunk: int = 0):
+        """A function of a phase's label (``rollout``, ``eval``) giving rank 0's ``(done, total, episodes=None)``
+        callback of that phase, drawn by rlinf's progress bar; ``None`` without a trainer or with
+        ``rollout.show_progress: false``."""
         if not self.rollout_cfg.show_progress or attached_trainer(self) is None:
             return None
-        return phase_reporter(self.trainer, label, env_steps_per_chunk)
+        return functools.partial(phase_reporter, self.trainer, env_steps_per_chunk=env_steps_per_chunk)
 
     # ------------------------------------------------------------------ update
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -287,7 +302,7 @@ class RLModule(pl.LightningModule):
 
     def training_step(self, mb: MicroBatch, batch_idx: int):
         actor_on = self._optim_steps_done >= self.optim_cfg.critic_warmup_steps
-        with precision_context(self):
+        with self.step_precision:
             out = self.policy.evaluate(
                 mb.samples.obs,
                 mb.samples.records,
@@ -295,12 +310,12 @@ class RLModule(pl.LightningModule):
                 compute_entropy=True,
                 compute_values=self.algorithm.uses_critic,
             )
-        loss, metrics = self.algorithm.update_loss(out, mb.samples, mb.minibatch, actor_enabled=actor_on)
+        loss, metrics = self.algorithm.loss(out, mb, actor_enabled=actor_on)
         set_accumulation_boundary(self.trainer.strategy, mb.last)  # DeepSpeed reduces grads at the boundary
         with backward_sync(self.trainer.strategy, enabled=mb.last):  # DDP all-reduces once per minibatch
             self.manual_backward(loss)
-        metrics["train/loss"] = loss.detach()
-        self._train_metrics.add_micro_batch(metrics, len(mb.idx), mb.minibatch_size)
+        metrics["train/loss"] = loss.detach() * mb.per_minibatch  # the minibatch's mean, as the loss metrics
+        self._train_metrics.add_micro_batch(metrics, len(mb.idx))
         if mb.last:
             stepped = optimizer_step(
                 self.policy,
@@ -338,8 +353,10 @@ class RLModule(pl.LightningModule):
     # ------------------------------------------------------------------ eval
     def validation_step(self, batch: int, batch_idx: int):
         t0 = time.perf_counter()
+        self.policy.pop_metrics()  # from this eval only
         records = self.run_evaluation()
         metrics = {**self._episode_metrics(records, "eval"), "time/eval": time.perf_counter() - t0}
+        metrics.update({f"eval/{key}": value for key, value in self.policy.pop_metrics().items()})
         self.last_eval = eval_summary(records, metrics, self.eval_env.task_names, self.reducer)
         for key, value in self.last_eval["metrics"].items():
             if math.isfinite(value):
@@ -352,8 +369,9 @@ class RLModule(pl.LightningModule):
         env, ro = self.eval_env, self.rollout_cfg
         was_training = self.policy.training
         self.policy.eval()
-        progress = self._progress("eval")
-        with rollout_mode(self, self.offload_optimizer), precision_context(self):
+        reporters = self._phase_reporters()
+        progress = reporters("eval") if reporters is not None else None
+        with rollout_mode(self, self.offload_optimizer), self.step_precision:
             records = eval_passes(
                 env, self.policy, self.device, ro.eval_rollout_epoch, ro.do_sample_eval, ro.temperature_eval, progress
             )

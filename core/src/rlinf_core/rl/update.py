@@ -12,7 +12,7 @@ import torch
 from rlinf_core.distributed.grad_accumulation import deepspeed_engine, deepspeed_step
 from rlinf_core.foundation.trainer import attached_trainer
 from rlinf_core.models.precision import compute_context
-from rlinf_core.rl.algorithms.trajectory import Samples
+from rlinf_core.rl.data.trajectory import Samples
 from rlinf_core.rl.metrics import MetricSums
 
 _HALF = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16, "16-true": torch.float16}
@@ -31,6 +31,23 @@ def precision_context(module):
     if half is not None and (precision.endswith("-true") or deepspeed_engine(trainer.strategy) is not None):
         return compute_context(module.device, half)
     return trainer.precision_plugin.forward_context()
+
+
+class PrecisionContext:
+    """:func:`precision_context` of ``module`` as one reusable ``with`` object: every ``with`` enters the context of
+    the trainer attached at that moment (a precision plugin's context can be entered only once)."""
+
+    def __init__(self, module) -> None:
+        self._module = module
+        self._entered: list[Any] = []
+
+    def __enter__(self) -> Any:
+        context = precision_context(self._module)
+        self._entered.append(context)
+        return context.__enter__()
+
+    def __exit__(self, *exc_info) -> bool | None:
+        return self._entered.pop().__exit__(*exc_info)
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@ openpi-client, which pins numpy<2) and refuses object / void / complex dtypes, a
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,10 +18,28 @@ from rlinf_core.serve.errors import BadRequest, serve_dependency
 from rlinf_core.serve.security import clip
 
 _REFUSED_KINDS = ("V", "O", "c")
+_DTYPES: dict[Any, np.dtype] = {}  # dtype strings seen (a few: "|u1", "<f4"...), parsed once
 
 
+@functools.cache
 def _msgpack():
     return serve_dependency("msgpack")
+
+
+@functools.cache
+def _json_numpy():
+    return serve_dependency("json_numpy")
+
+
+def _dtype(spec: Any) -> np.dtype:
+    dtype = _DTYPES.get(spec) if isinstance(spec, (str, bytes)) else None
+    if dtype is None:
+        dtype = np.dtype(spec)
+        if dtype.kind in _REFUSED_KINDS:
+            raise BadRequest(f"arrays of dtype {dtype} are not accepted")
+        if isinstance(spec, (str, bytes)) and len(_DTYPES) < 64:
+            _DTYPES[spec] = dtype
+    return dtype
 
 
 def _pack_default(obj: Any) -> Any:
@@ -36,12 +55,11 @@ def _pack_default(obj: Any) -> Any:
 def _unpack_hook(obj: dict) -> Any:
     if b"__ndarray__" in obj or b"__npgeneric__" in obj:
         try:
-            dtype = np.dtype(obj[b"dtype"])
-            if dtype.kind in _REFUSED_KINDS:
-                raise BadRequest(f"arrays of dtype {dtype} are not accepted")
+            dtype = _dtype(obj[b"dtype"])
             if b"__ndarray__" in obj:
-                _check_shape(obj[b"shape"])
-                return np.ndarray(buffer=obj[b"data"], dtype=dtype, shape=tuple(obj[b"shape"]))
+                shape = obj[b"shape"]
+                _check_shape(shape)
+                return np.ndarray(buffer=obj[b"data"], dtype=dtype, shape=tuple(shape))
             return dtype.type(obj[b"data"])
         except BadRequest:
             raise
@@ -67,16 +85,16 @@ def msgpack_loads(data: bytes) -> Any:
 
 
 def json_numpy_dumps(obj: Any) -> str:
-    return serve_dependency("json_numpy").dumps(obj)
+    return _json_numpy().dumps(obj)
 
 
 def _check_shape(shape: Any) -> None:
-    if not isinstance(shape, (list, tuple)) or not all(type(n) is int and n >= 0 for n in shape):
+    if not isinstance(shape, (list, tuple)) or not all(type(n) is int and n >= 0 for n in shape):  # noqa: E721
         raise BadRequest(f"an array's shape must be a list of sizes >= 0, got {clip(repr(shape), 80)}")
 
 
 def json_numpy_loads(text: str) -> Any:
-    json_numpy = serve_dependency("json_numpy")
+    json_numpy = _json_numpy()
 
     def check(obj: dict) -> dict:  # json_numpy decodes the array after this
         if "__numpy__" in obj:

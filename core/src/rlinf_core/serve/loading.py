@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +21,9 @@ from typing import Any
 import torch
 
 from rlinf_core.contracts.policy import Policy
+from rlinf_core.foundation.signatures import constructor_parameters
+from rlinf_core.models.settings import read_record, writer_class
 from rlinf_core.serve.errors import ServeError
-
-SAVED_SETTINGS_KEYS = ("rlinf", "rlinf_policy")  # config.json entries where policies record their class name
 
 
 @dataclass
@@ -96,9 +95,7 @@ def _resolve_class(name: str) -> type:
 
 
 def _check_overrides(cls: type, overrides: dict[str, Any]) -> None:
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
+    params = constructor_parameters(cls)
     unsupported = sorted(set(overrides) - set(params) - set(cls.FLAT_SETTINGS))
     if unsupported:
         flags = ", ".join("--" + k.replace("_", "-") for k in unsupported)
@@ -120,7 +117,7 @@ def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> di
     """``init_args`` with the overrides set; a policy's ``FLAT_SETTINGS`` (flat name → (config group, field)) puts
     a flat override such as ``unnorm_key`` into its group (``actions: {unnorm_key: ...}``)."""
     nested = cls.FLAT_SETTINGS
-    params = inspect.signature(cls.__init__).parameters
+    params = constructor_parameters(cls)
     for key, value in overrides.items():
         if key in nested and key not in params:
             group, name = nested[key]
@@ -134,17 +131,16 @@ def _with_overrides(cls: type, init_args: dict, overrides: dict[str, Any]) -> di
 
 def recorded_class(export_dir: Path) -> str | None:
     """The policy class ``save_pretrained`` recorded in ``config.json`` (its name or ``model_type``)."""
+    name = writer_class(read_record(export_dir / "config.json"))
+    if name is not None:
+        return name
     try:
-        cfg = json.loads((export_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        model_type = json.loads((export_dir / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
         return None
-    for key in SAVED_SETTINGS_KEYS:
-        saved = cfg.get(key)
-        if isinstance(saved, dict) and isinstance(saved.get("policy"), str):
-            return saved["policy"]
-    model_type = cfg.get("model_type")
     for entry in _registry().classes.values():
-        if entry.kind == "policy" and model_type and getattr(entry.cls, "model_type", None) == model_type:
+        cls = entry.cls if entry.kind == "policy" and model_type else None
+        if isinstance(cls, type) and issubclass(cls, Policy) and cls.model_type == model_type:
             return entry.name
     return None
 

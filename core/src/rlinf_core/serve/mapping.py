@@ -22,8 +22,10 @@ import torch
 
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.serve.errors import BadRequest, ServeError
+from rlinf_core.serve.security import clip
 
 MIN_IMAGE_SIDE = 8
+BATCH_KEY = "batch_size"  #: the key of a batched request: how many observations it holds
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class ObsMapping:
         channels_first: images are ``[3, H, W]`` (openpi's ALOHA client) instead of ``[H, W, 3]``.
         image_size: ``[H, W]`` every image must have (None: any size, the policy resizes).
         state_dim: length the concatenated state must have (None: not checked).
+        state_sizes: length of each state part, in the order of ``state`` (checked when given; a remote policy
+            splits the env's state with it).
         default_prompt: instruction used when a request has none (None: the prompt is required).
     """
 
@@ -50,6 +54,7 @@ class ObsMapping:
     channels_first: bool = False
     image_size: tuple[int, int] | None = None
     state_dim: int | None = None
+    state_sizes: tuple[int, ...] = ()
     default_prompt: str | None = None
 
     def keys(self) -> list[str]:
@@ -69,6 +74,7 @@ PRESETS: dict[str, ObsMapping] = {
         image="observation/exterior_image_1_left",
         wrist_images=("observation/wrist_image_left",),
         state=("observation/joint_position", "observation/gripper_position"),
+        state_sizes=(7, 1),
     ),
     "aloha": ObsMapping(
         image="images.cam_high",
@@ -106,14 +112,26 @@ def load_mapping(spec: str) -> ObsMapping:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ServeError(f"--mapping {path}: unknown keys {unknown} (known: {', '.join(sorted(known))})")
-    for key in ("wrist_images", "state", "optional"):
+    for key in ("wrist_images", "state", "optional", "state_sizes"):
         if isinstance(raw.get(key), str):
             raw[key] = [raw[key]]
         if key in raw:
             raw[key] = tuple(raw[key] or ())
     if raw.get("image_size") is not None:
         raw["image_size"] = _image_size(raw["image_size"], f"--mapping {path}: image_size")
-    return ObsMapping(**raw)
+    mapping = ObsMapping(**raw)
+    check_mapping(mapping, f"--mapping {path}")
+    return mapping
+
+
+def check_mapping(mapping: ObsMapping, where: str) -> None:
+    """Refuse (:class:`ServeError`) a mapping whose keys collide with the batch key or whose state sizes do not fit."""
+    if BATCH_KEY in mapping.keys():
+        raise ServeError(f"{where}: {BATCH_KEY!r} is the batched-request key; name the field another way")
+    sizes = mapping.state_sizes
+    if sizes and (len(sizes) != len(mapping.state) or not all(isinstance(n, int) and n >= 1 for n in sizes)):
+        keys = list(mapping.state)
+        raise ServeError(f"{where}: state_sizes {list(sizes)} must give one size >= 1 per state key {keys}")
 
 
 def _image_size(value: Any, what: str) -> tuple[int, int]:
@@ -169,6 +187,11 @@ def _image(value: Any, key: str, mapping: ObsMapping) -> np.ndarray:
 
 
 def _state_part(value: Any, key: str) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 1:  # what clients send: one copy
+        arr = value.copy()
+        if not np.isfinite(arr.sum()) and not np.isfinite(arr).all():
+            raise BadRequest(f"{key} holds NaN or inf")
+        return arr
     arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, list)) else None
     if arr is None or arr.dtype.kind not in "fiub" or arr.ndim > 1:
         got = f"{arr.dtype} {list(arr.shape)}" if arr is not None else type(value).__name__
@@ -213,6 +236,9 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
     parts = [_state_part(v, k) for k, v in parts if v is not _MISSING]
     if len(parts) not in (0, len(mapping.state)):
         raise BadRequest(f"send all of the state keys {list(mapping.state)} or none")
+    for key, part, size in zip(mapping.state, parts, mapping.state_sizes if parts else ()):
+        if part.shape[0] != size:
+            raise BadRequest(f"{key} has {part.shape[0]} values, expected {size}")
     state = np.concatenate(parts) if parts else None
     if state is not None and mapping.state_dim is not None and state.shape[0] != mapping.state_dim:
         raise BadRequest(
@@ -225,15 +251,40 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
         raw_prompt = mapping.default_prompt
     prompt = _prompt(raw_prompt, mapping.prompt)
     wrist_t = None
-    if wrists:
-        stacked = torch.from_numpy(np.stack(wrists))  # [N, H, W, 3]: one camera is already a batch of one
-        wrist_t = stacked.unsqueeze(0) if len(wrists) > 1 else stacked
+    if len(wrists) == 1:
+        wrist_t = torch.from_numpy(wrists[0][None])  # one camera: [1, H, W, 3]
+    elif wrists:
+        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3]
     return Observation(
-        main_images=torch.from_numpy(main).unsqueeze(0),
+        main_images=torch.from_numpy(main[None]),
         task_descriptions=[prompt],
         wrist_images=wrist_t,
-        states=torch.from_numpy(state).unsqueeze(0) if state is not None else None,
+        states=torch.from_numpy(state[None]) if state is not None else None,
     )
+
+
+def to_observations(request: Any, mapping: ObsMapping, max_batch: int) -> tuple[Observation, bool]:
+    """The request as an :class:`Observation` and whether it was a batched request.
+
+    A batched request (``rlinf serve --max-batch N``, what rlinf's remote policy sends) holds ``batch_size`` = n <= N
+    observations: every array under the mapping's keys has a first axis of n and the prompt is a list of n strings.
+    Each row is checked as a single request is."""
+    if not isinstance(request, dict) or BATCH_KEY not in request:
+        return to_observation(request, mapping), False
+    n = request[BATCH_KEY]
+    if type(n) is not int or not 1 <= n <= max_batch:
+        got = clip(repr(n), 40)
+        raise BadRequest(f"{BATCH_KEY} must be an integer from 1 to {max_batch} (this server's --max-batch), got {got}")
+    columns = {}
+    for key in mapping.keys():
+        value = _lookup(request, key)
+        if value is _MISSING:
+            continue
+        if not isinstance(value, (np.ndarray, list)) or len(value) != n:
+            raise BadRequest(f"{key} of a batched request must have {n} rows ({BATCH_KEY}), one per observation")
+        columns[key] = value
+    rows = [to_observation({k: v[i] for k, v in columns.items()}, mapping) for i in range(n)]
+    return Observation.cat(rows), True
 
 
 def signature(obs: Observation) -> tuple:
@@ -241,4 +292,14 @@ def signature(obs: Observation) -> tuple:
     return tuple(None if t is None else tuple(t.shape[1:]) for t in (obs.main_images, obs.wrist_images, obs.states))
 
 
-__all__ = ["ObsMapping", "PRESETS", "load_mapping", "to_observation", "signature", "with_overrides"]
+__all__ = [
+    "BATCH_KEY",
+    "ObsMapping",
+    "PRESETS",
+    "check_mapping",
+    "load_mapping",
+    "signature",
+    "to_observation",
+    "to_observations",
+    "with_overrides",
+]

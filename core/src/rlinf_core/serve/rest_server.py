@@ -9,7 +9,9 @@ Timings go in the standard ``Server-Timing`` header. Each connection is served o
 (:class:`http.server.ThreadingHTTPServer`, listen backlog 128); the model runs on the runner's thread.
 
 Every failure is answered: a request the server refuses with 400, an API key missing or wrong with 401 (the key
-comes as ``Authorization: Api-Key <key>`` or ``Bearer <key>``), a connection over the cap with 503, a bug with 500
+comes as ``Authorization: Api-Key <key>`` or ``Bearer <key>``), a body over ``--max-message-mb`` with 413 (read and
+dropped, so a client that sends the whole body before reading still gets the answer; one sending
+``Expect: 100-continue`` gets it before sending), a connection over the cap with 503, a bug with 500
 (logged with its traceback); error messages quote at most 300 characters of the request. A connection idle for
 10 s (no request line, or fewer body bytes than its Content-Length promised) is closed.
 """
@@ -118,7 +120,8 @@ class OpenVLARestServer:
         obs = to_observation(payload, self.runner.mapping)
         self.runner.check(obs)
         t2 = time.perf_counter()
-        actions, timing = self.runner.submit(obs).result()
+        result = self.runner.run_inline(obs)  # this connection's thread waits for the model either way
+        actions, timing = result if result is not None else self.runner.submit(obs).result()
         t3 = time.perf_counter()
         action = actions[0] if actions.shape[0] == 1 else actions
         out = json_numpy_dumps(action)
@@ -163,6 +166,42 @@ class OpenVLARestServer:
             def _error(self, status: int, message: str) -> None:
                 self._reply(status, json.dumps({"error": clip(message, 400)}))
 
+            def _content_length(self) -> int:
+                try:
+                    return int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    return -1
+
+            def _too_large(self, length: int) -> None:
+                self.close_connection = True
+                self._error(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"the body is {length} bytes, over this server's limit of {server.max_bytes} bytes "
+                    f"(--max-message-mb {server.limits.max_message_mb})",
+                )
+
+            def handle_expect_100(self) -> bool:  # a client that waits for 100 Continue never sends the body
+                if self.command == "POST" and self._content_length() > server.max_bytes:
+                    self._too_large(self._content_length())
+                    return False
+                return super().handle_expect_100()
+
+            def _drain(self, length: int) -> None:
+                """Read and drop the refused body (at most ``length`` bytes, for at most the idle timeout), so a
+                client that sends it all before reading gets the 413, not a connection reset (lingering close)."""
+                self.wfile.flush()
+                deadline = time.monotonic() + server.limits.idle_timeout_s
+                left = length
+                try:
+                    self.connection.settimeout(1.0)
+                    while left > 0 and time.monotonic() < deadline:
+                        chunk = self.rfile.read1(min(left, 1 << 20))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
+                except OSError:  # the client gave up (or the timeout): nothing more to answer
+                    pass
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if self.path == "/healthz":
                     self._reply(HTTPStatus.OK, "OK\n")
@@ -197,11 +236,12 @@ class OpenVLARestServer:
                     self.close_connection = True
                     self._error(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED)
                     return
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                except ValueError:
-                    length = -1
-                if length <= 0 or length > server.max_bytes:
+                length = self._content_length()
+                if length > server.max_bytes:
+                    self._too_large(length)
+                    self._drain(length)
+                    return
+                if length <= 0:
                     self.close_connection = True
                     self._error(
                         HTTPStatus.BAD_REQUEST,

@@ -1,8 +1,15 @@
 """One model thread shared by every connection: requests queue up, the thread runs ``policy.act``.
 
-With ``max_batch > 1`` the requests already waiting when the model becomes free (up to ``max_batch``, with
-the same image / state shapes) run as one batch; nothing waits for a batch to fill. A batch that fails is
-retried request by request, so one bad observation never fails another client's request.
+With ``max_batch > 1`` the requests already waiting when the model becomes free (up to ``max_batch``
+observations, a batched request counting its rows, with the same image / state shapes) run as one batch; nothing
+waits for a batch to fill. A batch that fails is retried request by request, so one bad observation never fails
+another client's request.
+
+Without batching, a model that answered its last request within ``INLINE_MAX_MS`` runs on the caller's thread (the
+websocket server's event loop) when nothing is queued or running: no hand-off to the model thread and back, which is
+most of a fast model's serving overhead on a busy machine (benchmarks/serve_overhead.py), and blocking the event loop
+that briefly is what openpi's server does for every request. A slower model stays on the model thread, so the
+connections and health checks stay responsive while it computes.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from rlinf_core.serve.loading import LoadedPolicy
 from rlinf_core.serve.mapping import ObsMapping, signature
 
 log = logging.getLogger("rlinf.serve")
+
+INLINE_MAX_MS = 20.0
 
 
 class PolicyFailure(RuntimeError):
@@ -47,6 +56,7 @@ class InferenceSettings:
 @dataclass
 class _Job:
     obs: Observation
+    batched: bool = False  #: the reply is ``[n, C, D]`` (a batched request), not ``[C, D]``
     future: Future = field(default_factory=Future)
 
 
@@ -64,6 +74,9 @@ class PolicyRunner:
         self.settings = settings
         self._jobs: deque[_Job] = deque()
         self._cond = threading.Condition()
+        self._model_lock = threading.Lock()  # one policy.act at a time, on the model thread or inline
+        self._last_model_ms = 0.0
+        self._device = loaded.policy.device
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="rlinf-serve-model", daemon=True)
         self._thread.start()
@@ -83,6 +96,9 @@ class PolicyRunner:
             "observation_keys": self.mapping.keys(),
             "image_size": list(self.mapping.image_size) if self.mapping.image_size else None,
             "image_layout": "CHW" if self.mapping.channels_first else "HWC",
+            "max_batch": self.settings.max_batch,
+            # a request with batch_size = n <= max_batch holds n observations (rlinf_core.serve.mapping.to_observations)
+            "batched_requests": self.settings.max_batch > 1,
         }
 
     def check(self, obs: Observation) -> None:
@@ -93,15 +109,34 @@ class PolicyRunner:
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
 
-    def submit(self, obs: Observation) -> Future:
-        """Queue one batch-of-one observation; the future gives ``(actions float32 [C, D], timing dict)``."""
-        job = _Job(obs)
+    def submit(self, obs: Observation, batched: bool = False) -> Future:
+        """Queue one observation (a batch of one), or the n rows of a batched request (``batched``, n <= max_batch);
+        the future gives ``(actions float32 [C, D] or [n, C, D], timing dict)``."""
+        job = _Job(obs, batched)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the policy runner is closed")
             self._jobs.append(job)
             self._cond.notify()
         return job.future
+
+    def run_inline(self, obs: Observation, batched: bool = False) -> tuple[np.ndarray, dict] | None:
+        """:meth:`submit`'s result computed on this thread, or None when the model should run on its thread (batching
+        is on, a job is queued or running, or the model's last run took ``INLINE_MAX_MS`` or more)."""
+        if self.settings.max_batch > 1 or self._last_model_ms >= INLINE_MAX_MS or self._jobs or self._closed:
+            return None
+        if not self._model_lock.acquire(blocking=False):
+            return None
+        try:
+            if not torch.is_grad_enabled():  # the serving threads turn it off once (grad mode is per thread)
+                return self._compute([(obs, batched)])[0]
+            with torch.no_grad():
+                return self._compute([(obs, batched)])[0]
+        except Exception as exc:  # noqa: BLE001 - reported to this request only, as the model thread does
+            log.exception("policy.act failed")
+            raise PolicyFailure(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            self._model_lock.release()
 
     def close(self) -> None:
         with self._cond:
@@ -117,10 +152,14 @@ class PolicyRunner:
             if self._closed:
                 return None
             first = self._jobs.popleft()
-            batch, sig, skipped = [first], signature(first.obs), []
-            while self._jobs and len(batch) < self.settings.max_batch:
+            batch, sig, skipped, rows = [first], signature(first.obs), [], len(first.obs)
+            while self._jobs and rows < self.settings.max_batch:
                 job = self._jobs.popleft()
-                (batch if signature(job.obs) == sig else skipped).append(job)
+                if signature(job.obs) == sig and rows + len(job.obs) <= self.settings.max_batch:
+                    batch.append(job)
+                    rows += len(job.obs)
+                else:
+                    skipped.append(job)
             self._jobs.extendleft(reversed(skipped))
             return batch
 
@@ -145,12 +184,24 @@ class PolicyRunner:
             job.future.set_exception(PolicyFailure(f"{type(exc).__name__}: {exc}"))
 
     def _run(self, batch: list[_Job]) -> None:
+        with self._model_lock:
+            results = self._compute([(job.obs, job.batched) for job in batch])
+        for job, result in zip(batch, results):
+            job.future.set_result(result)
+
+    def _compute(self, batch: list[tuple[Observation, bool]]) -> list[tuple[np.ndarray, dict]]:
+        """``(actions, timing)`` of each ``(observation, batched)``, from one ``policy.act`` on all of them."""
         t0 = time.perf_counter()
-        obs = Observation.cat([j.obs for j in batch]) if len(batch) > 1 else batch[0].obs
-        out = self.policy.act(
-            obs.to(self.policy.device), do_sample=self.settings.do_sample, temperature=self.settings.temperature
-        )
-        actions = out.actions.detach().float().cpu().numpy().astype(np.float32)
-        model_ms = (time.perf_counter() - t0) * 1000
-        for i, job in enumerate(batch):
-            job.future.set_result((actions[i], {"model_ms": model_ms, "batch_size": len(batch)}))
+        obs = Observation.cat([o for o, _ in batch]) if len(batch) > 1 else batch[0][0]
+        if self._device.type != "cpu":
+            obs = obs.to(self._device)
+        out = self.policy.act(obs, do_sample=self.settings.do_sample, temperature=self.settings.temperature)
+        actions = out.actions.detach().to("cpu", torch.float32).numpy()
+        self._last_model_ms = model_ms = (time.perf_counter() - t0) * 1000
+        timing = {"model_ms": model_ms, "batch_size": len(actions)}
+        results, start = [], 0
+        for rows, batched in batch:
+            n = len(rows)
+            results.append((actions[start : start + n] if batched else actions[start], dict(timing)))
+            start += n
+        return results

@@ -1,10 +1,12 @@
 """openpi's websocket policy protocol (openpi: src/openpi/serving/websocket_policy_server.py).
 
 On connect the server sends the metadata dict (msgpack-numpy); then each binary message is an observation
-dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. ``GET /healthz`` answers
-``OK``. Unlike openpi's server, an error does not close the connection: the reply to a bad request is a
-text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next request is
-served; a client that disconnects or crashes only ends its own connection.
+dict and the reply is ``{"actions": float32 [H, D], "server_timing": {...}}``. With ``--max-batch N`` a message may
+also hold ``batch_size`` = n <= N observations (arrays stacked on a first axis, the prompt a list; metadata
+``batched_requests``), answered with actions ``[n, H, D]``: what rlinf's remote policy sends for many envs.
+``GET /healthz`` answers ``OK``. Unlike openpi's server, an error does not close the connection: the reply to a
+bad request is a text frame with a one-line cause (openpi-client raises it as ``RuntimeError``) and the next
+request is served; a client that disconnects or crashes only ends its own connection.
 
 With an API key, the handshake must carry ``Authorization: Api-Key <key>`` (what openpi-client's
 ``WebsocketClientPolicy(api_key=...)`` sends), else HTTP 401. Over ``max_connections`` a handshake gets HTTP 503.
@@ -21,7 +23,7 @@ import time
 
 from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
 from rlinf_core.serve.errors import BadRequest, serve_dependency
-from rlinf_core.serve.mapping import to_observation
+from rlinf_core.serve.mapping import to_observations
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
 from rlinf_core.serve.security import UNAUTHORIZED, ConnectionSlots, ServerLimits, clip
 
@@ -69,10 +71,13 @@ class OpenPIWebsocketServer:
                         raise BadRequest("send the observation as a binary msgpack frame (openpi-client's packer)")
                     request = msgpack_loads(message)
                     t1 = time.perf_counter()
-                    obs = to_observation(request, self.runner.mapping)
+                    obs, batched = to_observations(request, self.runner.mapping, self.runner.settings.max_batch)
                     self.runner.check(obs)
                     t2 = time.perf_counter()
-                    actions, timing = await asyncio.wrap_future(self.runner.submit(obs))
+                    result = self.runner.run_inline(obs, batched)
+                    if result is None:
+                        result = await asyncio.wrap_future(self.runner.submit(obs, batched))
+                    actions, timing = result
                 except BadRequest as exc:
                     await ws.send(f"rlinf serve: bad request: {clip(exc)}")
                     continue
@@ -128,8 +133,11 @@ class OpenPIWebsocketServer:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:
-        await self._start()
-        await self._server.serve_forever()
+        import torch
+
+        with torch.no_grad():  # the loop's thread may run a fast model inline (PolicyRunner.run_inline)
+            await self._start()
+            await self._server.serve_forever()
 
     # ------------------------------------------------------------------ in a background thread (tests, benchmarks)
     def start(self) -> OpenPIWebsocketServer:
@@ -138,6 +146,9 @@ class OpenPIWebsocketServer:
         errors: list[BaseException] = []
 
         def run() -> None:
+            import torch
+
+            torch.set_grad_enabled(False)  # this thread's only: it may run a fast model inline
             self._loop = asyncio.new_event_loop()
             try:
                 self._loop.run_until_complete(self._start())

@@ -21,20 +21,21 @@ positive (densities); ``do_sample=False`` must be deterministic whatever the ran
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-from rlinf_core.contracts.batched_env import BatchedEnv
+from rlinf_core.contracts.batched_env import BatchedEnv, VideoConfig
 from rlinf_core.contracts.env import ChunkStepResult, Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, Policy
 from rlinf_core.envs.vector import vectorize
+from rlinf_core.foundation.signatures import constructor_parameters
 from rlinf_core.memory.estimate import MemoryProfile
 from rlinf_core.plugins.manager import Registry
 
@@ -87,6 +88,42 @@ class EnvPluginTests(_KitTests):
         assert self.env_class.__name__ in names, (
             f"{self.env_class.__name__} is not registered through an rlinf entry point; registered: {names}"
         )
+
+    def test_declared_surface(self):
+        """Every attribute the core reads of an env (declared on :class:`~rlinf_core.contracts.batched_env.BatchedEnv`
+        and :class:`~rlinf_core.Env`) has a value of the declared type, before the simulator is built."""
+        cls = self.env_class
+        env = self.make_env(num_envs=2)
+        try:
+            dim = getattr(env.unwrapped, "action_dim", None)
+            assert dim is not None, (
+                f"{cls.__name__} declares no action_dim: set it as a class attribute (action_dim = D) or in __init__"
+            )
+            assert isinstance(dim, int) and dim >= 1 and env.action_dim == dim, (
+                f"{cls.__name__}.action_dim must be an int >= 1, got {dim!r}"
+            )
+            metrics = env.episode_metrics
+            assert isinstance(metrics, tuple) and all(isinstance(m, str) for m in metrics), (
+                f"{cls.__name__}.episode_metrics must be a tuple of metric names, got {metrics!r}"
+            )
+            n = env.num_reset_states
+            assert isinstance(n, int) and n >= 1, f"{cls.__name__}.num_reset_states must be an int >= 1, got {n!r}"
+            tasks = np.asarray(env.task_ids(np.arange(n)))
+            names = env.task_names
+            assert tasks.shape == (n,) and np.issubdtype(tasks.dtype, np.integer) and tasks.min() >= 0, (
+                f"{cls.__name__}.task_ids must map every reset state id to a task id >= 0"
+            )
+            assert isinstance(names, list) and len(names) > tasks.max() and all(isinstance(t, str) for t in names), (
+                f"{cls.__name__}.task_names must name every task id task_ids returns"
+            )
+            assert isinstance(env.video_cfg, VideoConfig) and isinstance(cls.in_process_only, bool)
+            assert isinstance(env.step_observers, tuple) and isinstance(env.capture_frames, bool)
+            params = constructor_parameters(cls)
+            for flat, (group, field) in cls.FLAT_SETTINGS.items():
+                assert group in params, f"{cls.__name__}.FLAT_SETTINGS[{flat!r}] names group {group!r}, not a setting"
+                assert isinstance(field, str)
+        finally:
+            env.close()
 
     def test_reset_returns_observation(self):
         env = self.make_env(num_envs=2)
@@ -237,6 +274,10 @@ class PolicyPluginTests(_KitTests):
     temperature: float = 1.3
     #: observations per batch.
     batch_size: int = 3
+    #: ``(setting, value)`` that :meth:`test_from_pretrained_honours_an_override` gives ``from_pretrained``: a
+    #: constructor setting (or a ``FLAT_SETTINGS`` name) the policy keeps in the attribute of the same name, and a
+    #: value other than ``make_policy``'s; ``None``: ``add_value_head``, the opposite of ``has_value_head``.
+    pretrained_override: tuple[str, Any] | None = None
 
     def make_policy(self) -> Policy:
         """A fresh policy under test (required)."""
@@ -287,7 +328,7 @@ class PolicyPluginTests(_KitTests):
             or isinstance(size, int)
             or (isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) for s in size))
         ), f"{cls.__name__}.image_size must be None, an int or (height, width), got {size!r}"
-        params = inspect.signature(cls.__init__).parameters
+        params = constructor_parameters(cls)
         for flat, (group, field) in cls.FLAT_SETTINGS.items():
             assert group in params, f"{cls.__name__}.FLAT_SETTINGS[{flat!r}] names group {group!r}, not a setting"
             assert isinstance(field, str)
@@ -368,6 +409,28 @@ class PolicyPluginTests(_KitTests):
         after = self._act(loaded, obs, do_sample=False)
         torch.testing.assert_close(after.actions, before.actions)
         torch.testing.assert_close(after.logprobs, before.logprobs, rtol=1e-4, atol=1e-5)
+
+    def test_from_pretrained_honours_an_override(self):
+        """A setting given to ``from_pretrained`` wins over the one saved with the checkpoint (the settings that are
+        not given come from the checkpoint: :meth:`test_save_load_round_trip`)."""
+        policy = self.make_policy()
+        cls = type(policy)
+        name, value = self.pretrained_override or ("add_value_head", not policy.has_value_head)
+        attribute = "has_value_head" if name == "add_value_head" else name
+        if self.pretrained_override is None and name not in constructor_parameters(cls):
+            import pytest
+
+            pytest.skip(f"{cls.__name__} takes no add_value_head; set pretrained_override to check another setting")
+        assert getattr(policy, attribute) != value, f"pretrained_override {(name, value)} is make_policy's own value"
+        with tempfile.TemporaryDirectory() as tmp:
+            policy.save_pretrained(tmp)
+            loaded = cls.from_pretrained(tmp, **{name: value})
+        got = getattr(loaded, attribute)
+        assert got == value, (
+            f"{cls.__name__}.from_pretrained(path, {name}={value!r}) gave {name}={got!r}: an override must win over "
+            "the settings saved with the checkpoint (rlinf_core.models.settings.SavedSettings does this; "
+            "docs/plugins.md, 'A policy')"
+        )
 
     @_explain_empty_inputs
     def test_gradients_reach_parameters(self):

@@ -62,7 +62,7 @@ class ScaleProbe(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx != 0:
             return
-        envs = pl_module._stage_envs
+        envs = pl_module.train_envs
         self.record["epochs"].append(
             {
                 "pools": [env.pool.tolist() for env in envs],

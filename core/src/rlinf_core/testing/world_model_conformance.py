@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +42,9 @@ class WorldModelPluginTests:
     image_size: int = 32
     #: actions per predicted chunk.
     chunk: int = 2
+    #: constructor settings the save / load test also gives ``from_pretrained``, each with a value other than the
+    #: saved model's: the loaded model's attribute of the same name must equal it ({}: reload without overrides).
+    pretrained_overrides: dict[str, Any] = {}
 
     def make_model(self) -> WorldModel:
         """The model under test (default: ``model_class()``)."""
@@ -58,9 +62,10 @@ class WorldModelPluginTests:
         gen = torch.Generator().manual_seed(seed)
         return torch.rand(batch, self.chunk, model.action_dim, generator=gen) * 2 - 1
 
-    def reload(self, path: str) -> WorldModel:
-        """The model loaded back from a ``save_pretrained`` directory by your plugin's loader (override it)."""
-        return self.model_class(model_path=path)
+    def reload(self, path: str, **overrides: Any) -> WorldModel:
+        """The model loaded back from a ``save_pretrained`` directory (default: ``from_pretrained(path,
+        **overrides)``)."""
+        return self.model_class.from_pretrained(path, **overrides)
 
     def clip_batch(self, model: WorldModel, batch: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
         """A random training batch as ``ClipDataset`` gives it: ``uint8 [B, Nc + Nt, S, S, 3]``, ``[B, Nc + Nt, D]``."""
@@ -110,11 +115,24 @@ class WorldModelPluginTests:
         assert set(want) == set(got), sorted(set(want) ^ set(got))[:5]
         for key, value in want.items():
             assert torch.equal(value.cpu(), got[key].cpu()), f"{key} differs after save_pretrained -> load"
+        if self.pretrained_overrides:
+            overridden = self.reload(str(path), **self.pretrained_overrides)
+            for name, value in self.pretrained_overrides.items():
+                assert getattr(model, name) != value, f"pretrained_overrides[{name!r}] is the saved model's value"
+                assert getattr(overridden, name) == value, (
+                    f"from_pretrained(path, {name}={value!r}) gave {name}={getattr(overridden, name)!r}: an override "
+                    "must win over the settings saved with the model (rlinf_core.models.settings.SavedSettings)"
+                )
 
     def test_declares_its_condition(self):
         model = self.make_model()
         assert isinstance(model.condition, ConditionSpec), "set WorldModel.condition to a ConditionSpec"
-        assert model.action_dim >= 1
+        dim = getattr(model, "action_dim", None)
+        assert isinstance(dim, int) and dim >= 1, (
+            f"{type(model).__name__}.action_dim must be an int >= 1 (class attribute or set in __init__), got {dim!r}"
+        )
+        size = model.image_size
+        assert size is None or (isinstance(size, int) and size >= 1), f"image_size must be None or an int, got {size!r}"
 
     def test_predict_shapes_and_dtype(self):
         model = self.make_model().eval()
@@ -187,8 +205,8 @@ class RewardModelPluginTests:
         return torch.randint(0, 256, (n, self.image_size, self.image_size, 3), generator=gen, dtype=torch.uint8)
 
     def reload(self, path: str) -> RewardModel:
-        """The model loaded back from the file ``save_pretrained`` returned (override for your loader)."""
-        return self.model_class(checkpoint=path)
+        """The model loaded back from the file ``save_pretrained`` returned (default: ``from_pretrained(path)``)."""
+        return self.model_class.from_pretrained(path)
 
     def test_registered_through_hooks(self):
         names = Registry().load().names("world_model")

@@ -29,6 +29,7 @@ can go negative when a later frame of the chunk falls back under 0.5).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from torch.nn import functional as F
 
 from rlinf_core.contracts.world_model import RewardModel
 from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.run.checkpoint_files import load_pth_state_dict
 
 __all__ = [
@@ -144,11 +146,24 @@ def frames_to_input(frames: torch.Tensor, device: torch.device) -> torch.Tensor:
     return (x / 127.5 - 1.0).clamp(-1.0, 1.0)
 
 
-class _PthRewardModel(RewardModel):
-    """Shared parts: fp32 forward without autocast, ``.pth`` load / save with strict key checks."""
+class _PthRewardModel(SavedSettings, RewardModel):
+    """Shared parts: fp32 forward without autocast, ``.pth`` load / save with strict key checks. The ``.pth`` holds
+    the raw state dict, as upstream's; the constructor settings, if any, are recorded beside it (``<name>.json``),
+    so a model built on the file gets them back (:class:`~rlinf_core.models.settings.SavedSettings`)."""
 
     #: file name of the exported checkpoint in a world-model directory.
     checkpoint_name: str = "reward_model.pth"
+    SETTINGS_FROM = "checkpoint"
+
+    @classmethod
+    def settings_file(cls, location: str | Path) -> Path:
+        return Path(location).with_suffix(".json")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides):
+        """The model in the file :meth:`save_pretrained` returned, or in the directory it was given."""
+        path = Path(path)
+        return super().from_pretrained(path / cls.checkpoint_name if path.is_dir() else path, **overrides)
 
     def success_logits(self, frames: torch.Tensor, instructions: list[str] | None = None) -> torch.Tensor:
         """``float32 [N]`` logits (before the sigmoid) for frames ``uint8 [N, H, W, 3]``; computed in the weights'
@@ -168,7 +183,8 @@ class _PthRewardModel(RewardModel):
         load_state_strict(self, load_pth_state_dict(path, "reward model checkpoint"), path)
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write the raw state dict to ``path`` (a ``.pth`` file, or a directory that gets ``checkpoint_name``)."""
+        """Write the raw state dict to ``path`` (a ``.pth`` file, or a directory that gets ``checkpoint_name``) and
+        the constructor settings beside it; returns the file."""
         path = Path(path)
         if path.suffix not in (".pth", ".pt"):
             path = path / self.checkpoint_name
@@ -176,6 +192,9 @@ class _PthRewardModel(RewardModel):
         tmp = path.with_name(path.name + ".tmp")
         torch.save({k: v.detach().cpu() for k, v in self.state_dict().items()}, tmp)
         tmp.replace(path)
+        record = self.settings_record()
+        if len(record) > 1:  # settings besides the class name
+            self.settings_file(path).write_text(json.dumps({SETTINGS_KEY: record}, indent=2) + "\n")
         return path
 
 
@@ -291,23 +310,22 @@ def load_reward_model(path: str | Path, **kwargs) -> ResnetRewardModel | TaskEmb
 
     Args:
         path: ``resnet_rm.pth`` / ``taskemb_resnet_rm.pth`` (raw state dict or ``{"model_state_dict": ...}``).
-        **kwargs: :class:`TaskEmbedResnetRewardModel` arguments (``task_suite``, ``tasks``).
+        **kwargs: :class:`TaskEmbedResnetRewardModel` arguments (``task_suite``, ``tasks``; default: the ones
+            recorded beside the file, else the suite's).
     """
     state = load_pth_state_dict(path, "reward model checkpoint")
     if any(k.startswith("net.") for k in state):
         if kwargs:
             raise ValueError(f"{path} is a ResnetRewardModel checkpoint; it takes no arguments (got {sorted(kwargs)})")
-        model = ResnetRewardModel()
-    elif any(k.startswith("visual_encoder.") for k in state):
+        return ResnetRewardModel.from_pretrained(path).eval()
+    if any(k.startswith("visual_encoder.") for k in state):
         emb = state.get("task_embedding.weight")
         if emb is None:
             raise ValueError(f"{path}: missing key 'task_embedding.weight' of the TaskEmbedResnetRewardModel layout")
-        model = TaskEmbedResnetRewardModel(num_tasks=emb.shape[0], task_embed_dim=emb.shape[1], **kwargs)
-    else:
-        first = next(iter(state), "<empty>")
-        raise ValueError(
-            f"{path}: neither a ResnetRewardModel ('net.*' keys) nor a TaskEmbedResnetRewardModel "
-            f"('visual_encoder.*' keys) checkpoint; first key {first!r}"
-        )
-    load_state_strict(model, state, path)
-    return model.eval()
+        sizes = {"num_tasks": emb.shape[0], "task_embed_dim": emb.shape[1]}
+        return TaskEmbedResnetRewardModel.from_pretrained(path, **sizes, **kwargs).eval()
+    first = next(iter(state), "<empty>")
+    raise ValueError(
+        f"{path}: neither a ResnetRewardModel ('net.*' keys) nor a TaskEmbedResnetRewardModel "
+        f"('visual_encoder.*' keys) checkpoint; first key {first!r}"
+    )

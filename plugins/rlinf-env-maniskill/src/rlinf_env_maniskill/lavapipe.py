@@ -197,16 +197,6 @@ def check_render_device() -> None:
     )
 
 
-def render_device_available() -> tuple[bool, str]:
-    """``(ok, reason)`` without raising, for test skips and diagnostics."""
-    configure()
-    try:
-        check_render_device()
-    except RuntimeError as exc:
-        return False, str(exc)
-    return True, _configured or ""
-
-
 def installer_path() -> Path:
     return Path(__file__).with_name("install_lavapipe.sh")
 

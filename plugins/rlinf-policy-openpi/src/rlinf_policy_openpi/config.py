@@ -188,11 +188,6 @@ class OpenPIConfig:
         return self.vision.num_tokens
 
     @property
-    def prefix_len(self) -> int:
-        """P: image tokens of every slot + language tokens."""
-        return self.num_images * self.num_image_tokens + self.max_token_len
-
-    @property
     def suffix_len(self) -> int:
         """State token (π0 only) + H action tokens."""
         return self.action_horizon + (0 if self.pi05 else 1)

@@ -19,7 +19,7 @@ from rlinf_core.contracts import ActOutput, EvaluateOutput, Observation, Policy
 from rlinf_core.models.lora import LoRAConfig
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.precision import apply_precision, resolve_precision
-from rlinf_core.models.settings import SavedSettings
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.models.weights import CheckpointError
 from rlinf_policy_openpi import flow
 from rlinf_policy_openpi.heads import (
@@ -31,7 +31,7 @@ from rlinf_policy_openpi.heads import (
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
 from rlinf_policy_openpi.sampler import FlowSampler
-from rlinf_policy_openpi.settings import FLAT_KEYS, GROUPS, CriticConfig, InputConfig, NoiseConfig
+from rlinf_policy_openpi.settings import FLAT_KEYS, CriticConfig, InputConfig, NoiseConfig
 
 VLM_PREFIX = "paligemma_with_expert.paligemma."
 GREEDY_SEED = 0  #: the fixed initial noise of do_sample=False (deterministic ODE)
@@ -39,18 +39,19 @@ GREEDY_SEED = 0  #: the fixed initial noise of do_sample=False (deterministic OD
 
 class OpenPIPolicy(SavedSettings, Policy):
     """π0 / π0.5 (openpi) with RLinf's flow-SDE / flow-noise / flow-CPS RL log-probs; π0 vs π0.5 is read
-    from the checkpoint. A setting left out (null) takes the value a :meth:`save_pretrained` directory recorded,
-    else the default below, whichever way the policy is built (:class:`~rlinf_core.models.settings.SavedSettings`).
+    from the checkpoint. Built on a :meth:`save_pretrained` directory, a setting left at its default takes the value
+    the directory recorded (:class:`~rlinf_core.models.settings.SavedSettings`).
 
     Args:
         model_path: checkpoint directory: openpi PyTorch (``model.safetensors`` + ``config.json`` +
             ``assets/<asset_id>/norm_stats.json``), lerobot-named, or RLinf's ``RLinf-Pi0-*`` / ``RLinf-Pi05-*``
             (``<asset_id>/norm_stats.json``, optional ``value_head.*`` / ``noise_head.*``), or one written by
             :meth:`save_pretrained`.
-        action_dim: env action dimensions D, the first D of the model's 32 (MetaWorld 4).
-        num_action_chunks: C, actions executed per chunk: the first C of the H predicted (default H).
-        num_steps: N denoise steps of every act (default 10).
-        add_value_head: add the critic (default: whatever the checkpoint has).
+        action_dim: env action dimensions D, the first D of the model's 32 (MetaWorld 4); ``null``: the size of
+            the checkpoint's action statistics.
+        num_action_chunks: C, actions executed per chunk: the first C of the H predicted (``null``: H).
+        num_steps: N denoise steps of every act.
+        add_value_head: add the critic (``null``: whatever the checkpoint has).
         noise: the stochastic denoise step (:class:`~rlinf_policy_openpi.settings.NoiseConfig`: method, level,
             anneal, ...).
         critic: where the critic reads and its widths (:class:`~rlinf_policy_openpi.settings.CriticConfig`:
@@ -58,7 +59,7 @@ class OpenPIPolicy(SavedSettings, Policy):
         inputs: what the model is fed (:class:`~rlinf_policy_openpi.settings.InputConfig`: num_images_in_input,
             asset_id, discrete_state_input, tokenizer_path, image_resize).
         train_expert_only: freeze PaliGemma (SigLIP + projector + Gemma-2B); the action expert, the action /
-            state / time projections and the heads train (default true, RLinf's).
+            state / time projections and the heads train (RLinf's default).
         lora: LoRA adapters on PaliGemma (SigLIP, projector, Gemma layers), as RLinf wraps only the VLM; the action
             expert and projections train in full. ``null``: no adapters.
         precision: ``fp32`` | ``bf16`` | ``fp16`` | ``bf16-true`` (see :mod:`rlinf_core.models.precision`): with
@@ -82,12 +83,12 @@ class OpenPIPolicy(SavedSettings, Policy):
         model_path: str,
         action_dim: int | None = None,
         num_action_chunks: int | None = None,
-        num_steps: int | None = None,
+        num_steps: int = 10,
         add_value_head: bool | None = None,
-        noise: NoiseConfig | None = None,
-        critic: CriticConfig | None = None,
-        inputs: InputConfig | None = None,
-        train_expert_only: bool | None = None,
+        noise: NoiseConfig = NoiseConfig(),
+        critic: CriticConfig = CriticConfig(),
+        inputs: InputConfig = InputConfig(),
+        train_expert_only: bool = True,
         lora: LoRAConfig | None = None,
         precision: str = "fp32",
         gradient_checkpointing: bool = False,
@@ -97,25 +98,6 @@ class OpenPIPolicy(SavedSettings, Policy):
 
         prec = resolve_precision(precision)
         path = Path(model_path)
-        restored = self.restore_settings(
-            path,
-            {
-                "action_dim": action_dim,
-                "num_action_chunks": num_action_chunks,
-                "num_steps": num_steps,
-                "add_value_head": add_value_head,
-                "noise": noise,
-                "critic": critic,
-                "inputs": inputs,
-                "train_expert_only": train_expert_only,
-            },
-        )
-        action_dim, num_action_chunks, add_value_head = (
-            restored[k] for k in ("action_dim", "num_action_chunks", "add_value_head")
-        )
-        noise, critic, inputs = restored["noise"], restored["critic"], restored["inputs"]
-        num_steps = 10 if restored["num_steps"] is None else restored["num_steps"]
-        train_expert_only = True if restored["train_expert_only"] is None else restored["train_expert_only"]
         self.sampler = FlowSampler(num_steps, noise.method, noise.joint_logprob, noise.ignore_last)
         self.model_path = str(path)
         overrides = (
@@ -153,6 +135,8 @@ class OpenPIPolicy(SavedSettings, Policy):
         apply_precision(self.model, prec)
         self.precision = prec.name
         self.compute_dtype = prec.compute
+        # save_pretrained writes openpi's layout, whose default image resize may not be the source layout's
+        self.record_settings(inputs={"image_resize": self.image_resize})
 
     def _set_inputs(self, path: Path, inputs: InputConfig, layout: str) -> None:
         from rlinf_policy_openpi.checkpoint import read_norm_stats
@@ -439,46 +423,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         )
 
     # ------------------------------------------------------------------ export
-    SETTINGS_GROUPS = GROUPS
-
-    def settings(self) -> dict:
-        """Constructor settings a build on the saved directory restores (runtime ones — LoRA, precision —
-        excluded)."""
-        hidden = (
-            [m.out_features for m in self.openpi.value_head.mlp[:-1] if isinstance(m, nn.Linear)]
-            if self.has_value_head
-            else None
-        )
-        return {
-            "action_dim": self.action_dim,
-            "num_action_chunks": self.num_action_chunks,
-            "num_steps": self.num_steps,
-            "add_value_head": self.has_value_head,
-            "noise": {
-                "method": self.noise_method,
-                "level": self.noise_level,
-                "anneal": self.noise_anneal,
-                "anneal_params": list(self.noise_params),
-                "logvar_range": list(self.noise_logvar_range),
-                "joint_logprob": self.sampler.joint_logprob,
-                "ignore_last": self.sampler.ignore_last,
-            },
-            "critic": {
-                "after_vlm": self.value_after_vlm,
-                "vlm_mode": self.value_vlm_mode,
-                "detach_input": self.detach_critic_input,
-                "chunk_input": self.chunk_critic_input,
-                "hidden_sizes": hidden,
-            },
-            "inputs": {
-                "num_images_in_input": self.num_images_in_input,
-                "asset_id": self.asset_id,
-                "discrete_state_input": self.config.discrete_state_input if self.config.pi05 else None,
-                "image_resize": self.image_resize,
-            },
-            "train_expert_only": self.train_expert_only,
-        }
-
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """openpi-named weights without the tied ``embed_tokens`` (as openpi saves them), the heads as
         ``value_head.*`` / ``noise_head.*`` (RLinf's names); LoRA deltas merged in."""
@@ -504,7 +448,7 @@ class OpenPIPolicy(SavedSettings, Policy):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_weights(self.state_dict_for_export(), path)
-        cfg = {**self.config.to_json(), self.SETTINGS_KEY: self.settings_record()}
+        cfg = {**self.config.to_json(), SETTINGS_KEY: self.settings_record()}
         (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         write_norm_stats(path / "assets" / (self.asset_id or "default"), self.inputs.stats)
         if self.tokenizer_path and Path(self.tokenizer_path).resolve() != (path / TOKENIZER_FILE).resolve():

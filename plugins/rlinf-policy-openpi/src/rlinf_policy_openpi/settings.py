@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from rlinf_core.models.settings import grouped_settings
 from rlinf_policy_openpi.flow import NOISE_METHODS, NoiseMethod
 from rlinf_policy_openpi.transforms import ImageResize, check_image_resize
 
@@ -106,8 +105,8 @@ class InputConfig:
             check_image_resize(self.image_resize)
 
 
-# RLinf's (and this plugin's earlier) flat key → (group, field): read from save_pretrained directories written
-# before the groups existed, and listed in docs/openpi.md for readers of RLinf's YAMLs.
+# RLinf's flat key → (group, field): accepted by from_pretrained and rlinf serve's overrides, named in the hint when a
+# config uses one, and listed in docs/openpi.md for readers of RLinf's YAMLs.
 FLAT_KEYS: dict[str, tuple[str, str]] = {
     "noise_method": ("noise", "method"),
     "noise_level": ("noise", "level"),
@@ -126,11 +125,6 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
 GROUPS = {"noise": NoiseConfig, "critic": CriticConfig, "inputs": InputConfig}
 
 
-def grouped(settings: dict) -> dict:
-    """Settings with flat keys (:data:`FLAT_KEYS`) and group dicts → constructor arguments with group objects."""
-    return grouped_settings(settings, GROUPS, FLAT_KEYS)
-
-
 __all__ = [
     "CriticConfig",
     "FLAT_KEYS",
@@ -138,5 +132,4 @@ __all__ = [
     "NoiseConfig",
     "VALUE_VLM_MODES",
     "ValueVLMMode",
-    "grouped",
 ]

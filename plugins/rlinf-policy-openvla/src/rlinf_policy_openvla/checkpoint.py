@@ -25,7 +25,6 @@ TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.
 # ImageNet statistics as Prismatic stores them for DINOv2 (bf16-rounded); SigLIP uses 0.5 / 0.5.
 DINO_MEAN, DINO_STD = (0.484375, 0.455078125, 0.40625), (0.228515625, 0.2236328125, 0.224609375)
 SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
-RLINF_KEY = "rlinf_policy"  # policy settings remembered by save_pretrained (optional in config.json)
 
 
 @dataclass
@@ -68,10 +67,6 @@ class PrismaticSpec:
     def action_vocab_size(self) -> int:
         """Text vocabulary without padding rows; the action ids are its last ``n_action_bins`` ids."""
         return int(self.llama_config.vocab_size) - self.pad_to_multiple_of
-
-    @property
-    def rlinf(self) -> dict:
-        return dict(self.raw.get(RLINF_KEY) or {})
 
 
 def llama_config(text_config: dict):

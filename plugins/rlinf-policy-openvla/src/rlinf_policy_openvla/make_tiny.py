@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from rlinf_core.models.settings import CLASS_ENTRY, SETTINGS_KEY
 from rlinf_core.models.weights import save_weights
 from rlinf_policy_openvla.checkpoint import DINO_MEAN, DINO_STD, SIGLIP_MEAN, SIGLIP_STD, read_spec
 from rlinf_policy_openvla.processing import PROMPT
@@ -278,8 +279,8 @@ def make_tiny(
         "norm_stats": stats,
         "text_config": text_config,
         "torch_dtype": "float32",
-        "rlinf_policy": {
-            "policy": "OpenVLAOFTPolicy" if kind == "oft" else "OpenVLAPolicy",
+        SETTINGS_KEY: {
+            CLASS_ENTRY: "OpenVLAOFTPolicy" if kind == "oft" else "OpenVLAPolicy",
             "actions": {"num_action_chunks": chunks},
             # rlinf's own record (a tiny model is trained by rlinf, which feeds it tensors): how images are
             # resized is stated, not guessed from the processor file beside it

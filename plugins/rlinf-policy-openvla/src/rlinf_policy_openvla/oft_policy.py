@@ -3,13 +3,12 @@ to export, is :class:`rlinf_policy_openvla.policy._PrismaticPolicy`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-from rlinf_core.models.lora import LoRAConfig
-from rlinf_policy_openvla.policy import ValueType, _PrismaticPolicy
-from rlinf_policy_openvla.settings import ActionConfig, InputConfig
+from rlinf_policy_openvla.policy import _PrismaticPolicy
+from rlinf_policy_openvla.settings import ActionConfig
 
 AttentionMode = Literal["causal", "bidirectional", "action_block"]
 
@@ -40,69 +39,26 @@ class OpenVLAOFTPolicy(_PrismaticPolicy):
     """OpenVLA-OFT: all ``C × D`` action tokens decoded in one forward pass (discrete 256-bin head).
 
     The action block is ``C × D`` zero embeddings appended after the prompt; the last prompt token
-    predicts token 0 and slot ``k`` predicts token ``k + 1``.
+    predicts token 0 and slot ``k`` predicts token ``k + 1``. The other settings are :class:`_PrismaticPolicy`'s.
 
     Args:
-        model_path: OpenVLA-OFT Hugging Face directory, e.g. ``Haozhan72/Openvla-oft-SFT-libero-spatial-traj1``,
-            ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora`` (merged) or a base model for ``lora.path``.
-        model_type: optional check, must be ``openvla_oft`` (the seeds' key).
-        add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
-        value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        actions: what one action is (:class:`~rlinf_policy_openvla.settings.ActionConfig`: ``unnorm_key``,
-            ``action_dim``, ``num_action_chunks``, ``normalization_type``, ``invert_gripper``).
-        inputs: what the model is fed (:class:`~rlinf_policy_openvla.settings.InputConfig`: ``num_images_in_input``,
-            ``use_proprio``, ``proprio_dim``, ``max_prompt_length``, ``center_crop``, ``image_resize``).
-        lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
-            ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
-            targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
-        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
-            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
-            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
-        gradient_checkpointing: recompute activations in the backward instead of keeping them (train
-            mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
-            vision towers. Saves most activation memory for about one extra forward pass per update.
+        actions: as :class:`_PrismaticPolicy`'s, with 8 actions per chunk by default.
         attention_mode: ``bidirectional`` (upstream OFT), ``causal`` (stock Llama, as RLinf runs
             it) or ``action_block`` (causal prompt, bidirectional action block).
-        top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
-            training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
     """
 
     model_type = "openvla_oft"
-    default_chunks = 8
 
     def __init__(
         self,
         model_path: str,
-        model_type: str | None = None,
-        add_value_head: bool | None = None,
-        value_type: ValueType | None = None,
-        actions: ActionConfig = ActionConfig(),
-        inputs: InputConfig = InputConfig(),
-        lora: LoRAConfig | None = None,
-        precision: str = "fp32",
-        gradient_checkpointing: bool = False,
-        attention_mode: AttentionMode | None = None,
-        top_k: int = 0,
+        actions: ActionConfig = ActionConfig(num_action_chunks=8),
+        attention_mode: AttentionMode = "bidirectional",
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        self.top_k = int(top_k)
-        self._setup(
-            model_path=model_path,
-            model_type=model_type,
-            actions=actions,
-            inputs=inputs,
-            add_value_head=add_value_head,
-            value_type=value_type,
-            lora=lora,
-            precision=precision,
-            gradient_checkpointing=gradient_checkpointing,
-        )
-        restored = self.restore_settings(self.model_path, dict(attention_mode=attention_mode))["attention_mode"]
-        self.attention_mode = restored or "bidirectional"
-        attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, self.attention_mode)  # validate early
-
-    def settings(self) -> dict:
-        return {**super().settings(), "attention_mode": self.attention_mode}
+        attention_mask_4d(torch.ones(1, 2, dtype=torch.long, device="cpu"), 1, attention_mode)  # a bad mode: one line
+        super().__init__(model_path, actions=actions, **kwargs)
+        self.attention_mode = attention_mode
 
     def _parallel(self, obs):
         """One forward over ``[prefix, C·D zero slots]``: action logits ``[B, n, n_bins]`` and value hidden."""

@@ -10,7 +10,6 @@ temperature-scaled distribution restricted to the action bins.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,11 +22,10 @@ from rlinf_core.models.lora import LoRAConfig
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.norm_stats import bounds, normalize_bounds, resolve_unnorm_key
 from rlinf_core.models.precision import apply_precision, resolve_precision
-from rlinf_core.models.settings import SavedSettings
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.models.weights import CheckpointError, copy_side_files, load_weights, save_weights
 from rlinf_policy_openvla.action_tokenizer import ActionTokenizer
 from rlinf_policy_openvla.checkpoint import (
-    RLINF_KEY,
     TINY_HINT,
     check_model_dir,
     load_official_extra,
@@ -36,20 +34,47 @@ from rlinf_policy_openvla.checkpoint import (
 )
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
 from rlinf_policy_openvla.released import announce_image_resize, default_image_resize
-from rlinf_policy_openvla.settings import FLAT_KEYS, GROUPS, ActionConfig, InputConfig, as_group
+from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig
 
 ValueType = Literal["chunk_level", "action_level"]
 
 
 class _PrismaticPolicy(SavedSettings, Policy):
-    """Shared machinery; subclasses implement ``_token_logits`` (act) and ``_teacher_logits`` (evaluate). Settings
-    left out take what a :meth:`save_pretrained` directory recorded
-    (:class:`~rlinf_core.models.settings.SavedSettings`)."""
+    """The machinery OpenVLA and OpenVLA-OFT share; subclasses implement ``_decode`` (act) and ``_teacher_logits``
+    (evaluate). Built on a :meth:`save_pretrained` directory, a setting left at its default takes the value the
+    directory recorded (:class:`~rlinf_core.models.settings.SavedSettings`).
+
+    Args:
+        model_path: OpenVLA / OpenVLA-OFT Hugging Face directory (config.json with norm_stats, safetensors,
+            tokenizer files), e.g. ``openvla/openvla-7b``, ``gen-robot/openvla-7b-rlvla-warmup``,
+            ``Haozhan72/Openvla-oft-SFT-libero-spatial-traj1``, ``RLinf/RLinf-OpenVLAOFT-LIBERO-90-Base-Lora``
+            (merged) or a base model for ``lora.path``.
+        model_type: optional check, the class's ``model_type`` (RLinf v0.3's config key: ``openvla`` or
+            ``openvla_oft``).
+        add_value_head: add a critic on the last prompt token (``null``: whatever the checkpoint has).
+        value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``); ``null``: what the
+            checkpoint's value head gives, else ``chunk_level``.
+        actions: what one action is (:class:`~rlinf_policy_openvla.settings.ActionConfig`: ``unnorm_key``,
+            ``action_dim``, ``num_action_chunks``, ``normalization_type``, ``invert_gripper``).
+        inputs: what the model is fed (:class:`~rlinf_policy_openvla.settings.InputConfig`: ``num_images_in_input``,
+            ``use_proprio``, ``proprio_dim``, ``max_prompt_length``, ``center_crop``, ``image_resize``).
+        lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
+            ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
+            targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
+        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
+            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
+            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
+        gradient_checkpointing: recompute activations in the backward instead of keeping them (train
+            mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
+            vision towers. Saves most activation memory for about one extra forward pass per update.
+        top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
+            training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
+    """
 
     model_type: str
-    default_chunks: int
-    SETTINGS_KEY = RLINF_KEY
-    SETTINGS_GROUPS = GROUPS
+    #: the model reads ``Observation.states`` through a proprio projector and wrist views (OFT)
+    takes_proprio_and_wrist: bool = True
+    NOT_RECORDED = (*SavedSettings.NOT_RECORDED, "model_type")
     FLAT_SETTINGS = FLAT_KEYS  # flat setting names (RLinf's, rlinf serve's --unnorm-key) → (config group, field)
 
     @staticmethod
@@ -62,33 +87,33 @@ class _PrismaticPolicy(SavedSettings, Policy):
         return None if path is None else str(path)
 
     # ------------------------------------------------------------------ construction
-    def _setup(
+    def __init__(
         self,
-        *,
         model_path: str,
-        model_type: str | None,
-        actions: ActionConfig,
-        inputs: InputConfig,
-        add_value_head: bool | None,
-        value_type: ValueType | None,
-        lora: LoRAConfig | None,
-        precision: str,
-        gradient_checkpointing: bool,
+        model_type: str | None = None,
+        add_value_head: bool | None = None,
+        value_type: ValueType | None = None,
+        actions: ActionConfig = ActionConfig(),
+        inputs: InputConfig = InputConfig(),
+        lora: LoRAConfig | None = None,
+        precision: str = "fp32",
+        gradient_checkpointing: bool = False,
+        top_k: int = 0,
     ) -> None:
+        super().__init__()
         name = type(self).__name__
-        actions, inputs = as_group(ActionConfig, actions), as_group(InputConfig, inputs)
         if model_type is not None and model_type != self.model_type:
             other = {"openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy"}.get(model_type)
             hint = f"use class_path: {other}" if other else "valid: 'openvla', 'openvla_oft'"
             raise ValueError(f"{name} has model_type {self.model_type!r}, got {model_type!r}; {hint}")
+        if not self.takes_proprio_and_wrist and inputs.use_proprio:
+            raise ValueError(f"{name} does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true")
+        if not self.takes_proprio_and_wrist and inputs.num_images_in_input != 1:
+            raise ValueError(f"{name} sees one image; use OpenVLAOFTPolicy for inputs.num_images_in_input > 1")
+        self.top_k = int(top_k)
         prec = resolve_precision(precision)
         path = check_model_dir(model_path)
         spec = read_spec(path)
-        restored = self.restore_settings(
-            path, {"actions": actions, "inputs": inputs, "add_value_head": add_value_head, "value_type": value_type}
-        )
-        actions, inputs = restored["actions"], restored["inputs"]
-        add_value_head, value_type = restored["add_value_head"], restored["value_type"]
         if add_value_head is None:  # neither given nor recorded (RLinf's exports): what the weights hold
             outputs = saved_value_head_outputs(path)
             add_value_head = outputs is not None
@@ -118,15 +143,14 @@ class _PrismaticPolicy(SavedSettings, Policy):
                 " drop action_dim or pick the matching unnorm_key"
             )
         self.action_dim = stats_dim
-        self.num_action_chunks = int(actions.num_action_chunks or self.default_chunks)
-        if self.num_action_chunks < 1:
-            raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
-        self.num_images_in_input = int(inputs.num_images_in_input or 1)
+        self.num_action_chunks = int(actions.num_action_chunks)
+        self.num_images_in_input = int(inputs.num_images_in_input)
         self.center_crop = bool(inputs.center_crop)
         self.image_resize = inputs.image_resize
         if self.image_resize is None:  # neither given nor recorded: decided from the files, and said so
             self.image_resize, why = default_image_resize(path)
             announce_image_resize(path, self.image_resize, why)
+            self.record_settings(inputs={"image_resize": self.image_resize})  # a reload does not guess again
         if self.image_resize not in IMAGE_RESIZES:
             raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {self.image_resize!r}")
         self.invert_gripper = bool(actions.invert_gripper)
@@ -417,22 +441,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
         return prismatic_profile(self)
 
     # ------------------------------------------------------------------ export
-    def settings(self) -> dict:
-        """Constructor settings a build on the saved directory restores, in the constructor's groups (runtime
-        ones — LoRA, precision — excluded)."""
-        return {
-            "actions": {"unnorm_key": self.unnorm_key, "num_action_chunks": self.num_action_chunks},
-            "inputs": {
-                "num_images_in_input": self.num_images_in_input,
-                "use_proprio": self.use_proprio,
-                "proprio_dim": self.proprio_dim,
-                "max_prompt_length": self.prompts.max_prompt_length,
-                "image_resize": self.image_resize,
-            },
-            "add_value_head": self.has_value_head,
-            "value_type": self.value_type,
-        }
-
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Checkpoint-named weights; LoRA deltas merged in (the live model keeps its adapter)."""
         if self.is_lora:
@@ -450,7 +458,7 @@ class _PrismaticPolicy(SavedSettings, Policy):
         copy_side_files(self.model_path, path)
         cfg = dict(self.spec.raw)
         cfg["norm_stats"] = self.spec.norm_stats
-        cfg[self.SETTINGS_KEY] = self.settings_record()
+        cfg[SETTINGS_KEY] = self.settings_record()
         (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
     def save_adapter(self, path: str | Path) -> None:
@@ -470,68 +478,11 @@ class _PrismaticPolicy(SavedSettings, Policy):
 
 
 class OpenVLAPolicy(_PrismaticPolicy):
-    """OpenVLA: action tokens decoded one by one with a KV cache, restricted to the action bins.
-
-    Args:
-        model_path: OpenVLA Hugging Face directory (config.json with norm_stats, safetensors,
-            tokenizer files), e.g. ``openvla/openvla-7b`` or ``gen-robot/openvla-7b-rlvla-warmup``.
-        model_type: optional check, must be ``openvla`` (the seeds' key).
-        add_value_head: add a critic on the last prompt token (default: whatever the checkpoint has).
-        value_type: ``chunk_level`` (one value ``[B, 1]``) or ``action_level`` (``[B, C]``).
-        actions: what one action is (:class:`~rlinf_policy_openvla.settings.ActionConfig`: ``unnorm_key``,
-            ``action_dim``, ``num_action_chunks``, ``normalization_type``, ``invert_gripper``).
-        inputs: what the model is fed (:class:`~rlinf_policy_openvla.settings.InputConfig`: ``num_images_in_input``,
-            ``use_proprio``, ``proprio_dim``, ``max_prompt_length``, ``center_crop``, ``image_resize``).
-        lora: train a LoRA adapter instead of the full model (:class:`~rlinf_core.models.lora.LoRAConfig`:
-            ``rank``, ``alpha``, ``path`` of an adapter to continue from, ``target_modules``; default
-            targets: the vision, projector and LLM layers on the forward path). ``null``: full model.
-        precision: ``fp32``; ``bf16`` / ``fp16``: compute under autocast in that dtype with fp32
-            trainable weights (fp32 gradients and AdamW state) and frozen weights (LoRA base) stored
-            in that dtype; ``bf16-true``: all weights bf16 (warns: small updates round away).
-        gradient_checkpointing: recompute activations in the backward instead of keeping them (train
-            mode only): the Llama decoder layers (transformers, non-reentrant) and the ViT blocks of the
-            vision towers. Saves most activation memory for about one extra forward pass per update.
-        top_k: sample from the ``top_k`` most likely bins only, in rollouts, evals and the
-            training recompute alike (RLinf's ``sampling_params.top_k``; ``0`` or ``-1``: all bins).
-    """
+    """OpenVLA: action tokens decoded one by one with a KV cache, restricted to the action bins; one camera view,
+    no proprio input. Its settings are :class:`_PrismaticPolicy`'s."""
 
     model_type = "openvla"
-    default_chunks = 1
-
-    def __init__(
-        self,
-        model_path: str,
-        model_type: str | None = None,
-        add_value_head: bool | None = None,
-        value_type: ValueType | None = None,
-        actions: ActionConfig = ActionConfig(),
-        inputs: InputConfig = InputConfig(),
-        lora: LoRAConfig | None = None,
-        precision: str = "fp32",
-        gradient_checkpointing: bool = False,
-        top_k: int = 0,
-    ) -> None:
-        super().__init__()
-        inputs = as_group(InputConfig, inputs)
-        if inputs.use_proprio:
-            raise ValueError(
-                "OpenVLAPolicy does not take proprio input; use OpenVLAOFTPolicy with inputs.use_proprio: true"
-            )
-        if inputs.num_images_in_input not in (None, 1):
-            raise ValueError("OpenVLAPolicy sees one image; use OpenVLAOFTPolicy for inputs.num_images_in_input > 1")
-        inputs = replace(inputs, use_proprio=False, num_images_in_input=1)  # not the checkpoint's recorded ones
-        self.top_k = int(top_k)
-        self._setup(
-            model_path=model_path,
-            model_type=model_type,
-            actions=actions,
-            inputs=inputs,
-            add_value_head=add_value_head,
-            value_type=value_type,
-            lora=lora,
-            precision=precision,
-            gradient_checkpointing=gradient_checkpointing,
-        )
+    takes_proprio_and_wrist = False
 
     def _decode(self, obs, *, do_sample, temperature):
         vla = self.vla

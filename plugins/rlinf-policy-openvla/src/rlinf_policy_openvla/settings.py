@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from rlinf_core.models.norm_stats import NormalizationType
-from rlinf_core.models.settings import grouped_settings
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, ImageResize
 
 NORMALIZATION_TYPES = ("bounds_q99", "bounds")
@@ -20,8 +19,7 @@ class ActionConfig:
         unnorm_key: dataset key of ``norm_stats`` for un-normalising actions (``{key}_no_noops`` also tried), e.g.
             ``libero_spatial_no_noops``; may be omitted when the checkpoint has a single key.
         action_dim: optional check against the norm stats (the action dimension comes from them).
-        num_action_chunks: actions per decoded chunk ``C`` (``C × action_dim`` tokens); default: the checkpoint's
-            recorded value, else 1 (OpenVLA) / 8 (OpenVLA-OFT).
+        num_action_chunks: actions per decoded chunk ``C`` (``C × action_dim`` tokens; OpenVLA-OFT's default: 8).
         normalization_type: ``bounds_q99`` (q01/q99) or ``bounds`` (min/max) un-normalisation.
         invert_gripper: map the last action dimension ``g → -sign(2g - 1)`` (OpenVLA LIBERO checkpoints' gripper in
             [0, 1], 1 = open → robosuite's -1 open / +1 close). The only place the gripper sign is mapped: envs take
@@ -30,12 +28,12 @@ class ActionConfig:
 
     unnorm_key: str | None = None
     action_dim: int | None = None
-    num_action_chunks: int | None = None
+    num_action_chunks: int = 1
     normalization_type: NormalizationType = "bounds_q99"
     invert_gripper: bool = False
 
     def __post_init__(self) -> None:
-        if self.num_action_chunks is not None and int(self.num_action_chunks) < 1:
+        if int(self.num_action_chunks) < 1:
             raise ValueError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}")
         if self.normalization_type not in NORMALIZATION_TYPES:
             raise ValueError(
@@ -48,10 +46,9 @@ class InputConfig:
     """What the model is fed (YAML group ``inputs:``).
 
     Args:
-        num_images_in_input: camera views fed: the main image, then ``wrist_images`` (OpenVLA: 1; default: the
-            checkpoint's recorded value, else 1).
+        num_images_in_input: camera views fed: the main image, then ``wrist_images`` (OpenVLA: 1).
         use_proprio: OpenVLA-OFT only: feed ``Observation.states`` through the proprio projector as one extra
-            token (default: the checkpoint's recorded value, else false).
+            token.
         proprio_dim: state size (default: from the proprio norm stats).
         max_prompt_length: pad prompts to this many tokens (None: longest in the batch).
         center_crop: OFT-style 90 % centre crop of the camera images. RLinf never applies it (its YAMLs'
@@ -65,44 +62,23 @@ class InputConfig:
             ``image_resize_strategy`` (resize-naive / resize-crop / letterbox) is honoured in both.
     """
 
-    num_images_in_input: int | None = None
-    use_proprio: bool | None = None
+    num_images_in_input: int = 1
+    use_proprio: bool = False
     proprio_dim: int | None = None
     max_prompt_length: int | None = None
     center_crop: bool = False
     image_resize: ImageResize | None = None
 
     def __post_init__(self) -> None:
-        if self.num_images_in_input is not None and int(self.num_images_in_input) < 1:
+        if int(self.num_images_in_input) < 1:
             raise ValueError(f"num_images_in_input must be >= 1, got {self.num_images_in_input}")
         if self.image_resize is not None and self.image_resize not in IMAGE_RESIZES:
             raise ValueError(f"image_resize must be one of {IMAGE_RESIZES}, got {self.image_resize!r}")
 
 
 GROUPS = {"actions": ActionConfig, "inputs": InputConfig}
-# RLinf's (and this plugin's earlier) flat key → (group, field): read from save_pretrained directories written
-# before the groups existed, accepted by from_pretrained, and listed in the plugin README for readers of RLinf's YAMLs.
+# RLinf's flat key → (group, field): accepted by from_pretrained and rlinf serve's --unnorm-key, named in the hint when
+# a config uses one, and listed in the plugin README for readers of RLinf's YAMLs.
 FLAT_KEYS: dict[str, tuple[str, str]] = {f.name: (group, f.name) for group, cls in GROUPS.items() for f in fields(cls)}
 
-
-def grouped(settings: dict) -> dict:
-    """Settings with flat keys (:data:`FLAT_KEYS`) and group dicts / objects → constructor arguments with group
-    objects; a flat key wins over the same field in a group dict."""
-    return grouped_settings(settings, GROUPS, FLAT_KEYS)
-
-
-def as_group(cls: type, value):
-    """A group given as a plain dict (a run's saved config.yaml read without jsonargparse) → its dataclass."""
-    return cls(**value) if isinstance(value, dict) else value
-
-
-def flat(settings: dict) -> dict:
-    """The inverse view: group dicts spread into flat keys (how the policy reads a checkpoint's recorded
-    settings, whichever form wrote them)."""
-    out = {k: v for k, v in settings.items() if k not in GROUPS}
-    for group in GROUPS:
-        out.update(settings.get(group) or {})
-    return out
-
-
-__all__ = ["ActionConfig", "FLAT_KEYS", "GROUPS", "InputConfig", "NORMALIZATION_TYPES", "as_group", "flat", "grouped"]
+__all__ = ["ActionConfig", "FLAT_KEYS", "GROUPS", "InputConfig", "NORMALIZATION_TYPES"]

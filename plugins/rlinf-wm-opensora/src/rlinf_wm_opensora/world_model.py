@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from rlinf_core.contracts import WorldModel
 from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.models.weights import CheckpointError
 from rlinf_core.world_models import ConditionSpec
 from rlinf_wm_opensora._modeling import CONDITION_TIMESTEP, STDiT3, STDiT3Config, is_optional_key
@@ -67,8 +68,10 @@ TINY_HINT = "make a tiny random one with: python -m rlinf_wm_opensora.make_tiny 
 log = logging.getLogger(__name__)
 
 
-class OpenSoraWorldModel(WorldModel):
-    """The OpenSora world model of RLinf (see the module docstring).
+class OpenSoraWorldModel(SavedSettings, WorldModel):
+    """The OpenSora world model of RLinf (see the module docstring). Built on a :meth:`save_pretrained` directory,
+    a setting left at its default takes the value the directory recorded
+    (:class:`~rlinf_core.models.settings.SavedSettings`).
 
     Args:
         model_path: the released (or :meth:`save_pretrained`) directory, or a training checkpoint of the
@@ -97,6 +100,16 @@ class OpenSoraWorldModel(WorldModel):
     #: (condition, generated) frames of a training clip (released: 4 + 8); set per instance from config.json
     clip_frames: tuple[int, int] = (4, 8)
     condition = ConditionSpec(4, "repeat_first")
+    #: how this run holds and finds the weights (save_pretrained puts the VAE and statistics in the directory)
+    NOT_RECORDED = (
+        *SavedSettings.NOT_RECORDED,
+        "inference_dtype",
+        "vae_micro_batch",
+        "dit_config",
+        "vae_path",
+        "stats_path",
+        "dit_weights",
+    )
 
     def __init__(
         self,
@@ -340,15 +353,15 @@ class OpenSoraWorldModel(WorldModel):
         return masked_velocity_loss(v, x0 - noise, gen_mask)
 
     def save_pretrained(self, path: str | Path) -> None:
-        """Write a directory this class loads unchanged: config.json, ``model-00001.safetensors`` + index, vae/
-        (the in-memory VAE, fp32), dataset_statistics.json and, copied from the source directory, resnet_rm.pth and
-        dataset/."""
+        """Write a directory this class loads unchanged: config.json (the settings recorded under ``rlinf``),
+        ``model-00001.safetensors`` + index, vae/ (the in-memory VAE, fp32), dataset_statistics.json and, copied from
+        the source directory, resnet_rm.pth and dataset/."""
         from safetensors.torch import save_file
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         src = Path(self.model_path)
-        self.config.to_json(path / "config.json", image_size=self.image_size)
+        self.config.to_json(path / "config.json", image_size=self.image_size, **{SETTINGS_KEY: self.settings_record()})
         state = {k: v.detach().float().cpu().contiguous() for k, v in self.dit.state_dict().items()}
         save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
         index = {

@@ -30,6 +30,7 @@ from torch import nn
 
 from rlinf_core.contracts import WorldModel
 from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
 from rlinf_core.world_models import ConditionSpec
 
@@ -54,6 +55,7 @@ def read_config(model_path: Path) -> dict:
     path = model_path / CONFIG_NAME
     if path.is_file():
         side = json.loads(path.read_text())
+        side.pop(SETTINGS_KEY, None)  # the constructor settings save_pretrained recorded (SavedSettings reads them)
         unknown = sorted(set(side) - set(config))
         if unknown:
             raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(config)}")
@@ -62,8 +64,10 @@ def read_config(model_path: Path) -> dict:
     return config
 
 
-class WanWorldModel(WorldModel):
-    """RLinf's Wan 2.2 TI2V-5B world model (DiffSynth fork, KeyFrame-Init Rollout) on diffusers.
+class WanWorldModel(SavedSettings, WorldModel):
+    """RLinf's Wan 2.2 TI2V-5B world model (DiffSynth fork, KeyFrame-Init Rollout) on diffusers. Built on a
+    :meth:`save_pretrained` directory, a setting left at its default takes the value the directory recorded in
+    ``wan_config.json`` (:class:`~rlinf_core.models.settings.SavedSettings`).
 
     Args:
         model_path: the released directory (``model-00001.safetensors``, ``Wan2.2_VAE.pth``, optional
@@ -83,6 +87,10 @@ class WanWorldModel(WorldModel):
     #: world-model fine-tuning clips (core ``WorldModelTrainer``): 5 condition frames + 8 predicted = 13.
     clip_frames = (5, 8)
     action_dim = 7
+
+    @classmethod
+    def settings_file(cls, location: str | Path) -> Path:
+        return Path(location) / CONFIG_NAME
 
     def __init__(
         self,
@@ -160,8 +168,9 @@ class WanWorldModel(WorldModel):
             raise RuntimeError(f"WanWorldModel: {left[0]!r} was not loaded from {root}")
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json``); the reward
-        model files and ``dataset/`` of the source directory are copied along when present."""
+        """Write the released layout (DiffSynth DiT names, original VAE names, ``wan_config.json`` with the settings
+        recorded under ``rlinf``); the reward model files and ``dataset/`` of the source directory are copied along
+        when present."""
         from safetensors.torch import save_file
 
         from rlinf_wm_wan._modeling import diffusers_to_diffsynth_key
@@ -173,7 +182,9 @@ class WanWorldModel(WorldModel):
         save_file(dit, str(out / DIT_NAME))
         vae = {k: v.detach().cpu().float() for k, v in to_original_state_dict(self.vae).items()}
         torch.save(vae, out / VAE_NAME)
-        (out / CONFIG_NAME).write_text(json.dumps(self.config, indent=2) + "\n")
+        (out / CONFIG_NAME).write_text(
+            json.dumps({**self.config, SETTINGS_KEY: self.settings_record()}, indent=2) + "\n"
+        )
         src = Path(self.model_path)
         if src.resolve() != out.resolve():
             for name in ("resnet_rm.pth", "taskemb_resnet_rm.pth"):

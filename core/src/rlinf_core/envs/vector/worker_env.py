@@ -228,7 +228,7 @@ class WorkerEnv(EnvWorkerPool, BatchedEnv):
         self._simple("restart_pool")
 
     def shard(self, index: int, count: int) -> None:
-        self.env._states.shard(index, count)
+        self.env.shard(index, count)
         if self._started:
             self._simple("shard", [self._worker_shard(w.index) for w in self.workers])
 

@@ -146,8 +146,6 @@ class EnvWorkerPool:
         self._frames: list[dict[str, Any]] = []
         self._restarts = 0
         self._dropped = 0
-        self.total_restarts = 0
-        self.total_dropped_episodes = 0
         self._started = False
         method = self._method = os.environ.get("RLINF_ENV_WORKER_START", "forkserver")
         self._ctx = tmp.get_context(method)
@@ -224,7 +222,6 @@ class EnvWorkerPool:
         self._launch(worker)
         self._await_ready(worker)
         self._restarts += 1
-        self.total_restarts += 1
 
     @staticmethod
     def _kill(worker: _Worker) -> None:
@@ -286,7 +283,6 @@ class EnvWorkerPool:
             raise EnvWorkerError(message + f" ({MAX_FAILURES_IN_A_ROW} restarts in a row failed too; giving up)")
         dropped = int(worker.status["live"].sum()) if worker.status is not None else 0
         self._dropped += dropped
-        self.total_dropped_episodes += dropped
         warnings.warn(
             f"{message}\nrestarting it; its {dropped} running episode(s) are dropped", RuntimeWarning, stacklevel=3
         )

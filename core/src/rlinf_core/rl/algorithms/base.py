@@ -10,31 +10,21 @@ Granularity keys (as in RLinf):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
-from rlinf_core.foundation.checks import check_number
+from rlinf_core.distributed.reduce import Reducer
+from rlinf_core.foundation.checks import check_choice, check_number
 from rlinf_core.rl.algorithms.losses import KL_ESTIMATORS, kl_penalty, masked_mean, ppo_actor_loss
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory, flatten_steps
+from rlinf_core.rl.data.micro_batch import MicroBatch
+from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
 LossAgg = Literal["step_mean", "trajectory_mean"]
 KLEstimator = Literal["k1", "k2", "k3"]
-
-
-class Reducer:
-    """Cross-rank reductions; the identity in a single process (the RL module passes a
-    distributed one, so statistics are global, not per rank)."""
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        return x
 
 
 def reduce_level(x: torch.Tensor, level: str) -> torch.Tensor:
@@ -55,15 +45,6 @@ def expand_to(x: torch.Tensor, level: str) -> torch.Tensor:
     if level == "action_level":
         return x if x.dim() == 2 else x.view(-1, 1)
     return x if x.dim() == 1 else x[:, 0]
-
-
-@dataclass(frozen=True)
-class Denominators:
-    """Loss denominators of one minibatch: :meth:`Algorithm.denominator` of its masks, summed over ranks and divided
-    by the world size (>= 1), so that the micro-batch losses accumulated over ranks average over the minibatch."""
-
-    policy: float
-    value: float | None
 
 
 class Algorithm:
@@ -108,24 +89,20 @@ class Algorithm:
         kl_beta: float = 0.0,
         kl_penalty: KLEstimator = "k3",
     ) -> None:
-        if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 (or null to disable), got {clip_ratio_c}")
-        if update_epoch < 1:
-            raise ValueError(f"update_epoch must be >= 1, got {update_epoch}")
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
                 raise ValueError(f"{name}: chunk_level needs reward_type: chunk_level (one advantage per chunk)")
 
         check_number("algorithm.clip_ratio_low", clip_ratio_low, low=0, high=1)
         check_number("algorithm.clip_ratio_high", clip_ratio_high, low=0)
-        check_number("algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True)
+        check_number(
+            "algorithm.clip_ratio_c", clip_ratio_c, low=1, low_open=True, optional=True, hint="null: no dual clip"
+        )
         check_number("algorithm.entropy_bonus", entropy_bonus)
         check_number("algorithm.update_epoch", update_epoch, low=1, high=1000)
+        check_choice("algorithm.loss_agg", loss_agg, ("step_mean", "trajectory_mean"))
         check_number("algorithm.kl_beta", kl_beta, low=0)
-        if kl_penalty not in KL_ESTIMATORS:
-            raise ValueError(f"kl_penalty must be one of {', '.join(KL_ESTIMATORS)}, got {kl_penalty!r}")
-        if loss_agg not in ("step_mean", "trajectory_mean"):
-            raise ValueError(f"loss_agg must be 'step_mean' or 'trajectory_mean', got {loss_agg!r}")
+        check_choice("algorithm.kl_penalty", kl_penalty, KL_ESTIMATORS)
         self.loss_agg = loss_agg
         self.clip_ratio_low = clip_ratio_low
         self.clip_ratio_high = clip_ratio_high
@@ -137,7 +114,6 @@ class Algorithm:
         self.entropy_type = entropy_type
         self.kl_beta = kl_beta
         self.kl_penalty = kl_penalty
-        self.denominators: list[Denominators] = []  # per minibatch of the current RL step (prepare_update)
 
     @property
     def uses_reference(self) -> bool:
@@ -213,55 +189,30 @@ class Algorithm:
             return torch.tensor(float(mask.numel()), dtype=torch.float64)
         return mask.sum().double()
 
-    def prepare_update(self, samples: Samples, minibatch_rows: list[torch.Tensor], reduce: Reducer, world: int) -> None:
-        """The loss denominators of the RL step's minibatches (``minibatch_rows``: the sample indices of each), over
-        all ranks in one all-reduce (every rank calls this at the same point: a collective)."""
-        local = torch.zeros(len(minibatch_rows), 2, dtype=torch.float64)
-        for k, rows in enumerate(minibatch_rows):
-            local[k, 0] = self.denominator(samples.mask[rows])
-            if samples.value_mask is not None:
-                local[k, 1] = self.denominator(samples.value_mask[rows])
-        total = reduce.sum(local).tolist()
-        has_value = samples.value_mask is not None
-        self.denominators = [
-            Denominators(max(policy / world, 1.0), max(value / world, 1.0) if has_value else None)
-            for policy, value in total
-        ]
-
-    def update_loss(
-        self, out: EvaluateOutput, samples: Samples, minibatch: int, actor_enabled: bool = True
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`loss` of one micro-batch of minibatch ``minibatch``, with that minibatch's denominators."""
-        denominators = self.denominators[minibatch]
-        return self.loss(out, samples, denominators.policy, denominators.value, actor_enabled=actor_enabled)
-
     @staticmethod
     def _weighted(mask: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         """``mask [S, ...]`` times the per-sample loss weight ``[S]`` (if any)."""
         if weight is None:
             return mask
-        return mask * weight.to(mask.device, mask.dtype).view(-1, *([1] * (mask.dim() - 1)))
+        return mask * weight.to(mask.dtype).view(-1, *([1] * (mask.dim() - 1)))
 
     def loss(
-        self,
-        out: EvaluateOutput,
-        mb: Samples,
-        denom: float,
-        value_denom: float | None,
-        actor_enabled: bool = True,
+        self, out: EvaluateOutput, mb: MicroBatch, actor_enabled: bool = True
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Loss of one micro-batch.
+        """Loss of one micro-batch (its samples on the device of ``out``), and its metrics.
 
-        ``denom`` is :meth:`denominator` of the whole minibatch's mask, summed over ranks and
-        divided by the world size, so that accumulated micro-batch losses average over the minibatch.
+        The loss is the micro-batch's share of its minibatch's mean: its entries summed and divided by the
+        minibatch's denominator (``mb.denominators``, over all ranks), so that the accumulated micro-batch losses
+        average over the minibatch. The loss metrics report that mean (the share times ``mb.per_minibatch``).
         """
+        samples, denom = mb.samples, mb.denominators.policy
         logp = reduce_level(out.logprobs, self.logprob_type)
-        old = reduce_level(mb.old_logprobs.to(logp.device), self.logprob_type)
-        adv = expand_to(mb.adv.to(logp.device), self.logprob_type)
-        weighted = self._weighted(mb.mask.to(logp.device), mb.loss_weight)
+        old = reduce_level(samples.old_logprobs, self.logprob_type)
+        adv = expand_to(samples.adv, self.logprob_type)
+        weighted = self._weighted(samples.mask, samples.loss_weight)
         mask = expand_to(weighted, self.logprob_type).expand_as(logp)
         adv = adv.expand_as(logp)
-        n_per_entry = mask[0].numel() / mb.mask[0].numel()
+        n_per_entry = mask[0].numel() / samples.mask[0].numel()
         policy_loss, stats = ppo_actor_loss(
             logp,
             old,
@@ -273,23 +224,23 @@ class Algorithm:
             denom=denom * n_per_entry,
         )
         metrics = {f"train/actor/{k}": v for k, v in stats.items()}
-        metrics["train/actor/policy_loss"] = policy_loss.detach()
+        metrics["train/actor/policy_loss"] = policy_loss.detach() * mb.per_minibatch
         loss = policy_loss if actor_enabled else policy_loss * 0.0
         if self.uses_reference:
-            if mb.ref_logprobs is None:
+            if samples.ref_logprobs is None:
                 raise RuntimeError(
                     "algorithm.kl_beta > 0 needs the reference policy's log-probs (Samples.ref_logprobs)"
                 )
-            ref = reduce_level(mb.ref_logprobs.to(logp.device), self.logprob_type)
+            ref = reduce_level(samples.ref_logprobs.to(logp.device), self.logprob_type)
             kl = masked_mean(kl_penalty(logp, ref, self.kl_penalty), mask, denom * n_per_entry)
-            metrics["train/actor/kl_to_reference"] = kl.detach()
+            metrics["train/actor/kl_to_reference"] = kl.detach() * mb.per_minibatch
             if actor_enabled:
                 loss = loss + self.kl_beta * kl
         if out.entropy is not None:
             ent = reduce_level(out.entropy, self.entropy_type)
-            ent_mask = expand_to(weighted.to(ent.device), self.entropy_type).expand_as(ent)
-            entropy = masked_mean(ent, ent_mask, denom * ent_mask[0].numel() / mb.mask[0].numel())
-            metrics["train/entropy_loss"] = entropy.detach()
+            ent_mask = expand_to(weighted, self.entropy_type).expand_as(ent)
+            entropy = masked_mean(ent, ent_mask, denom * ent_mask[0].numel() / samples.mask[0].numel())
+            metrics["train/entropy_loss"] = entropy.detach() * mb.per_minibatch
             if self.entropy_bonus and actor_enabled:
                 loss = loss - self.entropy_bonus * entropy
         return loss, metrics

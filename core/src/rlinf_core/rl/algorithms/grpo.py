@@ -7,9 +7,11 @@ from typing import Literal
 
 import torch
 
+from rlinf_core.distributed.reduce import Reducer
+from rlinf_core.foundation.checks import ConfigValueError
 from rlinf_core.rl.algorithms.advantages import check_score_scale, group_filter_mask, group_normalized_scores
-from rlinf_core.rl.algorithms.base import Algorithm, Reducer, global_std
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
+from rlinf_core.rl.algorithms.base import Algorithm, global_std
+from rlinf_core.rl.data.trajectory import Samples, Trajectory
 
 
 class GRPO(Algorithm):
@@ -58,7 +60,9 @@ class GRPO(Algorithm):
 
     def check(self, env, policy) -> None:
         if env.group_size < 2:
-            raise ValueError("GRPO needs env.group_size > 1: each group shares one initial state")
+            raise ConfigValueError(
+                "GRPO needs env.group_size > 1: each group shares one initial state", {"env.group_size": env.group_size}
+            )
         if env.auto_reset:
             raise ValueError("GRPO scores whole episodes: set env auto_reset: false")
         if self.scale_rewards == "task":
@@ -118,10 +122,6 @@ class GRPO(Algorithm):
         return int(keep.view(-1, group_size)[:, 0].sum())
 
     def _advantages(self, traj: Trajectory, group_size: int, stats: float | torch.Tensor | None):
-        if group_size < 2:
-            raise ValueError(
-                "GRPO needs groups: set the env's group_size > 1 (consecutive envs share an initial state)"
-            )
         ids = traj.reset_state_ids[0].view(-1, group_size)
         if not (ids == ids[:, :1]).all():
             raise RuntimeError(f"GRPO groups do not share their initial state: reset ids per group {ids.tolist()}")

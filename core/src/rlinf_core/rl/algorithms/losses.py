@@ -39,8 +39,6 @@ def ppo_actor_loss(
     loss = torch.maximum(loss1, loss2)
     dual = torch.zeros_like(loss, dtype=torch.bool)
     if clip_ratio_c is not None:
-        if clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
         cap = clip_ratio_c * advantages.abs()
         dual = (advantages < 0) & (loss > cap)
         loss = torch.where(dual, cap, loss)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 
 from rlinf_core.contracts.policy import EvaluateOutput
+from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.foundation.checks import check_number
 from rlinf_core.rl.algorithms.advantages import gae
-from rlinf_core.rl.algorithms.base import Algorithm, Reducer
+from rlinf_core.rl.algorithms.base import Algorithm
 from rlinf_core.rl.algorithms.losses import explained_variance, ppo_critic_loss
-from rlinf_core.rl.algorithms.trajectory import Samples, Trajectory
+from rlinf_core.rl.data.micro_batch import MicroBatch
+from rlinf_core.rl.data.trajectory import Trajectory
 
 
 class PPO(Algorithm):
@@ -93,16 +95,13 @@ class PPO(Algorithm):
         var = reduce.sum((((adv - mean.float()) ** 2) * m).sum().double()) / n.clamp(min=1)
         return ((adv - mean.float()) / (var.sqrt().float() + 1e-5)) * m
 
-    def loss(
-        self, out: EvaluateOutput, mb: Samples, denom: float, value_denom: float | None, actor_enabled: bool = True
-    ):
-        loss, metrics = super().loss(out, mb, denom, value_denom, actor_enabled)
+    def loss(self, out: EvaluateOutput, mb: MicroBatch, actor_enabled: bool = True):
+        loss, metrics = super().loss(out, mb, actor_enabled)
         if out.values is None:
             raise ValueError("PPO: the policy returned no values; set add_value_head: true")
-        values = out.values
-        old = mb.old_values.to(values.device)
-        target = mb.value_targets.to(values.device)
-        vmask = self._weighted(mb.value_mask.to(values.device), mb.loss_weight)
+        samples, values = mb.samples, out.values
+        old, target = samples.old_values, samples.value_targets
+        vmask = self._weighted(samples.value_mask, samples.loss_weight)
         if values.shape != target.shape:
             raise ValueError(f"policy values have shape {tuple(values.shape)}, expected {tuple(target.shape)}")
         value_loss, stats = ppo_critic_loss(
@@ -112,9 +111,9 @@ class PPO(Algorithm):
             vmask,
             self.value_clip,
             self.huber_delta,
-            denom=value_denom,
+            denom=mb.denominators.value,
         )
-        metrics["train/critic/value_loss"] = value_loss.detach()
+        metrics["train/critic/value_loss"] = value_loss.detach() * mb.per_minibatch
         metrics["train/critic/value_clip_ratio"] = stats["value_clip_ratio"]
         metrics["train/critic/explained_variance"] = explained_variance(values.detach(), target, vmask)
         return loss + self.value_loss_coef * value_loss, metrics

@@ -178,6 +178,25 @@ class Samples:
             ref_logprobs=pick(self.ref_logprobs),
         )
 
+    def to(self, device: torch.device | str) -> Samples:
+        """The samples, every tensor on ``device``."""
+
+        def move(x):
+            return None if x is None else x.to(device)
+
+        return Samples(
+            obs=self.obs.to(device),
+            records={k: v.to(device) for k, v in self.records.items()},
+            old_logprobs=self.old_logprobs.to(device),
+            adv=self.adv.to(device),
+            mask=self.mask.to(device),
+            old_values=move(self.old_values),
+            value_targets=move(self.value_targets),
+            value_mask=move(self.value_mask),
+            loss_weight=move(self.loss_weight),
+            ref_logprobs=move(self.ref_logprobs),
+        )
+
     def nbytes_per_sample(self) -> float:
         total = self.obs.nbytes() + sum(v.numel() * v.element_size() for v in self.records.values())
         return total / max(len(self), 1)
