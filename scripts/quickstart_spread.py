@@ -200,7 +200,8 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
     kernels = sorted({f"{r['run'].split('-seed')[0]}: {r['kernels']}" for r in runs})
     commits = sorted({r.get("commit", "not recorded") for r in runs})
     times = [sum(r["times"].values()) for r in runs]
-    cpu = [sum(r["cpu_seconds"].values()) for r in runs if r.get("cpu_seconds")]
+    stages = list(dict.fromkeys(stage for r in runs for stage in r.get("cpu_seconds", {})))
+    cpu = [(stage, [r["cpu_seconds"][stage] for r in runs if stage in r.get("cpu_seconds", {})]) for stage in stages]
     text = [
         f"# Quickstart spread: {args.name}",
         "",
@@ -214,7 +215,12 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
         f"Quickstart time per run (SFT stages included, {len(runs)} runs, machine load not controlled): "
         f"{quickstart.fmt_duration(min(times))} … {quickstart.fmt_duration(max(times))}"
         + (
-            f"; CPU time (all its processes) {quickstart.fmt_duration(min(cpu))} … {quickstart.fmt_duration(max(cpu))}."
+            "; CPU time of a stage's processes (user + system; what the load does not stretch), min … max over "
+            "the runs that recorded it: "
+            + "; ".join(
+                f"{stage} {min(v):.0f} … {max(v):.0f} s ({len(v)} run{'s' * (len(v) != 1)})" for stage, v in cpu
+            )
+            + "."
             if cpu
             else "."
         ),
@@ -226,11 +232,11 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
             text += ["", f"## Held-out success, {title}", "", body]
         elif with_mode:
             text += ["", f"## The SFT policies' held-out success, {title} (%)", "", sft_summary(with_mode, mode, tasks)]
-    train = [r["train_success"] for r in runs if r.get("train_success")]
-    if train:
+    trained = [r for r in runs if r.get("train_success")]
+    if trained:
         k = 5
-        cells = [f"{r['run']} {100 * statistics.fmean(t[:k]):.0f} → {100 * statistics.fmean(t[-k:]):.0f}"
-                 for r, t in zip(runs, train, strict=False)]  # fmt: skip
+        cells = [f"{r['run']} {100 * statistics.fmean(r['train_success'][:k]):.0f} → "
+                 f"{100 * statistics.fmean(r['train_success'][-k:]):.0f}" for r in trained]  # fmt: skip
         text += ["", f"Training-rollout success, first → last {k} GRPO steps (%): " + "; ".join(cells) + "."]
     result = "\n".join(text) + "\n"
     (variant / "spread.md").write_text(result)

@@ -42,12 +42,25 @@ def test_mean_spread_and_a_task_that_fell_beyond_one_standard_error(tmp_path):
     _write_run(variant, "avx2", 0, (0.50, 0.70), (0.60, 0.95))  # +17.5
     # drawer-close 0.75 -> 0.70: -5 points; s.e. at 0.725 on 160 episodes = 3.5 points: a fall
     _write_run(variant, "default", 1, (0.40, 0.75), (0.70, 0.70))  # +12.5
+    result = json.loads((variant / "avx2-seed0" / "results.json").read_text())
+    result["train_success"] = [0.2] * 5 + [0.8] * 5
+    result["cpu_seconds"] = {"SFT": 50.0, "RL (GRPO)": 290.0}
+    (variant / "avx2-seed0" / "results.json").write_text(json.dumps(result))
+    del result["train_success"], result["cpu_seconds"]["SFT"]
+    result["seed"] = 1
+    (variant / "avx2-seed1").mkdir()
+    (variant / "avx2-seed1" / "results.json").write_text(json.dumps(result))  # +17.5 again
     args, rest = spread.parse_args(["--out", str(tmp_path), "--name", "v"])
     text = spread.summarise(args, rest)
     assert (variant / "spread.md").read_text() == text
     assert "| default-seed1 | 40.0 → 70.0 (+30.0, 3.9) | 75.0 → 70.0 (-5.0, 3.5) **↓** |" in text
-    mean, std = (15 + 17.5 + 12.5) / 3, math.sqrt(((0) ** 2 + 2.5**2 + 2.5**2) / 2)
+    changes = [17.5, 17.5, 15, 12.5]
+    mean = sum(changes) / 4
+    std = math.sqrt(sum((c - mean) ** 2 for c in changes) / 3)
     assert f"change, all: +{mean:.1f} ± {std:.1f} (+12.5 … +17.5)" in text
+    # each run's own training curve, also when another run has none; CPU seconds per stage over the runs with them
+    assert "first → last 5 GRPO steps (%): avx2-seed0 20 → 80; default-seed0 50 → 50; default-seed1 50 → 50." in text
+    assert "SFT 50 … 50 s (1 run); RL (GRPO) 290 … 290 s (2 runs)." in text
     assert "NOT met: a task fell by more than one s.e. in default-seed1 drawer-close-v3: -5.0 (s.e. 3.5)" in text
 
 
