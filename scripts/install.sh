@@ -45,16 +45,19 @@ pip_install() {
     /^(ERROR|error|  ×)/ || failed {failed = 1; print; fflush()}'
   return "${PIPESTATUS[0]}"
 }
-# The CPU build of torch first, pinned: anything unpinned later would pull the CUDA build.
-CONSTRAINTS="$(mktemp)"; echo "torch==2.13.0" > "$CONSTRAINTS"
+# Every version comes from constraints.txt, the lock (refreshed by scripts/lock.sh; the pyproject ranges are for
+# installs into your own environment). torch first: anything unpinned later would pull the CUDA build.
+LOCK="$ROOT/constraints.txt"
+TORCH="$(grep -E '^torch==' "$LOCK")"
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  say "torch 2.13.0 (pinned; the largest download: about 1 min, longer on a slow link)"
-  pip_install "torch==2.13.0"
+  say "$TORCH (the CPU build; the largest download: about 1 min, longer on a slow link)"
+  pip_install -c "$LOCK" "$TORCH"
 fi
-args=(-c "$CONSTRAINTS" -e "core[plots,deepspeed,serve,test,lerobot]")
+args=(-c "$LOCK" -e "core[plots,deepspeed,serve,test,lerobot]")
 for p in "${plugins[@]}"; do args+=(-e "plugins/$p"); done
-say "rlinf-core and plugins: ${plugins[*]} (with their dependencies: Lightning, transformers, simulators...;" \
-  "about 1 min 30 s for the quickstart's two plugins and 2 min 30 s for all of them with pip's cache warm, 4+ min cold)"
+say "rlinf-core and plugins: ${plugins[*]} (with their dependencies at the versions in constraints.txt: Lightning," \
+  "transformers, simulators...; about 1 min 30 s for the quickstart's two plugins and 2 min 30 s for all of them with" \
+  "pip's cache warm, 4+ min cold)"
 pip_install "${args[@]}"
 # openpi-client, the real reference of the `rlinf serve` tests (WebsocketClientPolicy) and of the openpi plugin's
 # resize parity test (image_tools): it pins numpy<2 (and dm-tree) for openpi's JAX stack, but what we use of it
@@ -62,9 +65,9 @@ pip_install "${args[@]}"
 # openpi-server: openpi's own WebsocketPolicyServer module as a package (the file is byte-identical to openpi's
 # src/openpi/serving/websocket_policy_server.py; tests/serve/test_remote_openpi_server.py checks its hash), the
 # server the remote-eval tests and benchmarks/serve_overhead.py run next to rlinf serve; its two requirements
-# (openpi-client, websockets) are installed already
+# (openpi-client, websockets) are installed already. Both at the lock's versions.
 say "openpi-client (the serve tests' websocket client, the openpi resize reference), openpi-server and pip check"
-pip_install --no-deps "openpi-client==0.1.2" "openpi-server==0.1.0"
+pip_install --no-deps -c "$LOCK" openpi-client openpi-server
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }
 

@@ -37,7 +37,7 @@ def test_fit_through_the_console_script(tmp_path):
         f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--model.init_args.rollout.show_progress=false",
     ]
-    subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path, timeout=300)
+    subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path, timeout=900)
     run = next(tmp_path.glob("reach_ppo/version_*"))
     assert (run / "config.yaml").exists()
     assert (run / "policy" / "model.safetensors").exists()

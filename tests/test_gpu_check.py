@@ -25,7 +25,7 @@ def test_gpu_check_dry_run_runs_every_part_and_writes_the_reports(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())

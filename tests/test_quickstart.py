@@ -25,7 +25,7 @@ def test_quickstart_pipeline_writes_table_curve_videos_and_logs(tmp_path):
     )]  # fmt: skip
     cmd = [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), "--tasks", "reach-v3",
            "--demos-per-task", "1", "--sft-epochs", "1", "--rl-steps", "2", "--eval-trials", "2", *small]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "results.md").read_text()
     assert "| reach-v3 |" in report and "| **all** |" in report
@@ -36,5 +36,5 @@ def test_quickstart_pipeline_writes_table_curve_videos_and_logs(tmp_path):
     assert (out / "tensorboard" / "rl" / "version_0" / "policy" / "config.json").is_file()
     assert "success table:" in proc.stdout and str(out / "learning_curve.png") in proc.stdout
     assert "## README row" in report and re.search(r"^\| 0 \| \d+% → \d+% \| \*\*", report, re.M), report
-    again = subprocess.run([*cmd, "--report-only"], capture_output=True, text=True, timeout=600)  # same numbers
+    again = subprocess.run([*cmd, "--report-only"], capture_output=True, text=True, timeout=900)  # same numbers
     assert again.returncode == 0 and (out / "results.md").read_text() == report, again.stderr[-2000:]

@@ -745,7 +745,7 @@ def test_blocking_the_core_plugin_warns_in_one_line(tmp_path, capsys, monkeypatc
     assert len(warnings) == 1 and "RLINF_BLOCK_PLUGINS=core is ignored" in warnings[0], warnings
 
 
-def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 120):
+def _rlinf(args: list[str], env: dict, cwd: Path, timeout: int = 300):
     import os
     import subprocess
     import sys
@@ -772,7 +772,7 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
     out with a message (RLINF_RENDEZVOUS_TIMEOUT) instead of waiting forever."""
     import socket
 
-    out = _rlinf(["--trainer.num_nodes=2"], {}, tmp_path, timeout=120)
+    out = _rlinf(["--trainer.num_nodes=2"], {}, tmp_path, timeout=300)
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "torchrun --nnodes" in last and "Traceback" not in out.stderr, out.stderr[-800:]
     with socket.socket() as s:
@@ -796,7 +796,7 @@ def test_num_nodes_without_a_launcher_and_a_rendezvous_that_cannot_complete_do_n
         ],
         env,
         tmp_path,
-        timeout=150,
+        timeout=300,
     )
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and "rendezvous of 2 ranks" in last and "did not complete within 3 s" in last, (

@@ -33,7 +33,7 @@ def toy_args(save_dir: Path, config: str = "reach_grpo.yaml") -> list[str]:
             "--model.init_args.rollout.max_steps_per_rollout_epoch=8"]  # fmt: skip
 
 
-def run_in_pty(args: list[str], cwd: Path, timeout: float = 240) -> str:
+def run_in_pty(args: list[str], cwd: Path, timeout: float = 600) -> str:
     """Run the rlinf command with stdout and stderr on a 200-column pseudo-terminal; all it wrote."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
@@ -51,7 +51,7 @@ def run_in_pty(args: list[str], cwd: Path, timeout: float = 240) -> str:
         chunks.append(data)
         assert time.time() - t0 < timeout, "rlinf fit under a pty timed out"
     os.close(master)
-    assert proc.wait(timeout=60) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    assert proc.wait(timeout=120) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
     return b"".join(chunks).decode(errors="replace")
 
 
@@ -60,7 +60,7 @@ def file_run(tmp_path_factory):
     """One toy GRPO fit with stdout to a file (as in CI); its stdout, stderr and log dir."""
     tmp = tmp_path_factory.mktemp("file_run")
     with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
-        proc = subprocess.run([*RLINF, *toy_args(tmp / "runs")], stdout=out, stderr=err, cwd=tmp, timeout=300)
+        proc = subprocess.run([*RLINF, *toy_args(tmp / "runs")], stdout=out, stderr=err, cwd=tmp, timeout=600)
     stdout, stderr = (tmp / "stdout.txt").read_text(), (tmp / "stderr.txt").read_text()
     assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
     return stdout, stderr, tmp / "runs" / "reach_grpo" / "version_0"
@@ -165,7 +165,7 @@ def test_every_run_names_its_directory_first_and_a_finished_run_is_not_rerun(tmp
 
     def rlinf(*args: str) -> list[str]:
         done = subprocess.run(
-            [*RLINF, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, timeout=300
+            [*RLINF, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, timeout=600
         )
         assert done.returncode == 0, done.stdout[-3000:]
         # rlinf's warnings about the config come before the run starts; the run's own output after them

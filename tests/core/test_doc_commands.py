@@ -106,7 +106,7 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "pip install -e './rlinf-env-gridworld[test]'",
     ): "tests/core/test_rlinf_new.py installs what rlinf new writes",
     ("plugins.md", "pytest rlinf-env-gridworld/tests"): "tests/core/test_rlinf_new.py runs the written package's kit",
-    ("plugins.md", "rlinf fit --config gridworld/grpo.yaml"): "tests/core/test_rlinf_new.py trains each written kind",
+    ("plugins.md", "rlinf fit --config gridworld/ppo.yaml"): "tests/core/test_rlinf_new.py trains each written kind",
     ("plugins.md", "pip install ./rlinf-slide"): "tests/core/test_plugin_tutorial.py installs the tutorial package",
     ("plugins.md", "rlinf plugins"): [],
     ("plugins.md", "pytest rlinf-slide/tests"): "tests/core/test_plugin_tutorial.py runs the package's tests",

@@ -25,7 +25,7 @@ def test_two_rank_ddp_update(tiny, tmp_path):
         str(tmp_path),
         json.dumps(settings),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["start"] == ranks[1]["start"]

@@ -166,7 +166,7 @@ def reach_config(
     }
 
 
-def run_fit(tmp_path: Path, config: dict, pythonpath: tuple[str | Path, ...] = (), timeout: int = 300) -> list[dict]:
+def run_fit(tmp_path: Path, config: dict, pythonpath: tuple[str | Path, ...] = (), timeout: int = 900) -> list[dict]:
     """Run ``rlinf fit`` on ``config`` in ``tmp_path`` and return each rank's :class:`ScaleProbe` record.
 
     ``pythonpath``: extra import roots (e.g. a test folder with more callbacks)."""
