@@ -1,35 +1,49 @@
 """What a policy server adds to each request beyond the policy's compute: ``rlinf serve`` against openpi's own
-``WebsocketPolicyServer``, side by side in one process.
+``WebsocketPolicyServer``, side by side in one script.
 
-openpi-client's ``WebsocketClientPolicy`` sends what openpi's LIBERO client sends (two 224x224 uint8 images, an 8-D
-state, a prompt) to each server in turn, request by request (so the load of a shared machine falls on both alike),
-``--rounds`` rounds of ``--requests`` requests each after a warm-up. Two policies:
+Each server runs in its own process. openpi-client's ``WebsocketClientPolicy`` sends what openpi's LIBERO client sends
+(two 224x224 uint8 images, an 8-D state, a prompt) to both in turns, request by request (A, B, B, A, ...: the load of
+a shared machine falls on both alike), ``--rounds`` rounds of ``--requests`` requests each after a warm-up. Two
+policies:
 
 - **the same policy behind both**: the built-in TinyVLAPolicy (8x7 chunks), served by ``rlinf serve`` (libero
   mapping) and by openpi's server through the adapter one writes to put an rlinf policy there (``infer``: the request
   mapped to an ``Observation`` by the same libero mapping, ``policy.act``, the actions as numpy). Overhead = the
   client's round trip less the time inside ``policy.act`` (timed alike in both).
 - **a policy that computes nothing** (a constant chunk): openpi's server hands the dict to ``policy.infer`` untouched,
-  ``rlinf serve`` still checks and maps it to an ``Observation`` (dtypes, shapes, copies to torch), which counts as
-  its overhead here: that work sits in an openpi policy's input transforms.
+  ``rlinf serve`` still checks and maps it to an ``Observation`` (dtypes, shapes, the state's NaN / inf, torch
+  tensors over the request's image buffers), which counts as its overhead here: that work sits in an openpi
+  policy's input transforms.
 
-Columns: p50 / p90 of the overhead over all requests, the median over rounds of each round's p50, and the CPU time
-the server's threads used per request (their CPU-time clocks: unlike wall times, hardly stretched by a busy
-machine); then the ratio of the p50s.
+Per server: the overhead's p50 / p90 over all requests, the median over rounds of each round's p50 (wall clock), and
+the CPU time the server process used per request (the sum over its threads of the kernel's nanosecond run-time
+counters, ``/proc/PID/task/*/schedstat``, median over rounds); then the rlinf / openpi ratio of each. On a busy
+machine the wall times are mostly waits for a core and swing from run to run; the CPU time is stretched far less.
+
+``--instructions N`` also counts the instructions each server executes for N requests under valgrind's callgrind
+(started with instrumentation off, switched on after the warm-up; callgrind_control zeroes and dumps the counts):
+independent of the machine's load and repeatable to a fraction of a percent. glibc's ``rep movsb`` copy is turned
+off there (``GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold``), since valgrind counts each byte it moves as an
+instruction and the servers copy ~1 MB of request per round trip; the vector copy loop glibc uses instead is
+counted at about one instruction per 16 bytes, close to what the copies cost. Under valgrind a server starts in
+minutes.
 
 openpi's server is the module of the PyPI package ``openpi-server`` (byte-identical to openpi's
 ``src/openpi/serving/websocket_policy_server.py``; ``scripts/install.sh`` installs it), or, with ``--openpi-src DIR``,
 the one in a checkout of openpi (``DIR/src/openpi/serving/websocket_policy_server.py``)::
 
-    OMP_NUM_THREADS=1 python benchmarks/serve_overhead.py [--rounds 5] [--requests 200] [--openpi-src ~/openpi]
+    OMP_NUM_THREADS=1 python benchmarks/serve_overhead.py [--rounds 5] [--requests 200] [--instructions 100]
+        [--openpi-src ~/openpi]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import importlib.util
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -164,25 +178,68 @@ def serve(server: str, policy_dir: str | None, port: int, openpi_src: str | None
         module.WebsocketPolicyServer(served, host="127.0.0.1", port=port).serve_forever()
 
 
-class ServerProcess:
-    """One server in a process of its own (no GIL shared with the client or the other server)."""
+# valgrind counts every byte a `rep movsb` copies as one instruction; this makes glibc's memcpy use its vector loop
+NO_REP_MOVSB = "glibc.cpu.x86_rep_movsb_threshold=1099511627776"
 
-    def __init__(self, server: str, policy_dir: str | None, openpi_src: str | None) -> None:
+
+class ServerProcess:
+    """One server in a process of its own (no GIL shared with the client or the other server); ``callgrind``: under
+    valgrind's callgrind, instrumentation off until :meth:`count_instructions`."""
+
+    def __init__(
+        self, server: str, policy_dir: str | None, openpi_src: str | None, callgrind_dir: str | None = None
+    ) -> None:
         self.port = _free_port()
         cmd = [sys.executable, __file__, "--serve", server, "--port", str(self.port)]
         cmd += ["--policy-dir", policy_dir] if policy_dir else []
         cmd += ["--openpi-src", openpi_src] if openpi_src else []
-        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_listening(self.port, process=self.process)
+        env = None
+        self.callgrind_out = None
+        if callgrind_dir is not None:
+            self.callgrind_out = str(Path(callgrind_dir) / f"callgrind.{server}.out")
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.callgrind_out}"]
+            cmd += [sys.executable, __file__, "--serve", server, "--port", str(self.port)]
+            cmd += ["--policy-dir", policy_dir] if policy_dir else []
+            cmd += ["--openpi-src", openpi_src] if openpi_src else []
+            tunables = os.environ.get("GLIBC_TUNABLES")
+            env = {**os.environ, "GLIBC_TUNABLES": f"{tunables}:{NO_REP_MOVSB}" if tunables else NO_REP_MOVSB}
+        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        wait_listening(self.port, timeout_s=300.0 if callgrind_dir is None else 1800.0, process=self.process)
 
     def cpu_s(self) -> float:
-        """User + system CPU seconds the process used so far."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds the process's threads have run so far (the kernel's per-thread nanosecond counters)."""
+        total = 0
+        for stat in Path(f"/proc/{self.process.pid}/task").glob("*/schedstat"):
+            try:
+                total += int(stat.read_text().split()[0])
+            except (OSError, ValueError, IndexError):  # a thread that ended between the listing and the read
+                pass
+        return total / 1e9
+
+    def callgrind(self, *command: str) -> None:
+        done = subprocess.run(["callgrind_control", *command, str(self.process.pid)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"callgrind_control {' '.join(command)} failed: {done.stdout}{done.stderr}")
+
+    def instructions(self, client, requests: list[dict], n: int, warmup: int = 10) -> float:
+        """Instructions the process executed per request over ``n`` requests (callgrind's total, all threads)."""
+        self.callgrind("--instr=on")
+        for i in range(warmup):
+            client.infer(requests[i % len(requests)])
+        self.callgrind("--zero")
+        for i in range(n):
+            client.infer(requests[i % len(requests)])
+        before = set(glob.glob(self.callgrind_out + ".*"))
+        self.callgrind("--dump")
+        (dump,) = set(glob.glob(self.callgrind_out + ".*")) - before
+        for line in Path(dump).read_text().splitlines():
+            if line.startswith("totals:"):
+                return int(line.split()[1]) / n
+        raise RuntimeError(f"no totals line in {dump}")
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(timeout=30)
+        self.process.wait(timeout=60)
 
 
 def interleaved(servers: dict, requests: list[dict], n: int, warmup: int = 10) -> tuple[dict, dict, dict]:
@@ -210,7 +267,8 @@ def interleaved(servers: dict, requests: list[dict], n: int, warmup: int = 10) -
     return walls, acts, cpu
 
 
-def compare(title: str, servers: dict, opts) -> None:
+def compare(title: str, servers: dict, opts) -> dict[str, dict[str, float]]:
+    """Prints the table of one policy; returns each server's columns."""
     requests = _requests()
     overhead: dict[str, list[float]] = {k: [] for k in servers}
     round_p50: dict[str, list[float]] = {k: [] for k in servers}
@@ -222,23 +280,66 @@ def compare(title: str, servers: dict, opts) -> None:
             overhead[name] += o
             round_p50[name].append(statistics.median(o))
             cpu[name].append(used[name])
+    columns = {
+        name: {
+            "p50": float(np.percentile(overhead[name], 50)),
+            "p90": float(np.percentile(overhead[name], 90)),
+            "round p50": statistics.median(round_p50[name]),
+            "cpu": statistics.median(cpu[name]),
+            "cpu rounds": cpu[name],
+        }
+        for name in servers
+    }
     print(f"\n{title}\n")
-    print("| server | overhead p50 (ms) | p90 (ms) | median of round p50s (ms) | server CPU per request (ms) |")
+    print(
+        "| server | overhead p50 (ms) | p90 (ms) | median of round p50s (ms) | "
+        "server CPU per request (ms, median of rounds) |"
+    )
     print("|---|---|---|---|---|")
-    for name in servers:
-        o = np.asarray(overhead[name])
-        print(
-            f"| {name} | {np.percentile(o, 50):.3f} | {np.percentile(o, 90):.3f} | "
-            f"{statistics.median(round_p50[name]):.3f} | {statistics.median(cpu[name]):.3f} |"
-        )
-    first, second = (np.percentile(overhead[name], 50) for name in servers)
-    print(f"\nrlinf serve / openpi p50 ratio: {first / second:.2f}", flush=True)
+    for name, c in columns.items():
+        print(f"| {name} | {c['p50']:.3f} | {c['p90']:.3f} | {c['round p50']:.3f} | {c['cpu']:.3f} |")
+    rlinf, openpi = columns.values()
+    ratios = " | ".join(f"{rlinf[k] / openpi[k]:.2f}" for k in ("p50", "p90", "round p50", "cpu"))
+    print(f"| rlinf serve / openpi | {ratios} |")
+    rounds = ", ".join(f"{a / b:.2f}" for a, b in zip(rlinf["cpu rounds"], openpi["cpu rounds"]))
+    print(f"\nCPU ratio round by round: {rounds}", flush=True)
+    return columns
+
+
+def count_instructions(runs: list[tuple[str, str | None]], opts) -> None:
+    """Instructions per request of each server under callgrind, one server at a time (the count ignores the load)."""
+    from openpi_client.websocket_client_policy import WebsocketClientPolicy
+
+    requests = _requests()
+    print(
+        f"\nInstructions per request (valgrind callgrind, {opts.instructions} requests after a warm-up; "
+        "all threads of the server process):\n"
+    )
+    print("| policy | rlinf serve | openpi WebsocketPolicyServer | rlinf serve / openpi |")
+    print("|---|---|---|---|")
+    for title, policy_dir in runs:
+        counts = {}
+        for server in ("rlinf", "openpi"):
+            with tempfile.TemporaryDirectory() as out:
+                process = ServerProcess(server, policy_dir, opts.openpi_src, callgrind_dir=out)
+                try:
+                    client = WebsocketClientPolicy("127.0.0.1", process.port)
+                    counts[server] = process.instructions(client, requests, opts.instructions)
+                    client._ws.close()
+                finally:
+                    process.stop()
+        name = title.split(" (")[0]
+        ratio = counts["rlinf"] / counts["openpi"]
+        print(f"| {name} | {counts['rlinf']:,.0f} | {counts['openpi']:,.0f} | {ratio:.2f} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--instructions", type=int, default=0, metavar="N", help="also count instructions for N requests (valgrind)"
+    )
     parser.add_argument("--openpi-src", default=None, help="a checkout of openpi (default: the openpi-server package)")
     parser.add_argument("--serve", choices=["rlinf", "openpi"], help=argparse.SUPPRESS)  # a server process
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -248,6 +349,8 @@ def main() -> None:
         serve(opts.serve, opts.policy_dir, opts.port, opts.openpi_src)
         return
     openpi_server_module(opts.openpi_src)  # a missing server is reported before anything starts
+    if opts.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        sys.exit("serve_overhead: --instructions needs valgrind (apt-get install valgrind)")
     from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 
     print(
@@ -272,6 +375,9 @@ def main() -> None:
             finally:
                 for server in servers.values():
                     server.stop()
+        if opts.instructions:
+            count_instructions(runs, opts)
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

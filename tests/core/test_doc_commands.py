@@ -28,6 +28,19 @@ ONE_EPOCH = ["--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
 # reason must exist)
 COMMANDS: dict[tuple[str, str], list[str] | str] = {
     (
+        "quickstart.md",
+        "bash scripts/install.sh rlinf-env-metaworld rlinf-policy-openvla",
+    ): "installs packages: the install step of `bash scripts/quickstart.sh` (CI runs scripts/install.sh all)",
+    (
+        "quickstart.md",
+        ".venv/bin/python scripts/quickstart_spread.py --jobs 2",
+    ): "8 quickstart runs with 160-scene evals, about 1 h of CPU; tests/core/test_quickstart_spread.py checks its "
+    "summary on synthetic runs and tests/test_quickstart.py runs the quickstart at toy scale",
+    (
+        "quickstart.md",
+        ".venv/bin/python scripts/quickstart_spread.py --report-only",
+    ): "summarises finished runs (a fresh checkout has none); tests/core/test_quickstart_spread.py checks the summary",
+    (
         "coevolution.md",
         "rlinf coevolve --config toy/coevolve.yaml",
     ): "tests/core/test_coevolve.py runs the shipped toy loop (one round, fewer epochs)",
@@ -98,7 +111,7 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
     ): "tests/core/test_rlinf_new.py runs the written package's kit",
     (
         "plugin_tutorial.md",
-        "rlinf fit --config gridworld/grpo.yaml",
+        "rlinf fit --config gridworld/ppo.yaml",
     ): "tests/core/test_rlinf_new.py trains each written kind",
     (
         "plugin_tutorial.md",

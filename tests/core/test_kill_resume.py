@@ -1,6 +1,8 @@
 """Exact resume after ``kill -9``: ``rlinf fit`` (toy GRPO config) is killed at random moments (rollout, update,
 checkpoint write), resumed with ``--ckpt_path <run dir>`` each time, and every metric every run logged equals the
-uninterrupted run's, bit for bit (RNG of every rank, env samplers, LR schedule, step counters restored)."""
+uninterrupted run's, bit for bit (RNG of every rank, env samplers, LR schedule, step counters restored). Bit for bit
+holds because both runs are on one machine with one torch build and thread count, so the same float kernels; on
+another CPU both runs round differently from the first step on, and still equal each other there."""
 
 from __future__ import annotations
 

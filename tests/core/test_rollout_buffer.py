@@ -118,12 +118,13 @@ def test_a_micro_batch_moves_all_of_its_samples_so_the_loss_moves_nothing():
     samples = _samples(8)
     samples.old_values, samples.value_targets = torch.zeros(8, 1), torch.ones(8, 1)
     samples.value_mask, samples.loss_weight = torch.ones(8, 1), torch.ones(8)
+    samples.ref_logprobs = samples.old_logprobs.clone()
     assert all(getattr(samples, f.name) is not None for f in dataclasses.fields(samples))
     buffer = RolloutBuffer(global_batch_size=8, micro_batch_size=4, update_epoch=1)
     buffer.fill(0, samples, PPO().denominator)
     moved = buffer.micro_batch(0, 1).to("meta")
     tensors = _tensors(moved.samples)
-    assert len(tensors) == len(_tensors(buffer.micro_batch(0, 1).samples)) == 9  # image, record, 7 sample tensors
+    assert len(tensors) == len(_tensors(buffer.micro_batch(0, 1).samples)) == 10  # image, record, 8 sample tensors
     assert all(t.is_meta for t in tensors)
 
 

@@ -238,3 +238,123 @@ def test_relative_reward_pays_once_and_never_goes_negative_when_episodes_run_on(
     rewards = torch.cat([first.rewards, away.rewards, back.rewards], 1)
     assert float(first.rewards[0, 0]) == 5.0
     assert (rewards >= 0).all() and float(rewards.sum()) == 5.0
+
+
+def write_tasks(root, instructions):
+    """One init file per instruction (a dot at a seeded spot), in the released format."""
+    from rlinf_core.world_models.init_data import save_init_trajectory
+
+    rng = np.random.default_rng(1)
+    for i, text in enumerate(instructions):
+        img = np.zeros((1, 16, 16, 3), np.uint8)
+        x, y = rng.integers(2, 14, size=2)
+        img[0, y - 1 : y + 2, x - 1 : x + 2] = 255
+        save_init_trajectory(root / f"traj{i:02d}.npy", img, text, np.zeros((1, 2)))
+    return root
+
+
+def test_distinct_instructions_are_distinct_tasks(tmp_path):
+    texts = ["push left", "push right", "push left", " push up ", "push right", "push up"]
+    root = write_tasks(tmp_path / "init", texts)
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2, max_episode_steps=4)
+    assert env.task_names == ["push left", "push right", "push up"]  # first appearance in file order, stripped
+    assert env.task_ids(np.arange(6)).tolist() == [0, 1, 0, 2, 1, 2]
+    only = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=2, max_episode_steps=4,
+                         is_eval=True, task_id_filter=[1])  # fmt: skip
+    obs = only.reset()
+    assert obs.task_descriptions == ["push right", "push right"]  # the eval grid of task 1: files 1 and 4
+    for _ in range(2):
+        only.chunk_step(torch.zeros(2, 2, 2))
+    records = only.pop_episodes()
+    assert sorted(r["reset_state_id"] for r in records) == [1, 4] and {r["task_id"] for r in records} == {1}
+
+
+def test_grpo_scales_by_instruction_task_in_a_world_model_env(tmp_path):
+    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
+    from rlinf_core.rl.algorithms.grpo import GRPO
+
+    root = write_tasks(tmp_path / "init", ["push left", "push right"] * 2)
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), str(root), num_envs=4, group_size=2, max_episode_steps=4)
+    algorithm = GRPO(scale_rewards="task")
+    algorithm.check(env, TinyVLAPolicy(action_dim=2, num_action_chunks=2, state_dim=0, add_value_head=False))
+    assert algorithm._num_tasks == 2 and algorithm._task_of(np.array([0, 1, 2, 3])).tolist() == [0, 1, 0, 1]
+
+
+class _ClipWitness(ToyWorldModel):
+    """A toy world model whose state is a dict holding a tuple, recording the actions it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def init_state(self, frames, actions):
+        return {"frame": frames[:, -1].clone(), "steps": (torch.zeros(len(frames), dtype=torch.long),)}
+
+    def predict(self, state, actions, generator=None):
+        self.seen.append(actions.clone())
+        frames, last = super().predict(state["frame"], actions, generator)
+        return frames, {"frame": last, "steps": (state["steps"][0] + actions.shape[1],)}
+
+    def select(self, state, env_ids):
+        return {"frame": state["frame"][env_ids], "steps": (state["steps"][0][env_ids],)}
+
+    def assign(self, state, env_ids, new):
+        frame, steps = state["frame"].clone(), state["steps"][0].clone()
+        frame[env_ids], steps[env_ids] = new["frame"], new["steps"][0]
+        return {"frame": frame, "steps": (steps,)}
+
+
+def test_actions_reach_the_world_model_unclipped_and_a_dict_state_works(tmp_path):
+    root = write_init_data(tmp_path / "init", n=2)
+    model = _ClipWitness()
+    env = WorldModelEnv(model, ToyRewardModel(), str(root), num_envs=2, auto_reset=True, max_episode_steps=4)
+    env.reset()
+    actions = torch.tensor([[[1.7, -3.0], [0.25, 0.5]], [[-1.5, 0.0], [2.0, 2.0]]])
+    env.chunk_step(actions)
+    assert model.seen[0].dtype == torch.float32 and torch.equal(model.seen[0], actions)  # env scale, as given
+    env.set_device("cpu")
+    env.chunk_step(actions)  # the second chunk ends both episodes (4 steps): auto-reset assigns fresh rows
+    assert env._state["steps"][0].tolist() == [0, 0]
+    env.chunk_step(actions)
+    assert env._state["steps"][0].tolist() == [2, 2]
+
+
+def test_a_relative_init_data_path_is_read_from_the_working_directory_then_beside_the_config_files(
+    tmp_path, monkeypatch
+):
+    from rlinf_core.foundation import config_paths
+
+    shipped = write_tasks(tmp_path / "plugin" / "configs" / "demo" / "init_states", ["a"])
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(config_paths, "_CONFIG_DIRS", [])
+    config_paths.set_config_files([tmp_path / "mine.yaml", shipped.parent / "grpo.yaml"])
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "init_states", num_envs=1)
+    assert env.init_data_path == str(shipped)  # found beside the second config
+    write_tasks(elsewhere / "init_states", ["b"])
+    env = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "init_states", num_envs=1)
+    assert env.init_data_path == str(elsewhere / "init_states") and env.task_names == ["b"]  # the working dir wins
+    missing = WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "nowhere", num_envs=1)  # read only when used
+    with pytest.raises(FileNotFoundError) as caught:
+        missing.check_inputs()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("WorldModelEnv init_data_path 'nowhere' is not a directory")
+    for place in (elsewhere / "nowhere", tmp_path / "nowhere", shipped.parent / "nowhere"):
+        assert str(place) in message
+    (elsewhere / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no traj"):
+        WorldModelEnv(ToyWorldModel(), ToyRewardModel(), "empty", num_envs=1).reset()
+
+
+def test_rlinf_fit_names_a_missing_init_data_path_in_one_line_before_training(tmp_path, monkeypatch, capsys):
+    from rlinf_core.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    missing = "--model.init_args.env.init_args.init_data_path=nowhere"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "toy/grpo_in_world_model.yaml", missing, "--trainer.max_epochs=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rlinf: error: FileNotFoundError: WorldModelEnv init_data_path 'nowhere' is not a "
+                              f"directory: looked at {tmp_path / 'nowhere'}, "), err[-1]  # fmt: skip
+    assert not (tmp_path / "runs" / "grpo_in_world_model" / "version_0" / "checkpoints").exists()

@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from rlinf_core.testing.multirank import check_ranks, reach_config, run_fit, weight_distance
+from rlinf_core.testing.multirank import PARITY_OPTIM, assert_trains_like, check_ranks, reach_config, run_fit
+
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32}}
+PARITY = {"optim": {**PARITY_OPTIM, "lr": 0.05}}  # assert_trains_like's optimizer (clipped, ε = 1)
 
 
 def _fit(
@@ -31,6 +34,7 @@ def _fit(
     model_extra=None,
     callbacks=(),
     trainer_extra=None,
+    save_params: bool = False,
 ) -> list[dict]:
     policy = {**TINY_VLA, "init_args": {**TINY_VLA["init_args"], "add_value_head": algorithm != "GRPO"}}
     config = reach_config(
@@ -44,6 +48,7 @@ def _fit(
         model_extra=model_extra,
         callbacks=list(callbacks),
         trainer_extra=trainer_extra,
+        save_params=save_params,
     )
     records = run_fit(tmp_path, config, pythonpath=(HERE,))  # HERE: grad_sync_probe
     check_ranks(records, TRIALS)
@@ -78,34 +83,23 @@ def test_ddp_all_reduces_once_per_optimizer_step_with_the_full_minibatch_gradien
 @pytest.fixture(scope="module")
 def ddp_ppo(tmp_path_factory):
     """The reference: plain DDP on the same PPO config the sharded strategies run."""
-    return _fit(tmp_path_factory.mktemp("ddp_ppo"), "ddp", "PPO")
-
-
-def _same_first_update(records: list[dict], reference: list[dict]) -> None:
-    """Same first rollout as DDP (same init, same sampling), the same first update and the same end weights (2 RL
-    steps, clipped AdamW steps) up to float error."""
-    got, want = records[0]["epochs"][0]["metrics"], reference[0]["epochs"][0]["metrics"]
-    for key in ("env/return", "env/num_trajectories", "rollout/rewards", "rollout/advantages_mean"):
-        assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
-    for key in ("train/loss", "train/actor/grad_norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-3, abs=1e-6), key
-    dist, where = weight_distance(records, reference)  # 1.4e-6 measured (0.13 while DeepSpeed did not clip)
-    assert dist <= 1e-5, f"ended {dist:.1e} away from DDP's weights at {where}"
+    return _fit(tmp_path_factory.mktemp("ddp_ppo"), "ddp", "PPO", model_extra=PARITY, save_params=True)
 
 
 @pytest.mark.slow
 def test_fsdp2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
-    records = _fit(tmp_path, {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"}, "PPO")
+    strategy = {"class_path": "rlinf_core.distributed.strategies.FSDP2Strategy"}
+    records = _fit(tmp_path, strategy, "PPO", model_extra=PARITY, save_params=True)
     assert all(r["strategy"] == "FSDP2Strategy" and r["sharded_params"] for r in records), "policy not sharded"
-    _same_first_update(records, ddp_ppo)
+    assert_trains_like(records, ddp_ppo)  # on any CPU: the bound and what it catches in its docstring
 
 
 @pytest.mark.slow
 def test_deepspeed_zero2_two_ranks_matches_ddp(tmp_path, ddp_ppo):
     strategy = {"class_path": "rlinf_core.distributed.strategies.DeepSpeedStrategy", "init_args": {"stage": 2}}
-    records = _fit(tmp_path, strategy, "PPO")
+    records = _fit(tmp_path, strategy, "PPO", model_extra=PARITY, save_params=True)
     assert all(r["strategy"] == "DeepSpeedStrategy" and r["model_type"] == "DeepSpeedEngine" for r in records)
-    _same_first_update(records, ddp_ppo)
+    assert_trains_like(records, ddp_ppo)  # with gradient accumulation (2 micro-batches per rank and step)
 
 
 @pytest.mark.slow

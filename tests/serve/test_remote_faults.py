@@ -143,9 +143,9 @@ def _remote(port: int, reach: Path, **kw) -> RemotePolicy:
 
 def test_a_reply_slower_than_the_timeout_restarts_the_episodes_then_a_server_always_slower_stops_the_eval(reach):
     inner = TinyVLAPolicy.from_pretrained(reach / "policy").eval()
-    server = _in_process_server(SlowPolicy(inner, [0.0, 0.0, 2.0]), reach)  # the 3rd request: 2 s
+    server = _in_process_server(SlowPolicy(inner, [0.0, 0.0, 10.0]), reach)  # the 3rd request: 10 s
     try:
-        policy = _remote(server.port, reach, timeout_s=0.6, reconnect_s=60)
+        policy = _remote(server.port, reach, timeout_s=3.0, reconnect_s=60)
         got = eval_passes(_env(), policy, "cpu", passes=1, do_sample=False, temperature=1.0)
         assert policy.restarts == 1
         policy.close()
@@ -154,10 +154,10 @@ def test_a_reply_slower_than_the_timeout_restarts_the_episodes_then_a_server_alw
         server.runner.close()
     assert _by_state(got) == _by_state(_local_records(reach))
 
-    server = _in_process_server(SlowPolicy(inner, [1.0] * 10), reach)
+    server = _in_process_server(SlowPolicy(inner, [4.0] * 3), reach)
     env = _env()
     try:
-        policy = _remote(server.port, reach, timeout_s=0.3, retries=1, reconnect_s=60)
+        policy = _remote(server.port, reach, timeout_s=1.2, retries=1, reconnect_s=60)
         with pytest.raises(RemoteServerError) as info:
             eval_passes(env, policy, "cpu", passes=1, do_sample=False, temperature=1.0)
         policy.close()
@@ -165,7 +165,7 @@ def test_a_reply_slower_than_the_timeout_restarts_the_episodes_then_a_server_alw
         server.stop()
         server.runner.close()
     assert str(info.value) == (
-        f"remote policy ws://127.0.0.1:{server.port}: no reply within 0.3 s (timeout_s) (2 times in a row; retries: 1)"
+        f"remote policy ws://127.0.0.1:{server.port}: no reply within 1.2 s (timeout_s) (2 times in a row; retries: 1)"
     )
     assert env.num_steps_taken == 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
+from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads, msgpack_packer
 from rlinf_core.serve.errors import BadRequest
 
 openpi_msgpack = pytest.importorskip("openpi_client.msgpack_numpy", reason="scripts/install.sh installs openpi-client")
@@ -44,3 +44,21 @@ def test_refuses_object_arrays_and_malformed_array_maps():
         msgpack_loads(short)
     with pytest.raises(TypeError, match="cannot send"):
         msgpack_dumps({"x": np.array([object()])})
+
+
+@pytest.mark.parametrize("shape", [[-1], [2, -3], [True], [1.0], "4", {"a": 4}, None, 7, [[2]]], ids=lambda s: repr(s))
+def test_an_array_map_with_a_shape_that_is_not_sizes_is_refused(shape):
+    packed = openpi_msgpack.packb({"x": {b"__ndarray__": True, b"data": b"\0" * 4, b"dtype": "|u1", b"shape": shape}})
+    with pytest.raises(BadRequest, match="shape must be a list of sizes"):
+        msgpack_loads(packed)
+
+
+def test_dtypes_spelled_any_way_decode_and_a_reused_packer_writes_what_msgpack_dumps_does():
+    for spec in ("<f4", b"<f4", "float32", "<f4"):  # the last one from the cache
+        packed = openpi_msgpack.packb({"x": {b"__ndarray__": True, b"data": b"\0" * 8, b"dtype": spec, b"shape": [2]}})
+        x = msgpack_loads(packed)["x"]
+        assert x.dtype == np.float32 and x.shape == (2,)
+    pack = msgpack_packer().pack
+    for _ in range(2):
+        assert pack(SAMPLE) == msgpack_dumps(SAMPLE)
+        _assert_same(openpi_msgpack.unpackb(pack(SAMPLE)), SAMPLE)

@@ -162,6 +162,54 @@ def test_aloha_preset_and_a_yaml_mapping(tmp_path):
         load_mapping(str(tmp_path / "bad.yaml"))
 
 
+def test_the_mapped_images_share_the_decoded_request_and_outlive_it_and_nan_or_inf_in_the_state_is_refused():
+    """The images reach the policy without a copy (views of the bytes msgpack decoded, kept alive by the tensors
+    after the message and the request are gone, with no torch warning about read-only memory); the state is a copy.
+    The state's NaN / inf check (a float64 sum for short states, numpy's isfinite for long ones) agrees with numpy's
+    on every vector, including finite float32 values whose float32 sum would overflow."""
+    import gc
+    import warnings
+
+    from openpi_client import msgpack_numpy
+
+    from rlinf_core.serve.codecs import msgpack_loads
+
+    sent = libero_request(0)
+    message = msgpack_numpy.packb(sent)
+    request = msgpack_loads(message)  # as the server decodes it: read-only arrays
+    assert not request["observation/image"].flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        obs = to_observation(request, PRESETS["libero"])
+    for tensor, key in ((obs.main_images, "observation/image"), (obs.wrist_images, "observation/wrist_image")):
+        assert np.shares_memory(tensor.numpy(), request[key]) and tensor.is_contiguous()
+    assert not np.shares_memory(obs.states.numpy(), request["observation/state"])
+    del request, message
+    gc.collect()
+    _ = [bytes(sent["observation/image"].nbytes) for _ in range(20)]  # reuse of freed memory would show below
+    assert torch.equal(obs.main_images[0], torch.from_numpy(sent["observation/image"]))
+    assert torch.equal(obs.wrist_images[0], torch.from_numpy(sent["observation/wrist_image"]))
+    assert obs.states[0].tolist() == sent["observation/state"].tolist()
+
+    big = np.finfo(np.float32).max
+    rng = np.random.default_rng(0)
+    for size in (1, 8, 4096, 4097, 20000):
+        for poison in (None, np.nan, np.inf, -np.inf, "both infs", "huge"):
+            state = rng.standard_normal(size).astype(np.float32)
+            if poison == "both infs":
+                state[[0, -1]] = np.inf, -np.inf
+            elif poison == "huge":
+                state[:] = big  # finite; its float32 sum is inf
+            elif poison is not None:
+                state[rng.integers(size)] = poison
+            req = {**libero_request(0), "observation/state": state}
+            if np.isfinite(state).all():
+                assert to_observation(req, PRESETS["libero"]).states.shape == (1, size)
+            else:
+                with pytest.raises(BadRequest, match="holds NaN or inf"):
+                    to_observation(req, PRESETS["libero"])
+
+
 def test_rlinf_serve_command_serves_until_stopped(toy_export):
     import socket
 

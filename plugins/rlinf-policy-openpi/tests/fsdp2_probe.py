@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
+from rlinf_core.testing.numerics import assert_close_reordered, reorder_rtol
 from rlinf_policy_openpi.checkpoint import load_model
-from rlinf_policy_openpi.testing import make_inputs
+from rlinf_policy_openpi.testing import FLOAT32_SUMS, make_inputs
 
 
 def check(path: str) -> int:
@@ -37,13 +38,18 @@ def check(path: str) -> int:
         loss.backward()
         return v.detach(), vj.detach()
 
+    # the same maths on parameters gathered into FSDP2's flat buffers (other memory layout: a kernel may block its
+    # sums otherwise): float32 reordering (FLOAT32_SUMS); the backward doubles the chain
     ref, got = run(model), run(sharded)
     for a, b in zip(ref, got):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert_close_reordered(b, a, *FLOAT32_SUMS)
     grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-    for n, p in sharded.named_parameters():
+    n, depth = FLOAT32_SUMS
+    # one scale for all: the SigLIP key biases' gradient is 0 in exact arithmetic (their own size is rounding)
+    atol = reorder_rtol(n, 2 * depth) * max(g.abs().max().item() for g in grads.values())
+    for name, p in sharded.named_parameters():
         g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-        torch.testing.assert_close(g, grads[n], atol=1e-5, rtol=1e-4, msg=n)
+        torch.testing.assert_close(g, grads[name], atol=atol, rtol=0, msg=name)
     return len(grads)
 
 

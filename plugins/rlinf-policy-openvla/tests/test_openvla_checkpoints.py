@@ -18,6 +18,8 @@ from rlinf_policy_openvla.make_tiny import main as make_tiny_main
 from rlinf_policy_openvla.settings import ActionConfig, InputConfig
 from rlinf_policy_openvla.vit import TIMM_PRESETS
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 TOKENIZER_FILES = [
     "tokenizer.model",
     "tokenizer.json",
@@ -150,7 +152,8 @@ def test_bf16_weights_and_precision(tmp_path, tiny_oft, obs):
     with torch.no_grad():
         out = bf16.act(obs, do_sample=True)
     assert out.logprobs.dtype == torch.float32
-    torch.testing.assert_close(bf16.evaluate(obs, out.record).logprobs, out.logprobs, rtol=0, atol=1e-5)
+    # the same bf16 passes on the same shapes, in one process: equal (no rounding bound on bf16 is tight enough)
+    torch.testing.assert_close(bf16.evaluate(obs, out.record).logprobs, out.logprobs, rtol=0, atol=0)
     with torch.no_grad():  # the forward really computes in bf16 (autocast), not in the fp32 of the weights
         assert not torch.equal(fp32.evaluate(obs, out.record).logprobs, bf16.evaluate(obs, out.record).logprobs)
     import rlinf_core.models.precision

@@ -7,6 +7,8 @@ from rlinf_core.models.lora import LoRAConfig
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.settings import ActionConfig
 
+pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
+
 
 def _count_calls(policy) -> dict:
     """Forward calls of a submodule inside the first Llama layer and inside the first block of each ViT tower."""
@@ -44,10 +46,12 @@ def test_same_gradients_and_recomputed(cls, lora, tiny_oft, tiny_openvla, obs):
     loss1, grads1, counts1 = _grads(cls, path, obs, record, gradient_checkpointing=True, **kw)
     assert counts0 == {"llama": 1, "dino": 1, "siglip": 1}
     assert counts1 == {"llama": 2, "dino": 2, "siglip": 2}, "the backward did not recompute the layers"
-    assert torch.allclose(loss0, loss1)
+    # checkpointing recomputes the same operations on the same shapes, and autograd runs and accumulates them in an
+    # order that does not depend on the CPU: equal on any CPU
+    assert torch.equal(loss0, loss1)
     assert grads0.keys() == grads1.keys() and len(grads0) > 10
     for name in grads0:
-        torch.testing.assert_close(grads1[name], grads0[name], rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(grads1[name], grads0[name], rtol=0, atol=0, msg=name)
 
 
 def test_rollouts_unchanged_in_train_mode(tiny_openvla, obs):

@@ -3,7 +3,8 @@
 The "video model" translates the current frame by the commanded (x, y) motion and passes it
 through a 1×1 convolution (frozen in the env, trainable by
 :class:`rlinf_core.supervised.world_model_trainers.WorldModelTrainer`); the reward model scores how bright the
-image centre is.
+image centre is. :func:`write_toy_init_states` writes the initial states of the toy task they make together (move a
+light square onto the centre), shipped beside ``toy/grpo_in_world_model.yaml``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import nn
@@ -18,6 +20,7 @@ from torch import nn
 from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
 from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.run.checkpoint_files import load_safetensors
+from rlinf_core.world_models.init_data import save_init_trajectory
 
 
 class ToyWorldModel(SavedSettings, WorldModel):
@@ -124,3 +127,34 @@ class ToyRewardModel(RewardModel):
         p = self.patch
         centre = frames[:, H // 2 - p // 2 : H // 2 + (p + 1) // 2, W // 2 - p // 2 : W // 2 + (p + 1) // 2]
         return torch.sigmoid(self.scale * (centre.float().mean((1, 2, 3)) - self.threshold))
+
+
+#: the toy task's instructions and the unit step (dx, dy) each one asks for
+TOY_DIRECTIONS = {
+    "move the light square left": (-1, 0),
+    "move the light square right": (1, 0),
+    "move the light square up": (0, -1),
+    "move the light square down": (0, 1),
+}
+
+
+def write_toy_init_states(root: str | Path, image_size: int = 16) -> list[Path]:
+    """Initial states of the toy task of :class:`ToyWorldModel` and :class:`ToyRewardModel` (defaults): a 4 × 4
+    light square on a dark frame, 3 to 6 pixels from the centre, to be moved onto it in the instructed direction.
+
+    Four tasks (:data:`TOY_DIRECTIONS`), eight files each (distances 3-6, off the axis by 0 or 1 pixel), written
+    as ``root/traj<task><trial>.npy`` with zero 2-D actions; returns the files.
+    """
+    S, side = image_size, 4
+    centre = S // 2 - side // 2  # the square's top-left corner when it covers the reward model's centre patch
+    out = []
+    for task, (instruction, (dx, dy)) in enumerate(TOY_DIRECTIONS.items()):
+        for trial, (distance, off_axis) in enumerate((d, o) for d in (3, 4, 5, 6) for o in (0, 1)):
+            # start on the far side: moving (dx, dy) for `distance` pixels covers the centre
+            x = centre - dx * distance + (off_axis if dx == 0 else 0)
+            y = centre - dy * distance + (off_axis if dy == 0 else 0)
+            frame = np.full((1, S, S, 3), 30, np.uint8)
+            frame[0, y : y + side, x : x + side] = 255
+            path = Path(root) / f"traj{task}{trial}.npy"
+            out.append(save_init_trajectory(path, frame, instruction, np.zeros((1, 2), np.float32)))
+    return out

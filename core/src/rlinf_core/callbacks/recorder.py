@@ -37,6 +37,7 @@ from lightning.pytorch.callbacks import Callback
 from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.rl_loop import RLLoop
 from rlinf_core.lerobot.recording import LeRobotEpisodeSink
+from rlinf_core.lerobot.writer import dataset_state
 from rlinf_core.world_models.datasets import resize_frames
 from rlinf_core.world_models.init_data import save_init_trajectory
 
@@ -65,10 +66,15 @@ class RolloutRecorder(Callback):
         min_steps: episodes with fewer env steps are not written.
         all_envs: record every sub-env (raises ``video_cfg.max_envs`` to ``num_envs`` for in-process envs).
         format: ``"npy"`` (the files above) or ``"lerobot"``: one LeRobot v3.0 dataset per split and rank,
-            ``<out_dir>/<split>/lerobot_rank<r>[_<n>]`` (:mod:`rlinf_core.lerobot.recording`), its metadata written
-            when the run ends; ``max_files`` then counts episodes (``written`` lists the dataset once per episode).
+            ``<out_dir>/<split>/lerobot_rank<r>[_<n>]`` (:mod:`rlinf_core.lerobot.recording`), written in pieces of
+            ``episodes_per_file`` episodes and finished when the run ends, is interrupted (Ctrl-C, ``SIGTERM``) or
+            fails; ``max_files`` then counts episodes (``written`` lists the dataset once per episode). A dataset
+            that an earlier run left cut short (killed) is continued, with a notice; a finished one is never
+            written to (the next ``_<n>`` is).
         fps: frame rate stored in a LeRobot dataset.
         video: LeRobot cameras as H.264 video (``False``: lossless PNG frames).
+        episodes_per_file: LeRobot episodes per data / video file: a process killed outright (``kill -9``) loses at
+            most the file being written.
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class RolloutRecorder(Callback):
         format: str = "npy",
         fps: int = 10,
         video: bool = True,
+        episodes_per_file: int = 100,
     ) -> None:
         if format not in ("npy", "lerobot"):
             raise ValueError(f"RolloutRecorder.format must be 'npy' or 'lerobot', got {format!r}")
@@ -91,6 +98,8 @@ class RolloutRecorder(Callback):
             raise ValueError(f"RolloutRecorder.image_size must be >= 1 (or null: as rendered), got {image_size}")
         if action_dim is not None and action_dim < 1:
             raise ValueError(f"RolloutRecorder.action_dim must be >= 1 (or null: the env's), got {action_dim}")
+        if episodes_per_file < 1:
+            raise ValueError(f"RolloutRecorder.episodes_per_file must be >= 1, got {episodes_per_file}")
         if max_files < 0 or min_steps < 1:
             raise ValueError(f"RolloutRecorder needs max_files >= 0 and min_steps >= 1, got {max_files}, {min_steps}")
         self.out_dir = out_dir
@@ -101,7 +110,7 @@ class RolloutRecorder(Callback):
         self.max_files = max_files
         self.min_steps = min_steps
         self.all_envs = all_envs
-        self.format, self.fps, self.video = format, fps, video
+        self.format, self.fps, self.video, self.episodes_per_file = format, fps, video, episodes_per_file
         self._sinks: dict[str, Any] = {}
         self.root: Path | None = None
         self.rank = 0
@@ -137,6 +146,18 @@ class RolloutRecorder(Callback):
         for env, _, _ in list(self._observers.values()):
             self.detach(env)
         self.close()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """A run stopped by an error, Ctrl-C or ``SIGTERM`` (Lightning turns both into exceptions and calls this
+        before it shuts down): write the episodes still running as they are and finish the LeRobot datasets."""
+        try:
+            for env, _, _ in list(self._observers.values()):
+                self.detach(env)
+        finally:
+            try:
+                self.close()
+            except Exception as err:  # noqa: BLE001 - never hide the exception that stopped the run
+                print(f"rlinf: warning: RolloutRecorder could not finish its recordings: {err}", file=sys.stderr)
 
     def close(self) -> list[Path]:
         """Finish the LeRobot datasets (``format="lerobot"``); returns their roots."""
@@ -247,18 +268,28 @@ class RolloutRecorder(Callback):
                 with self._lock:
                     sink = self._lerobot_sink(split)
                     sink.add(frames, actions, success, buf.instruction)
+                    if sink.resume and sink.count == 1:
+                        print(
+                            f"rlinf: RolloutRecorder: {sink.root} was cut short by an earlier run (killed before it "
+                            f"was finished); appending after its {sink.resumed_from} finished episodes (the "
+                            "piece being written when it stopped is lost)",
+                            file=sys.stderr,
+                        )
                     self.written[split][self.written[split].index(path)] = sink.root  # one entry per episode
             else:
                 save_init_trajectory(path, frames, buf.instruction, actions, success)
 
     def _lerobot_sink(self, split: str):
         if split not in self._sinks:
-            root, n = self.root / split / f"lerobot_rank{self.rank}", 0
-            while (root.with_name(f"{root.name}_{n}") if n else root).exists():  # never overwrite an earlier run's
+            base, n = self.root / split / f"lerobot_rank{self.rank}", 0
+            while True:  # never write into an earlier run's finished dataset, nor one another process writes
+                root = base.with_name(f"{base.name}_{n}") if n else base
+                state = dataset_state(root)
+                if state == "cut" or not root.exists():
+                    break
                 n += 1
-            self._sinks[split] = LeRobotEpisodeSink(
-                root.with_name(f"{root.name}_{n}") if n else root, self.fps, self.video
-            )
+            sink = LeRobotEpisodeSink(root, self.fps, self.video, self.episodes_per_file, resume=state == "cut")
+            self._sinks[split] = sink
         return self._sinks[split]
 
     def _claim_path(self, split: str) -> Path | None:

@@ -295,6 +295,10 @@ def check_before_fit(trainer: Any, model: Any, ckpt_path: str | None) -> None:
 
     check_resume(trainer, model, ckpt_path)
     check_built_module(trainer, model, warn)
+    for env in (getattr(model, "env", None), getattr(model, "eval_env", None)):
+        check_inputs = getattr(getattr(env, "unwrapped", env), "check_inputs", None)
+        if callable(check_inputs):  # files an env reads (a WorldModelEnv's initial states): a config error, in one line
+            check_inputs()
     flush_warnings()
     start_rendezvous_watchdog(trainer)
     trainer.callbacks.insert(0, _RunPhase())  # first, so its on_fit_start runs before the other callbacks

@@ -75,8 +75,10 @@ class RLinfCLI(LightningCLI):
                 hint="null: never evaluate",
             )
         from rlinf_core.cli.checks import check_config
+        from rlinf_core.foundation.config_paths import absolute_data_paths
 
         check_config(config, self.subcommand)
+        absolute_data_paths(config)  # the saved config.yaml names the data found beside a config file
         if trainer is None:
             return
         # An RL step is an epoch and eval is sparse: a user's ModelCheckpoint also saves at every epoch end (not

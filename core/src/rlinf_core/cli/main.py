@@ -81,8 +81,10 @@ def main(args: list[str] | None = None) -> int | None:
         from rlinf_core.cli.quiet import install_quiet_filters
 
         install_quiet_filters()
-    from rlinf_core.cli.checks import check_config_files
+    from rlinf_core.cli.checks import _config_paths, check_config_files
+    from rlinf_core.foundation.config_paths import set_config_files
 
+    set_config_files(_config_paths(argv))  # relative data paths are looked for beside the config files too
     run_cli(lambda: check_config_files(argv))  # malformed files and YAML tags, before anything is constructed
     try:
         registry = load_plugins()

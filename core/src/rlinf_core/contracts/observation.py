@@ -27,14 +27,12 @@ class Observation:
     states: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        img = self.main_images
-        if img.dtype != torch.uint8 or img.dim() != 4 or img.shape[-1] != 3:
-            raise ValueError(f"Observation.main_images must be uint8 [B, H, W, 3], got {img.dtype} {tuple(img.shape)}")
-        if len(self.task_descriptions) != img.shape[0]:
-            raise ValueError(
-                f"Observation has {img.shape[0]} images but {len(self.task_descriptions)} task descriptions"
-            )
-        if self.states is not None and (self.states.dim() != 2 or self.states.shape[0] != img.shape[0]):
+        img, shape = self.main_images, self.main_images.shape
+        if img.dtype != torch.uint8 or len(shape) != 4 or shape[3] != 3:
+            raise ValueError(f"Observation.main_images must be uint8 [B, H, W, 3], got {img.dtype} {tuple(shape)}")
+        if len(self.task_descriptions) != shape[0]:
+            raise ValueError(f"Observation has {shape[0]} images but {len(self.task_descriptions)} task descriptions")
+        if self.states is not None and (self.states.dim() != 2 or self.states.shape[0] != shape[0]):
             raise ValueError(f"Observation.states must be [B, S], got {tuple(self.states.shape)}")
 
     def __len__(self) -> int:

@@ -118,7 +118,8 @@ class Policy(nn.Module):
         positive).
 
         Args:
-            obs: B observations (uint8 images; the policy does its own preprocessing).
+            obs: B observations (uint8 images; the policy does its own preprocessing). Read, never written in
+                place: ``rlinf serve`` passes a request's image buffers, which are read-only memory.
             do_sample: True: draw from the policy's distribution. False: act deterministically
                 (argmax tokens, the Gaussian mean, an ODE / zero-noise denoising chain): the same
                 observation gives the same actions whatever the random state.

@@ -3,7 +3,18 @@
 Initial states come from a directory of ``traj*.npy`` files in RLinf's released format (see
 :mod:`rlinf_core.world_models.init_data`; :func:`~rlinf_core.world_models.init_data.save_init_trajectory` writes
 them). Reset state id *i* is the *i*-th file in sorted order; the world model's ``condition`` says
-which frames and actions of it start the episode.
+which frames and actions of it start the episode. A relative ``init_data_path`` is read from the working directory,
+then beside each ``--config`` file of the run (:mod:`rlinf_core.foundation.config_paths`), so a plugin ships its
+initial states as package data next to its config.
+
+Tasks are the distinct instructions of the files: task *k* is the *k*-th distinct instruction in file order
+(``task_names`` are the instructions), so per-task eval tables, ``task_id_filter`` and GRPO's
+``scale_rewards: task`` see one task per instruction.
+
+Actions reach :meth:`WorldModel.predict` as the policy gives them (env scale, ``float32`` on the env's device),
+never clipped or rescaled: a world model trained on a range clips or normalises inside itself. The model's state is
+whatever its ``init_state`` returns (a tensor, or tuples / lists / dicts of tensors, moved by :meth:`set_device`);
+the env only hands it back to ``predict`` / ``assign``.
 
 The env runs in the training process on the training device (``device``, set from the Lightning
 module's device by :class:`rlinf_core.RLModule`): frames and the model state stay there, so it never runs in
@@ -24,6 +35,7 @@ import torch
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.world_model import RewardModel, WorldModel
+from rlinf_core.foundation.config_paths import candidate_paths, resolve_data_dir
 from rlinf_core.world_models.init_data import condition_inputs, instruction_of, load_init_trajectory
 
 __all__ = ["WorldModelEnv", "load_init_trajectory"]
@@ -35,7 +47,8 @@ class WorldModelEnv(Env):
     Args:
         world_model: the action-conditioned video model.
         reward_model: scores predicted frames (success probability per frame, given the instruction).
-        init_data_path: directory with ``traj*.npy`` initial-state files.
+        init_data_path: directory with ``traj*.npy`` initial-state files (relative: from the working directory,
+            else beside a ``--config`` file of the run).
         success_threshold: success probability above which a frame counts as success.
         success_frames: consecutive successful frames needed to declare success.
         reward_coef: reward for reaching success.
@@ -67,7 +80,8 @@ class WorldModelEnv(Env):
         super().__init__(**kwargs)
         self.world_model = world_model.eval().requires_grad_(False)
         self.reward_model = reward_model.eval().requires_grad_(False)
-        self.init_data_path = init_data_path
+        found = next((p for p in candidate_paths(init_data_path) if p.is_dir()), None)
+        self.init_data_path = str(found.absolute()) if found is not None else str(init_data_path)
         self.success_threshold = success_threshold
         self.success_frames = success_frames
         self.reward_coef = reward_coef
@@ -77,7 +91,13 @@ class WorldModelEnv(Env):
         self.action_dim = world_model.action_dim
         self.device = torch.device("cpu")
         self._files: list[Path] | None = None
+        self._tasks: tuple[np.ndarray, list[str]] | None = None
         self.set_device(device)
+
+    def check_inputs(self) -> None:
+        """Raise the one-line error of a missing or empty ``init_data_path`` now (``rlinf fit`` calls this before
+        training starts; otherwise the first reset would)."""
+        self.files  # noqa: B018
 
     def set_device(self, device: str | torch.device) -> None:
         """Move the models (and, once built, the frames and model state) to ``device``."""
@@ -98,18 +118,33 @@ class WorldModelEnv(Env):
     @property
     def files(self) -> list[Path]:
         if self._files is None:
-            root = Path(self.init_data_path)
-            if not root.is_dir():
-                raise FileNotFoundError(f"init_data_path {root} is not a directory of traj*.npy files")
+            root = resolve_data_dir(self.init_data_path, "WorldModelEnv init_data_path", _INIT_HINT)
             files = sorted(p for p in root.glob("*.npy") if self.enable_kir or not p.stem.endswith("_kir"))
             if not files:
-                raise FileNotFoundError(f"no traj*.npy initial-state files in {root}")
+                raise FileNotFoundError(f"WorldModelEnv init_data_path {root} holds no traj*.npy files{_INIT_HINT}")
             self._files = files
         return self._files
 
     @property
     def num_reset_states(self) -> int:
         return len(self.files)
+
+    def _task_table(self) -> tuple[np.ndarray, list[str]]:
+        """``(task id per file, instruction per task id)``: tasks numbered by first appearance in file order."""
+        if self._tasks is None:
+            names: dict[str, int] = {}
+            ids = [names.setdefault(_file_instruction(f), len(names)) for f in self.files]
+            self._tasks = (np.asarray(ids, np.int64), list(names))
+        return self._tasks
+
+    def task_ids(self, reset_state_ids: np.ndarray) -> np.ndarray:
+        """The task of each reset state: the index of its file's instruction among the distinct instructions."""
+        return self._task_table()[0][np.asarray(reset_state_ids, np.int64)]
+
+    @property
+    def task_names(self) -> list[str]:
+        """The distinct instructions of the init files, in file order."""
+        return list(self._task_table()[1])
 
     def _build(self) -> None:
         B = self.num_envs
@@ -207,6 +242,22 @@ class WorldModelEnv(Env):
             main_images=self._last[ids].contiguous(),
             task_descriptions=[self._instructions[e] for e in env_ids],
         )
+
+
+_INIT_HINT = (
+    "; it should hold traj*.npy initial-state files (rlinf_core.world_models.save_init_trajectory writes them, "
+    "RolloutRecorder records them)"
+)
+_INSTRUCTIONS: dict[tuple[str, int, int], str] = {}  # (file, size, mtime) -> instruction, shared by env copies
+
+
+def _file_instruction(path: Path) -> str:
+    """The instruction of one init file (whitespace stripped), read once per file version."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _INSTRUCTIONS:
+        _INSTRUCTIONS[key] = instruction_of(load_init_trajectory(path)).strip()
+    return _INSTRUCTIONS[key]
 
 
 def _to(state, device: torch.device):

@@ -18,19 +18,25 @@ __all__ = ["LeRobotEpisodeSink"]
 
 
 class LeRobotEpisodeSink:
-    """Writes recorded episodes to a new LeRobot dataset at ``root`` (made at the first episode, finished by
-    :meth:`close`).
+    """Writes recorded episodes to a LeRobot dataset at ``root`` (made at the first episode, written in pieces of
+    ``episodes_per_file`` episodes, finished by :meth:`close`).
 
     Args:
-        root: the dataset directory (must not hold a dataset yet).
+        root: the dataset directory (must not hold a dataset yet, unless ``resume``).
         fps: the dataset's frame rate (env steps per second of the recorded video).
         video: H.264 cameras (``False``: lossless PNG frames).
+        episodes_per_file: episodes per data / video file (a killed process loses at most the unfinished one).
+        resume: append to the dataset in ``root`` (one that was cut short) instead of refusing it.
     """
 
-    def __init__(self, root: str | Path, fps: int = 10, video: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, fps: int = 10, video: bool = True, episodes_per_file: int = 100, resume: bool = False
+    ) -> None:
         self.root, self.fps, self.video = Path(root), fps, video
+        self.episodes_per_file, self.resume = episodes_per_file, resume
         self.writer: LeRobotWriter | None = None
         self.count = 0
+        self.resumed_from = 0  # episodes the dataset already held (``resume``)
 
     def add(self, frames: np.ndarray, delta_actions: np.ndarray, success: np.ndarray, instruction: str) -> None:
         frames = np.asarray(frames, np.uint8)
@@ -38,16 +44,28 @@ class LeRobotEpisodeSink:
         success = np.asarray(success, bool).reshape(-1)
         if self.writer is None:
             self.writer = LeRobotWriter(
-                self.root, self.fps, action_dim=delta_actions.shape[1], image_shape=frames.shape[1:3], video=self.video
+                self.root,
+                self.fps,
+                action_dim=delta_actions.shape[1],
+                image_shape=frames.shape[1:3],
+                video=self.video,
+                episodes_per_file=self.episodes_per_file,
+                resume=self.resume,
             )
+            self.resumed_from = self.writer.num_episodes
         actions = np.zeros_like(delta_actions)
         actions[:-1] = delta_actions[1:]
         next_success = np.concatenate([success[1:], success[-1:]])
         self.writer.add(frames, actions, instruction, success=next_success)
         self.count += 1
 
+    def flush(self) -> None:
+        """Finish the current piece now (see :meth:`LeRobotWriter.flush`)."""
+        if self.writer is not None:
+            self.writer.flush()
+
     def close(self) -> Path | None:
-        """Write the metadata; returns the dataset root (``None`` when no episode came)."""
+        """Finish the last piece; returns the dataset root (``None`` when no episode came)."""
         if self.writer is None:
             return None
         return self.writer.close()

@@ -15,6 +15,7 @@ step's data (:mod:`.buffer`), the update (:mod:`.update`), evaluation (:mod:`.ev
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import sys
@@ -48,7 +49,7 @@ from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.evaluation import eval_passes, eval_summary, write_eval_table
 from rlinf_core.rl.metrics import MetricSums, episode_metrics, summed_counters
 from rlinf_core.rl.optim import actor_critic_parameters, configure_adamw
-from rlinf_core.rl.update import GradientClip, PrecisionContext, optimizer_step, recompute_old_logprobs
+from rlinf_core.rl.update import GradientClip, PrecisionContext, optimizer_step, policy_logprobs, recompute_old_logprobs
 from rlinf_core.run.checkpoint_files import install_atomic_io
 from rlinf_core.run.checkpointing import restore_frozen
 from rlinf_core.run.resume import RESUME_KEY, gather_rank_states, restore_rank_states, rng_state
@@ -124,6 +125,9 @@ class RLModule(pl.LightningModule):
         self._stage_envs: list[BatchedEnv] = []
         # per-rank RNG and env-sampler states read from a checkpoint: what the next step's rollout starts from
         self._resume_states: list[dict] | None = None
+        # algorithm.kl_beta > 0: a frozen copy of the policy as training starts (set in setup; not a submodule, so
+        # it is in no checkpoint, optimizer or strategy wrapper)
+        self._reference_policy: Policy | None = None
 
     def check_world_size(self, world: int) -> None:
         """Raise ``ValueError`` (one line) when the sizes cannot run on ``world`` ranks as configured
@@ -143,6 +147,11 @@ class RLModule(pl.LightningModule):
         if not self.algorithm.uses_critic:
             for p in self.policy.value_parameters():  # unused without a critic: DDP would wait for their grads
                 p.requires_grad_(False)
+        if stage == "fit" and self.algorithm.uses_reference and self._reference_policy is None:
+            # before configure_model shards the policy and before a checkpoint's weights are restored: the
+            # reference is the policy that training starts from (model_path), also after a resume
+            reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            object.__setattr__(self, "_reference_policy", reference)
         if stage == "fit" and rank > 0:
             # seed_everything gives every rank the same RNG stream: without this, all ranks would
             # draw the same sampling noise for their actions (parameters are synced from rank 0 anyway)
@@ -241,6 +250,11 @@ class RLModule(pl.LightningModule):
                     self.policy, samples, self.micro_batch_size, self.device, ro.temperature_train
                 )
             metrics["rollout/logprob_mismatch"] = float(self.reducer.max(torch.tensor(worst, dtype=torch.float64)))
+        if self.algorithm.uses_reference:
+            with self.step_precision:
+                samples.ref_logprobs = policy_logprobs(
+                    self._reference_on_device(), samples, self.micro_batch_size, self.device, ro.temperature_train
+                )
         metrics.update(self._episode_metrics([e for env in self._stage_envs for e in env.pop_episodes()], "env"))
         metrics.update(self._env_counters())
         self.buffer.fill(
@@ -257,6 +271,13 @@ class RLModule(pl.LightningModule):
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._log_step(key, float(value))
         self.policy.train()
+
+    def _reference_on_device(self) -> Policy:
+        """The reference policy on the policy's device, in the policy's floating dtype when it has one."""
+        reference = self._reference_policy
+        reference.set_rl_step(self.current_epoch)  # the same schedules (e.g. noise levels) as the policy's
+        dtypes = {p.dtype for p in self.policy.parameters() if p.is_floating_point()}
+        return reference.to(self.device, dtype=dtypes.pop()) if len(dtypes) == 1 else reference.to(self.device)
 
     def _env_counters(self) -> dict[str, float]:
         return summed_counters([env.pop_metrics() for env in self._stage_envs], self.reducer)

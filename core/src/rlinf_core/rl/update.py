@@ -51,18 +51,24 @@ class PrecisionContext:
 
 
 @torch.no_grad()
-def recompute_old_logprobs(policy, samples: Samples, micro_batch_size: int, device, temperature: float) -> float:
-    """Replace ``samples.old_logprobs`` by the policy's current ones; returns this rank's largest change."""
-    worst = 0.0
+def policy_logprobs(policy, samples: Samples, micro_batch_size: int, device, temperature: float) -> torch.Tensor:
+    """``policy``'s log-probs of the samples' actions (shaped like ``samples.old_logprobs``, float32, on CPU),
+    ``micro_batch_size`` samples per forward pass."""
+    chunks = []
     for start in range(0, len(samples), micro_batch_size):
-        idx = torch.arange(start, min(start + micro_batch_size, len(samples)))
-        mb = samples.select(idx)
+        mb = samples.select(torch.arange(start, min(start + micro_batch_size, len(samples))))
         out = policy.evaluate(
             mb.obs.to(device), {k: v.to(device) for k, v in mb.records.items()}, temperature=temperature
         )
-        new = out.logprobs.float().cpu()
-        worst = max(worst, float((new - mb.old_logprobs).abs().max()))
-        samples.old_logprobs[idx] = new
+        chunks.append(out.logprobs.float().cpu())
+    return torch.cat(chunks) if chunks else samples.old_logprobs.new_zeros(samples.old_logprobs.shape)
+
+
+def recompute_old_logprobs(policy, samples: Samples, micro_batch_size: int, device, temperature: float) -> float:
+    """Replace ``samples.old_logprobs`` by the policy's current ones; returns this rank's largest change."""
+    new = policy_logprobs(policy, samples, micro_batch_size, device, temperature)
+    worst = float((new - samples.old_logprobs).abs().max()) if len(samples) else 0.0
+    samples.old_logprobs = new
     return worst
 
 

@@ -9,10 +9,17 @@ client both turn it by 180°, openpi: examples/libero/main.py:115-116), so the s
 **policy resizes** (OpenVLA(-OFT): squash to its input size; π0: resize with padding), so any size is
 accepted unless the mapping or ``--image-size`` fixes one. The prompt is the raw task text: the policy
 applies its own template and lower-casing. States are float32, concatenated in the listed order.
+
+Images are not copied: the observation's image tensors share the request's memory (for a decoded message, the
+read-only bytes msgpack made, kept alive by the tensors), as openpi's server hands its policy the decoded arrays. A
+policy only reads its observation (:meth:`~rlinf_core.contracts.policy.Policy.act`). States are copied (they are
+small and checked for NaN / inf).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -170,39 +177,69 @@ def _lookup(request: dict, key: str) -> Any:
     return node
 
 
+_UINT8 = np.dtype(np.uint8)
+_FLOAT32 = np.dtype(np.float32)
+_SUMMED_IN_PYTHON = 4096  # a state this short is checked for NaN / inf with Python floats: cheaper than numpy's ufuncs
+
+
 def _image(value: Any, key: str, mapping: ObsMapping) -> np.ndarray:
-    layout = "[3, H, W]" if mapping.channels_first else "[H, W, 3]"
-    if not isinstance(value, np.ndarray):
-        raise BadRequest(f"{key} must be a uint8 {layout} numpy array, got {type(value).__name__}")
-    if value.dtype != np.uint8 or value.ndim != 3 or value.shape[0 if mapping.channels_first else 2] != 3:
+    channels = 0 if mapping.channels_first else 2
+    if not (isinstance(value, np.ndarray) and value.dtype == _UINT8 and value.ndim == 3 and value.shape[channels] == 3):
+        layout = "[3, H, W]" if mapping.channels_first else "[H, W, 3]"
+        if not isinstance(value, np.ndarray):
+            raise BadRequest(f"{key} must be a uint8 {layout} numpy array, got {type(value).__name__}")
         raise BadRequest(f"{key} must be a uint8 {layout} RGB image, got {value.dtype} {list(value.shape)}")
     img = np.moveaxis(value, 0, -1) if mapping.channels_first else value
-    h, w = img.shape[:2]
+    h, w, _ = img.shape
     if mapping.image_size is not None and (h, w) != tuple(mapping.image_size):
         want = "x".join(map(str, mapping.image_size))
         raise BadRequest(f"{key} is {h}x{w}, this server expects {want} images (its --image-size / mapping)")
-    if min(h, w) < MIN_IMAGE_SIDE:
+    if h < MIN_IMAGE_SIDE or w < MIN_IMAGE_SIDE:
         raise BadRequest(f"{key} is {h}x{w}; images must be at least {MIN_IMAGE_SIDE} pixels a side")
-    return np.array(img, order="C")  # a copy: wire buffers are read-only, torch wants writable memory
+    return img if img.flags.c_contiguous else np.ascontiguousarray(img)  # a view of the request when it can be
+
+
+_read_only_warning_spent = False
+
+
+def _image_tensor(img: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, also over a read-only request buffer. torch warns once per process that writing to such
+    a tensor is undefined; policies never write their observation, so that one warning is not shown to the user."""
+    global _read_only_warning_spent
+    if _read_only_warning_spent or img.flags.writeable:
+        return torch.from_numpy(img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(img)
+    _read_only_warning_spent = True
+    return tensor
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether a float32 vector holds no NaN or inf. Up to ``_SUMMED_IN_PYTHON`` values their sum in float64 decides
+    exactly (float32 values cannot overflow it; a NaN or an inf, or both signs of inf, make it non-finite)."""
+    if arr.size <= _SUMMED_IN_PYTHON:
+        return math.isfinite(sum(arr.tolist()))
+    return bool(np.isfinite(arr).all())
 
 
 def _state_part(value: Any, key: str) -> np.ndarray:
-    if type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 1:  # what clients send: one copy
+    if type(value) is np.ndarray and value.dtype == _FLOAT32 and value.ndim == 1:  # what clients send: one copy
         arr = value.copy()
-        if not np.isfinite(arr.sum()) and not np.isfinite(arr).all():
-            raise BadRequest(f"{key} holds NaN or inf")
-        return arr
-    arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, list)) else None
-    if arr is None or arr.dtype.kind not in "fiub" or arr.ndim > 1:
-        got = f"{arr.dtype} {list(arr.shape)}" if arr is not None else type(value).__name__
-        raise BadRequest(f"{key} must be a 1-D numeric array, got {got}")
-    arr = arr.astype(np.float32).reshape(-1)
-    if not np.isfinite(arr).all():
+    else:
+        arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, list)) else None
+        if arr is None or arr.dtype.kind not in "fiub" or arr.ndim > 1:
+            got = f"{arr.dtype} {list(arr.shape)}" if arr is not None else type(value).__name__
+            raise BadRequest(f"{key} must be a 1-D numeric array, got {got}")
+        arr = arr.astype(np.float32).reshape(-1)
+    if not _all_finite(arr):
         raise BadRequest(f"{key} holds NaN or inf")
     return arr
 
 
 def _prompt(value: Any, key: str) -> str:
+    if type(value) is str:
+        return value
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     if isinstance(value, (bytes, np.bytes_)):
@@ -215,31 +252,42 @@ def _prompt(value: Any, key: str) -> str:
     return value
 
 
+def _field(request: dict, key: str, field_name: str, mapping: ObsMapping) -> Any:
+    value = _lookup(request, key)
+    if value is _MISSING and field_name not in mapping.optional:
+        have = ", ".join(sorted(map(str, request))) or "none"
+        raise BadRequest(f"missing key {key!r} (this server's mapping expects {mapping.keys()}; got {have})")
+    return value
+
+
 def to_observation(request: Any, mapping: ObsMapping) -> Observation:
-    """The request as a batch-of-one :class:`Observation`; :class:`BadRequest` names the first problem."""
+    """The request as a batch-of-one :class:`Observation` (its images share the request's memory);
+    :class:`BadRequest` names the first problem."""
     if not isinstance(request, dict):
         raise BadRequest(f"the request must be a dict of observation keys, got {type(request).__name__}")
-
-    def get(key: str, field_name: str) -> Any:
-        value = _lookup(request, key)
-        if value is _MISSING and field_name not in mapping.optional:
-            have = ", ".join(sorted(map(str, request))) or "none"
-            raise BadRequest(f"missing key {key!r} (this server's mapping expects {mapping.keys()}; got {have})")
-        return value
-
-    main = _image(get(mapping.image, "image"), mapping.image, mapping)
-    wrists = [(k, get(k, "wrist_images")) for k in mapping.wrist_images]
-    wrists = [_image(v, k, mapping) for k, v in wrists if v is not _MISSING]
-    if wrists and len({w.shape for w in wrists}) > 1:
+    main = _image(_field(request, mapping.image, "image", mapping), mapping.image, mapping)
+    wrists = []
+    for key in mapping.wrist_images:
+        value = _field(request, key, "wrist_images", mapping)
+        if value is not _MISSING:
+            wrists.append((key, value))
+    for i, (key, value) in enumerate(wrists):  # loops, not comprehensions: no function object per request
+        wrists[i] = _image(value, key, mapping)
+    if len(wrists) > 1 and len({w.shape for w in wrists}) > 1:
         raise BadRequest(f"wrist images {list(mapping.wrist_images)} must share one size")
-    parts = [(k, get(k, "state")) for k in mapping.state]
-    parts = [_state_part(v, k) for k, v in parts if v is not _MISSING]
+    parts = []
+    for key in mapping.state:
+        value = _field(request, key, "state", mapping)
+        if value is not _MISSING:
+            parts.append((key, value))
+    for i, (key, value) in enumerate(parts):
+        parts[i] = _state_part(value, key)
     if len(parts) not in (0, len(mapping.state)):
         raise BadRequest(f"send all of the state keys {list(mapping.state)} or none")
     for key, part, size in zip(mapping.state, parts, mapping.state_sizes if parts else ()):
         if part.shape[0] != size:
             raise BadRequest(f"{key} has {part.shape[0]} values, expected {size}")
-    state = np.concatenate(parts) if parts else None
+    state = (parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else None  # parts are copies already
     if state is not None and mapping.state_dim is not None and state.shape[0] != mapping.state_dim:
         raise BadRequest(
             f"the state ({' + '.join(mapping.state)}) has {state.shape[0]} values, expected {mapping.state_dim}"
@@ -252,11 +300,11 @@ def to_observation(request: Any, mapping: ObsMapping) -> Observation:
     prompt = _prompt(raw_prompt, mapping.prompt)
     wrist_t = None
     if len(wrists) == 1:
-        wrist_t = torch.from_numpy(wrists[0][None])  # one camera: [1, H, W, 3]
+        wrist_t = _image_tensor(wrists[0][None])  # one camera: [1, H, W, 3]
     elif wrists:
-        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3]
+        wrist_t = torch.from_numpy(np.stack(wrists)[None])  # [1, N, H, W, 3], a copy
     return Observation(
-        main_images=torch.from_numpy(main[None]),
+        main_images=_image_tensor(main[None]),
         task_descriptions=[prompt],
         wrist_images=wrist_t,
         states=torch.from_numpy(state[None]) if state is not None else None,

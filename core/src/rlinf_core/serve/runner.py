@@ -32,6 +32,8 @@ from rlinf_core.serve.mapping import ObsMapping, signature
 log = logging.getLogger("rlinf.serve")
 
 INLINE_MAX_MS = 20.0
+FITTING_PROMPTS_KEPT = 256  #: prompts (up to ``FITTING_PROMPT_MAX_CHARS`` long) that fit, not checked again
+FITTING_PROMPT_MAX_CHARS = 1024
 
 
 class PolicyFailure(RuntimeError):
@@ -77,6 +79,9 @@ class PolicyRunner:
         self._model_lock = threading.Lock()  # one policy.act at a time, on the model thread or inline
         self._last_model_ms = 0.0
         self._device = loaded.policy.device
+        self._on_cpu = self._device.type == "cpu"
+        self._may_run_inline = settings.max_batch == 1
+        self._fitting_prompts: set[str] = set()  # a client sends the same instruction every step of an episode
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="rlinf-serve-model", daemon=True)
         self._thread.start()
@@ -104,10 +109,14 @@ class PolicyRunner:
     def check(self, obs: Observation) -> None:
         """Refuse (:class:`BadRequest`) a prompt the policy's context cannot hold, before it is queued."""
         for prompt in obs.task_descriptions:
+            if prompt in self._fitting_prompts:
+                continue
             try:
                 self.policy.check_prompt(prompt)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
+            if len(prompt) <= FITTING_PROMPT_MAX_CHARS and len(self._fitting_prompts) < FITTING_PROMPTS_KEPT:
+                self._fitting_prompts.add(prompt)
 
     def submit(self, obs: Observation, batched: bool = False) -> Future:
         """Queue one observation (a batch of one), or the n rows of a batched request (``batched``, n <= max_batch);
@@ -123,7 +132,7 @@ class PolicyRunner:
     def run_inline(self, obs: Observation, batched: bool = False) -> tuple[np.ndarray, dict] | None:
         """:meth:`submit`'s result computed on this thread, or None when the model should run on its thread (batching
         is on, a job is queued or running, or the model's last run took ``INLINE_MAX_MS`` or more)."""
-        if self.settings.max_batch > 1 or self._last_model_ms >= INLINE_MAX_MS or self._jobs or self._closed:
+        if not self._may_run_inline or self._last_model_ms >= INLINE_MAX_MS or self._jobs or self._closed:
             return None
         if not self._model_lock.acquire(blocking=False):
             return None
@@ -193,12 +202,17 @@ class PolicyRunner:
         """``(actions, timing)`` of each ``(observation, batched)``, from one ``policy.act`` on all of them."""
         t0 = time.perf_counter()
         obs = Observation.cat([o for o, _ in batch]) if len(batch) > 1 else batch[0][0]
-        if self._device.type != "cpu":
+        if not self._on_cpu:
             obs = obs.to(self._device)
-        out = self.policy.act(obs, do_sample=self.settings.do_sample, temperature=self.settings.temperature)
-        actions = out.actions.detach().to("cpu", torch.float32).numpy()
+        actions = self.policy.act(obs, do_sample=self.settings.do_sample, temperature=self.settings.temperature).actions
+        if actions.requires_grad or actions.dtype is not torch.float32 or not actions.is_cpu:
+            actions = actions.detach().to("cpu", torch.float32)
+        actions = actions.numpy()
         self._last_model_ms = model_ms = (time.perf_counter() - t0) * 1000
         timing = {"model_ms": model_ms, "batch_size": len(actions)}
+        if len(batch) == 1:
+            rows, batched = batch[0]
+            return [(actions[: len(rows)] if batched else actions[0], timing)]
         results, start = [], 0
         for rows, batched in batch:
             n = len(rows)

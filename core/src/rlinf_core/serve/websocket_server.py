@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads
+from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads, msgpack_packer
 from rlinf_core.serve.errors import BadRequest, serve_dependency
 from rlinf_core.serve.mapping import to_observations
 from rlinf_core.serve.runner import PolicyFailure, PolicyRunner
@@ -63,6 +63,7 @@ class OpenPIWebsocketServer:
             return
         log.info("connection from %s", peer)
         prev_encode_ms = None
+        pack = msgpack_packer().pack
         try:
             await ws.send(self._metadata)
             while True:
@@ -102,7 +103,7 @@ class OpenPIWebsocketServer:
                 }
                 if prev_encode_ms is not None:
                     server_timing["prev_encode_ms"] = prev_encode_ms
-                payload = msgpack_dumps({"actions": actions, "server_timing": server_timing})
+                payload = pack({"actions": actions, "server_timing": server_timing})
                 prev_encode_ms = (time.perf_counter() - t3) * 1000
                 await ws.send(payload)
         except websockets.ConnectionClosed:

@@ -343,7 +343,11 @@ class PolicyPluginTests(_KitTests):
     def test_act_shapes(self):
         policy = self.make_policy()
         B = self.batch_size
-        out = self._act(policy, self.make_observation(B), do_sample=True, temperature=self.temperature)
+        obs = self.make_observation(B)
+        before = {name: t.clone() for name, t in obs._tensors().items() if t is not None}
+        out = self._act(policy, obs, do_sample=True, temperature=self.temperature)
+        for name, tensor in before.items():  # `rlinf serve` passes read-only request memory
+            assert torch.equal(getattr(obs, name), tensor), f"act wrote into Observation.{name}: it must only read it"
         C, D = policy.num_action_chunks, policy.action_dim
         assert tuple(out.actions.shape) == (B, C, D)
         assert tuple(out.logprobs.shape) == (B, C, D)

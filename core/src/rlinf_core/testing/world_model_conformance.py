@@ -105,7 +105,10 @@ class WorldModelPluginTests:
 
     def test_save_pretrained_loads_back_unchanged(self):
         model = self.make_model()
-        self._trainable(model)
+        if type(model).save_pretrained is WorldModel.save_pretrained:
+            import pytest
+
+            pytest.skip(f"{type(model).__name__} does not implement save_pretrained (nothing to export)")
         path = Path(tempfile.mkdtemp()) / "exported"
         with torch.no_grad():  # the export must carry trained weights, not the initial ones
             for p in model.parameters():

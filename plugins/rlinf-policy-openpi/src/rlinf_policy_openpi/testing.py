@@ -1,6 +1,6 @@
 """Test helpers (this plugin's tests and other plugins')::
 
-    from rlinf_policy_openpi.testing import make_inputs, tiny_checkpoint
+    from rlinf_policy_openpi.testing import FLOAT32_SUMS, make_inputs, tiny_checkpoint
     path = tiny_checkpoint(pi05=True, layout="rlinf")  # same kwargs → same directory
 
 Directories live in a per-process temporary folder removed at exit.
@@ -14,6 +14,12 @@ import torch
 
 from rlinf_core.testing.cache import cached_dir
 from rlinf_policy_openpi.make_tiny import make_tiny
+
+#: ``(n, depth)`` of the tiny checkpoints' float32 passes, for :mod:`rlinf_core.testing.numerics`: the longest sum
+#: has n = 588 terms (a 14 x 14 x 3 SigLIP patch; attention over at most 212 prefix keys, MLPs of 128), and the
+#: longest path takes ~60 sums in a row (SigLIP, Gemma and the expert: 2 layers each of ~9 sums, plus the patch,
+#: projector and action projections).
+FLOAT32_SUMS = (588, 60)
 
 
 def tiny_checkpoint(**kwargs) -> Path:

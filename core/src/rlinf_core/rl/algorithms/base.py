@@ -17,13 +17,14 @@ import torch
 from rlinf_core.contracts.policy import EvaluateOutput
 from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.foundation.checks import check_choice, check_number
-from rlinf_core.rl.algorithms.losses import masked_mean, ppo_actor_loss
+from rlinf_core.rl.algorithms.losses import KL_ESTIMATORS, kl_penalty, masked_mean, ppo_actor_loss
 from rlinf_core.rl.data.micro_batch import MicroBatch
 from rlinf_core.rl.data.trajectory import Samples, Trajectory, flatten_steps
 
 Level = Literal["token_level", "action_level", "chunk_level"]
 RewardLevel = Literal["action_level", "chunk_level"]
 LossAgg = Literal["step_mean", "trajectory_mean"]
+KLEstimator = Literal["k1", "k2", "k3"]
 
 
 def reduce_level(x: torch.Tensor, level: str) -> torch.Tensor:
@@ -65,6 +66,11 @@ class Algorithm:
             sub-steps of its trajectory) and the sum is divided by *all* stored entries, masked
             ones included, so every trajectory counts equally and dropped (filtered) groups
             scale the loss down as upstream. Needs ``auto_reset: false``.
+        kl_beta: coefficient of a penalty ``kl_beta · KL(π_θ ‖ π_ref)`` toward the reference policy: the policy
+            as it was when training started (the RL module keeps a frozen copy of it and computes its log-probs
+            of every rollout). ``0``: no penalty, no reference copy.
+        kl_penalty: the per-entry KL estimator (:func:`~rlinf_core.rl.algorithms.losses.kl_penalty`): ``k3``
+            (GRPO's, ≥ 0), ``k2`` or ``k1``; at ``logprob_type`` granularity, aggregated like the actor loss.
     """
 
     uses_critic = False
@@ -80,6 +86,8 @@ class Algorithm:
         logprob_type: Level = "token_level",
         entropy_type: Level = "token_level",
         loss_agg: LossAgg = "step_mean",
+        kl_beta: float = 0.0,
+        kl_penalty: KLEstimator = "k3",
     ) -> None:
         for name, level in (("logprob_type", logprob_type), ("entropy_type", entropy_type)):
             if level == "chunk_level" and reward_type != "chunk_level":
@@ -93,6 +101,8 @@ class Algorithm:
         check_number("algorithm.entropy_bonus", entropy_bonus)
         check_number("algorithm.update_epoch", update_epoch, low=1, high=1000)
         check_choice("algorithm.loss_agg", loss_agg, ("step_mean", "trajectory_mean"))
+        check_number("algorithm.kl_beta", kl_beta, low=0)
+        check_choice("algorithm.kl_penalty", kl_penalty, KL_ESTIMATORS)
         self.loss_agg = loss_agg
         self.clip_ratio_low = clip_ratio_low
         self.clip_ratio_high = clip_ratio_high
@@ -102,6 +112,13 @@ class Algorithm:
         self.reward_type = reward_type
         self.logprob_type = logprob_type
         self.entropy_type = entropy_type
+        self.kl_beta = kl_beta
+        self.kl_penalty = kl_penalty
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the loss needs the reference policy's log-probs of the rollout (``Samples.ref_logprobs``)."""
+        return self.kl_beta > 0
 
     def check(self, env, policy) -> None:
         """Raise a one-line ``ValueError`` if ``env`` / ``policy`` settings cannot work with this
@@ -209,6 +226,16 @@ class Algorithm:
         metrics = {f"train/actor/{k}": v for k, v in stats.items()}
         metrics["train/actor/policy_loss"] = policy_loss.detach() * mb.per_minibatch
         loss = policy_loss if actor_enabled else policy_loss * 0.0
+        if self.uses_reference:
+            if samples.ref_logprobs is None:
+                raise RuntimeError(
+                    "algorithm.kl_beta > 0 needs the reference policy's log-probs (Samples.ref_logprobs)"
+                )
+            ref = reduce_level(samples.ref_logprobs.to(logp.device), self.logprob_type)
+            kl = masked_mean(kl_penalty(logp, ref, self.kl_penalty), mask, denom * n_per_entry)
+            metrics["train/actor/kl_to_reference"] = kl.detach() * mb.per_minibatch
+            if actor_enabled:
+                loss = loss + self.kl_beta * kl
         if out.entropy is not None:
             ent = reduce_level(out.entropy, self.entropy_type)
             ent_mask = expand_to(weighted, self.entropy_type).expand_as(ent)

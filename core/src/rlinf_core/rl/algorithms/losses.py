@@ -55,6 +55,28 @@ def ppo_actor_loss(
     return policy_loss, stats
 
 
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-entry estimate of ``KL(π_θ ‖ π_ref)`` from the log-probs of actions sampled from (about) π_θ.
+
+    With ``d = log π_ref(a) − log π_θ(a)`` (Schulman, "Approximating KL divergence", 2020):
+    ``k1 = −d`` (unbiased, can be negative), ``k2 = d² / 2`` (biased, low variance) and
+    ``k3 = eᵈ − d − 1`` (unbiased, ≥ 0, low variance; GRPO's penalty, verl's ``low_var_kl``). ``d`` is clamped
+    to ``[−20, 20]`` before ``k3``'s exponential. Shapes match; any shape.
+    """
+    d = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        d = d.clamp(-20.0, 20.0)
+        return torch.exp(d) - d - 1.0
+    raise ValueError(f"kl estimator must be one of {', '.join(KL_ESTIMATORS)}, got {estimator!r}")
+
+
 def huber(x: torch.Tensor, delta: float) -> torch.Tensor:
     absx = x.abs()
     return torch.where(absx <= delta, 0.5 * x**2, delta * (absx - 0.5 * delta))

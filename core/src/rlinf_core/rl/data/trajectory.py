@@ -115,7 +115,8 @@ class Samples:
 
     ``adv``/``mask`` are ``[S, C]`` (action-level rewards) or ``[S]`` (chunk-level);
     ``value_targets``/``value_mask``/``old_values`` are ``[S, Cv]``; ``loss_weight`` ``[S]`` is the
-    per-sample weight of ``loss_agg: trajectory_mean`` (None: unweighted).
+    per-sample weight of ``loss_agg: trajectory_mean`` (None: unweighted); ``ref_logprobs`` (shaped like
+    ``old_logprobs``) are the reference policy's log-probs of the sampled actions, for a KL penalty (None: none).
     """
 
     obs: Observation
@@ -127,6 +128,7 @@ class Samples:
     value_targets: torch.Tensor | None = None
     value_mask: torch.Tensor | None = None
     loss_weight: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
 
     @classmethod
     def from_trajectories(
@@ -173,6 +175,7 @@ class Samples:
             value_targets=pick(self.value_targets),
             value_mask=pick(self.value_mask),
             loss_weight=pick(self.loss_weight),
+            ref_logprobs=pick(self.ref_logprobs),
         )
 
     def to(self, device: torch.device | str) -> Samples:
@@ -191,6 +194,7 @@ class Samples:
             value_targets=move(self.value_targets),
             value_mask=move(self.value_mask),
             loss_weight=move(self.loss_weight),
+            ref_logprobs=move(self.ref_logprobs),
         )
 
     def nbytes_per_sample(self) -> float:
