@@ -42,37 +42,6 @@ def pytest_configure(config):
     memory_watch.pytest_configure(config)  # each test's peak memory, the 10 largest listed, the limits enforced
 
 
-# The quick tier (`pytest -m "not slow"`, README) leaves out these whole files: multi-process strategies and env
-# workers, subprocess fits, pip installs, real-simulator smoke configs, full-size meta builds. Single slow tests
-# elsewhere carry @pytest.mark.slow themselves.
-SLOW_FILES = {
-    "tests/test_quickstart.py",
-    "tests/test_configs.py",
-    "tests/test_gpu_configs.py",
-    "tests/test_imagination_example.py",
-    "tests/core/test_kill_resume.py",
-    "tests/core/test_console_output.py",
-    "tests/core/test_plugin_tutorial.py",
-    "tests/core/test_coevolve.py",
-    "tests/scale/test_strategies_multiprocess.py",
-    "tests/scale/test_env_workers.py",
-    "tests/scale/test_bench_e2e.py",
-    "plugins/rlinf-env-libero/tests/test_libero_workers.py",
-    "plugins/rlinf-env-libero/tests/test_libero_smoke_config.py",
-    "plugins/rlinf-env-maniskill/tests/test_maniskill_lavapipe.py",
-    "plugins/rlinf-env-maniskill/tests/test_maniskill_smoke_config.py",
-    "plugins/rlinf-policy-openpi/tests/test_openpi_ddp.py",
-    "plugins/rlinf-policy-openpi/tests/test_openpi_strategies.py",
-    "plugins/rlinf-policy-openpi/tests/test_openpi_fit.py",
-    "plugins/rlinf-policy-openvla/tests/test_openvla_lora_ddp.py",
-    "plugins/rlinf-policy-openvla/tests/test_openvla_fit.py",
-    "plugins/rlinf-wm-opensora/tests/test_opensora_fit.py",
-    "plugins/rlinf-wm-opensora/tests/test_opensora_wm_fit.py",
-    "plugins/rlinf-wm-wan/tests/test_wan_fit.py",
-    "plugins/rlinf-wm-wan/tests/test_wan_world_model_fit.py",
-}
-
-
 # The files holding the longest tests run first, roughly longest first (their tests' durations in this round's
 # .ci/run logs), each file's tests kept together and in order. With scripts/test.sh's `--dist worksteal` a worker
 # that runs out of tests steals the tail of the other's queue, so the run ends on short tests on both workers
@@ -113,8 +82,6 @@ def pytest_collection_modifyitems(config, items):
             rel = item.path.relative_to(root).as_posix()
         except ValueError:
             rel = ""
-        if rel in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)
         ranks[item.nodeid] = rank.get(rel, len(LONGEST_FIRST))
     items.sort(key=lambda item: ranks[item.nodeid])  # stable: the other files keep their order
 

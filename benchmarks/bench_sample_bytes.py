@@ -4,7 +4,7 @@ Runs a real rollout (collector + GRPO advantages) and reports ``Samples.nbytes_p
 rlinf keeps the env's uint8 images (the policy re-preprocesses them in the update), plus states
 and the policy's record (action tokens). Compared with storing the same images as float32, and
 with storing a VLA's preprocessed ``pixel_values`` (OpenVLA-style fused DINOv2+SigLIP input:
-6 x 224 x 224 float32, per camera), then scaled to the seeds' LIBERO GRPO config
+6 x 224 x 224 float32, per camera), then scaled to RLinf's published LIBERO GRPO config
 (64 envs x 512 steps / 8-step chunks x 16 rollout epochs = 65,536 samples per RL step)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_sample_bytes.py [--env auto|metaworld|reach] [--image-size 224] [--wrist]
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         fmt_table(
             [(name, f"{b / 1024:.1f} KiB", f"{r:.1f}x", f"{b * SEED_SAMPLES / 2**30:.1f} GiB") for name, b, r in rows],
-            ("per sample", "bytes", "vs stored", f"x {SEED_SAMPLES} samples (seeds' LIBERO step)"),
+            ("per sample", "bytes", "vs stored", f"x {SEED_SAMPLES} samples (RLinf's published LIBERO step)"),
         )
     )
 

@@ -9,7 +9,7 @@ Parts (each time-boxed; one that errors or runs out of time is recorded and the 
   full fine-tuning (full is run only where the estimate fits the card; else the estimate is recorded);
 * ``throughput``: whole RL steps through :class:`rlinf_core.RLModule` and a Lightning ``Trainer`` (GRPO with the
   log-prob recompute) at ``pipeline_stage_num`` 1 and 2, env workers on the CPU cores: env steps/s, GPU
-  utilisation (NVML) and the split rollout / log-prob recompute / update, and the projection of the seeds'
+  utilisation (NVML) and the split rollout / log-prob recompute / update, and the projection of RLinf's published
   ManiSkill headline run (OpenVLA-OFT PPO, 128 envs x 160 steps per GPU per RL step, 8 GPUs, 24 h);
 * ``precisions``: the toy GRPO (ReachEnv, TinyVLAPolicy) under bf16-mixed, 16-mixed and 32-true: returns first vs
   last RL step and the largest rollout-vs-recompute log-prob gap;

@@ -19,7 +19,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 OFT_KIND = "openvla-oft-sft-libero"
-# the seeds' ManiSkill headline run (configs/maniskill/maniskill_ppo_openvlaoft.yaml): per GPU and RL step
+# RLinf's published ManiSkill headline run (configs/maniskill/maniskill_ppo_openvlaoft.yaml): per GPU and RL step
 HEADLINE = {"gpus": 8, "hours": 24.0, "num_envs": 128, "max_steps": 160, "chunks": 8}
 GiB = 2**30
 

@@ -1,6 +1,6 @@
 """Side-by-side check of our PutOnPlateInScene25 tasks against RLinf v0.3's own task code (CPU, lavapipe).
 
-Runs every env id of the seeds' table once with RLinf's modules (loaded from a checkout: ``git clone -b v0.3
+Runs every env id of RLinf's published table once with RLinf's modules (loaded from a checkout: ``git clone -b v0.3
 https://github.com/RLinf/RLinf``; only ``rlinf/envs/maniskill/tasks`` is imported, its package ``__init__`` files
 are skipped) and once with ``rlinf_env_maniskill.rl4vla``, in two processes, on the same assets (real, or the
 stand-ins of ``rlinf maniskill-assets synthesize DIR``), and compares per episode id: the decoded

@@ -1,9 +1,9 @@
-"""Drift guard: every seeds' config carries the values of the upstream RLinf experiment it reproduces.
+"""Drift guard: every config from RLinf's guides carries the values of the upstream RLinf experiment it reproduces.
 
 The table below is RLinf v0.3's ``examples/embodiment/config/*.yaml`` (with their ``env/`` and ``model/``
-includes and the code defaults they fall back to) as the seeds' runs effectively used them; e.g. Adam
+includes and the code defaults they fall back to) as RLinf's published runs effectively used them; e.g. Adam
 eps 1e-8 / weight decay 0.01 are torch's AdamW defaults, which RLinf passed regardless of the YAML until
-after the seeds' runs. A deliberate difference is documented in docs/configs.md and left out of the table.
+after RLinf's published runs. A deliberate difference is documented in docs/configs.md and left out of the table.
 Change a value here only together with docs/configs.md.
 """
 
@@ -471,7 +471,7 @@ UPSTREAM: dict[str, tuple[str, dict]] = {
         for suite in ("spatial", "object", "goal", "libero_10", "libero_90", "libero_130")
     },
 }
-# the SFT rows of the seeds' world-model tables, evaluated in real LIBERO as upstream's env.eval of the WM configs
+# the SFT rows of RLinf's published world-model tables, evaluated in real LIBERO as upstream's env.eval of WM configs
 WM_SFT_EVAL = {
     **RLINF_IMAGES,
     "eval_env.max_episode_steps": 512,
@@ -506,7 +506,7 @@ UPSTREAM.update(
         for up in ["opensora_libero_spatial" if wm == "opensora" else f"wan_libero_{suite}"]
     }
 )
-# configs that are not seeds' experiments: CPU smoke tests and the quickstart
+# configs that are not RLinf's published experiments: CPU smoke tests and the quickstart
 NOT_SEEDS = {
     "libero/spatial_cpu_smoke.yaml",
     "maniskill/pickcube_cpu_smoke.yaml",
@@ -604,7 +604,7 @@ def drift(rel: str, cfg: dict, text: str, docs: str) -> list[str]:
     if f"`configs/{rel}`" not in docs:
         out.append(f"{rel}: docs/configs.md has no row for configs/{rel}")
     # LIBERO: RLinf seeds numpy per sub-env before each reset (fixture placement); MetaWorld: 15 + 1 zero-action
-    # steps before the first frame. Every real-simulator env of a seeds' config does the same.
+    # steps before the first frame. Every real-simulator env of a config from RLinf's guides does the same.
     for section, args in _env_blocks(cfg, "LiberoEnv"):
         seed = (args.get("sim") or {}).get("placement_seed")
         if seed != "rlinf":
@@ -617,7 +617,7 @@ def drift(rel: str, cfg: dict, text: str, docs: str) -> list[str]:
 
 
 def test_no_shipped_config_drifted_from_upstream():
-    """One table-driven check over every seeds' config: the failure lists each drifted config and key."""
+    """One table-driven check over every config from RLinf's guides: the failure lists each drifted config and key."""
     docs = (ROOT / "docs" / "configs.md").read_text()
     drifted = [line for rel in sorted(UPSTREAM)
                for line in drift(rel, _load(rel), (CONFIGS / rel).read_text(), docs)]  # fmt: skip

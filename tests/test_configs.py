@@ -7,6 +7,8 @@ import yaml
 
 from rlinf_core.cli.main import main
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 ALL = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not p.name.startswith("_"))
 LOOPS = [p for p in ALL if "stages" in (yaml.safe_load(p.read_text()) or {})]  # rlinf coevolve loop files

@@ -1,10 +1,10 @@
-"""The seeds' OpenVLA / OFT configs, parsed through the real CLI, feed images as RLinf v0.3's code does.
+"""RLinf's OpenVLA / OFT configs, parsed through the real CLI, feed images as RLinf v0.3's code does.
 
 RLinf's YAMLs say ``center_crop: True``, but the value is only passed to ``OpenVLAOFTConfig.from_pretrained`` and
 read by nothing (RLinf v0.3 rlinf/models/embodiment/openvla_oft/rlinf/__init__.py:44-46; only
 rlinf/envs/robotwin/robotwin_env.py crops), and its processor resizes tensors
 (rlinf/models/embodiment/prismatic/processing_prismatic.py:51). So the parsed policy must not crop and must resize
-tensors. The YAML-level check of every seeds' config is ``RLINF_IMAGES`` in tests/test_config_fidelity.py.
+tensors. The YAML-level check of every config from RLinf's guides is ``RLINF_IMAGES`` in tests/test_config_fidelity.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 from rlinf_core.cli.main import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-# one config per family of the seeds' OpenVLA / OFT runs (LIBERO GRPO / PPO / eval, ManiSkill OpenVLA / OFT /
+# one config per family of RLinf's published OpenVLA / OFT runs (LIBERO GRPO / PPO / eval, ManiSkill OpenVLA / OFT /
 # OOD eval, MetaWorld OFT, the world-model GRPO runs and their SFT evals)
 FAMILIES = [
     "libero/spatial.yaml",

@@ -369,7 +369,7 @@ def test_corrupt_model_directories_fail_in_one_line(tmp_path, capsys, monkeypatc
     assert not (tmp_path / "runs").exists(), "a failed start left a run directory"
 
 
-# ---------------------------------------------------------------- issue 28: the kinds of bad input, round 3
+# ---------------------------------------------------------------- the kinds of bad input, one by one
 TOY = "configs/toy/reach_grpo.yaml"
 FAST = ["--trainer.max_epochs=0"]
 
@@ -595,8 +595,8 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_issue28_kinds_fail_in_one_line_and_write_nothing(tmp_path, capsys, monkeypatch):
-    """Every kind of issue 28 (1–9; 10 below): exit status 2, one ``rlinf: error:`` line naming the key or file,
+def test_each_kind_of_bad_input_fails_in_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Every kind of bad input (1–9; 10 below): exit status 2, one ``rlinf: error:`` line naming the key or file,
     no traceback, and the directory (earlier runs, checkpoints, configs) unchanged."""
     monkeypatch.chdir(tmp_path)
     for var in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"):
@@ -825,7 +825,7 @@ def torch_zeros():
 def test_a_bug_inside_training_keeps_its_traceback_under_one_line_naming_the_module(
     tmp_path, capsys, monkeypatch, where
 ):
-    """Issue 23 req 5: a TypeError planted in a policy's act, an env's step or a callback is a bug, not bad input:
+    """A TypeError planted in a policy's act, an env's step or a callback is a bug, not bad input:
     no exit 2, the exception propagates with its traceback, headed by ``rlinf: bug in <module> during training
     (not a config error)``. A bad value while the config is parsed stays one line."""
     from rlinf_core.builtin.toy_env import ReachEnv

@@ -137,7 +137,7 @@ def test_truncated_safetensors_fail_in_one_line_naming_the_file(tmp_path):
 
 def test_save_model_files_with_tied_weights_load_with_the_tie(tmp_path):
     """safetensors.torch.save_model (openpi's writer) drops one name of a tied pair and writes {dropped: kept} into
-    the metadata, with no "format" key: a valid file, loaded with both names (issue 33, finding 1)."""
+    the metadata, with no "format" key: a valid file, loaded with both names."""
     from safetensors import safe_open
     from safetensors.torch import save_model
 

@@ -83,7 +83,7 @@ def test_help_into_a_closed_pipe_is_not_an_error():
 
 
 def test_help_examples_name_the_run_directory_their_config_writes(capsys):
-    """An example's ``--ckpt_path`` is a ``version_N`` under the config's own logger directory (issue 39)."""
+    """An example's ``--ckpt_path`` is a ``version_N`` under the config's own logger directory."""
     import re
 
     import yaml

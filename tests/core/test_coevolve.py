@@ -11,6 +11,8 @@ import yaml
 from rlinf_core.cli.coevolve import LoopError, load_loop, run_loop
 from rlinf_core.cli.main import main
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TOY_LOOP = ROOT / "configs" / "toy" / "coevolve.yaml"
 

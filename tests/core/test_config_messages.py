@@ -1,4 +1,4 @@
-"""What ``rlinf fit`` says about the last bad configs (issue 34) and where its messages point (issues 39, 33).
+"""What ``rlinf fit`` says about bad configs, and where its messages point.
 
 Each case runs ``rlinf fit`` in-process on the toy GRPO config: an error is one ``rlinf: error:`` line with exit
 status 2; what might be deliberate runs and prints one named ``rlinf: warning:`` line (docs/reliability.md).
@@ -75,7 +75,7 @@ def _warnings(code, lines) -> list[str]:
 POL, ENV = "model__init_args__policy__init_args__", "model__init_args__env__init_args__"
 
 
-# ------------------------------------------------------------------ issue 34: silently accepted -> a named warning
+# ------------------------------------------------------------------ silently accepted -> a named warning
 @pytest.mark.parametrize(
     "edits, flags, expected",
     [
@@ -117,7 +117,7 @@ def test_a_reward_filter_that_drops_every_group_warns_once(tmp_path, capsys, mon
     assert len(dropped) == 1, warnings
 
 
-# ------------------------------------------------------------------ issue 34: buried in a traceback -> one line
+# ------------------------------------------------------------------ buried in a traceback -> one line
 def test_a_policy_that_cannot_read_the_env_state_fails_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     line = _one_error(*_fit(tmp_path, capsys, _toy(**{POL + "state_dim": 3}), *ONE_STEP))
@@ -170,7 +170,7 @@ def test_a_zip_of_garbage_as_ckpt_fails_in_one_line(tmp_path, capsys, monkeypatc
     assert not (tmp_path / "runs").exists()
 
 
-# ------------------------------------------------------------------ issue 39 items 8-10: messages
+# ------------------------------------------------------------------ messages that point at the fix
 def test_a_yaml_key_typo_gets_did_you_mean_and_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _toy()
@@ -273,7 +273,7 @@ def test_yaml_keys_are_found_by_section_and_name_and_only_when_unambiguous():
     assert yaml_key(config, "algorithm.update_epoch", 0) is None
 
 
-# ------------------------------------------------------------------ issue 33 finding 3: RLinf's flat keys
+# ------------------------------------------------------------------ RLinf's flat keys
 def test_rlinf_flat_policy_keys_name_their_grouped_key(tmp_path, capsys, monkeypatch):
     """An RLinf-style flat key under an OpenVLA policy's init_args names its grouped key, in YAML and on the
     command line."""

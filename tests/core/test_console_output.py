@@ -19,6 +19,8 @@ from rlinf_core.callbacks.eval_report import eval_table
 from rlinf_core.cli.main import _pop_verbose, main
 from rlinf_core.cli.quiet import install_quiet_filters
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RLINF = [sys.executable, "-c", "import sys; from rlinf_core.cli.main import main; sys.exit(main())"]
 NOISE = ["Tip:", "litlogger", "v_num", "/--", "LeafSpec", "LightningCLI's args parameter", "Trainer.fit` stopped"]
@@ -161,7 +163,7 @@ def test_verbose_flag_is_rlinf_s_unless_it_has_a_value():
 def test_every_run_names_its_directory_first_and_a_finished_run_is_not_rerun(tmp_path):
     """stdout and stderr together, as in ``rlinf fit ... > log 2>&1``: fit's and validate's first line is the run
     header with its directory (Lightning's ``Seed set to`` after it); resuming a finished run says so, names the key
-    that continues it and writes no new version directory (issue 39)."""
+    that continues it and writes no new version directory."""
 
     def rlinf(*args: str) -> list[str]:
         done = subprocess.run(

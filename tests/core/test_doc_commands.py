@@ -100,18 +100,30 @@ COMMANDS: dict[tuple[str, str], list[str] | str] = {
         "bash scripts/gpu_check.sh --dry-run --out /tmp/gpu-check",
     ): "tests/test_gpu_check.py runs the dry run (into tmp_path)",
     ("performance.md", "bash scripts/gpu_check.sh --prepare"): "downloads the wheels the GPU machine lacks",
-    ("plugins.md", "rlinf new env gridworld"): "tests/core/test_rlinf_new.py writes each kind and runs it",
+    ("plugin_tutorial.md", "rlinf new env gridworld"): "tests/core/test_rlinf_new.py writes each kind and runs it",
     (
-        "plugins.md",
+        "plugin_tutorial.md",
         "pip install -e './rlinf-env-gridworld[test]'",
     ): "tests/core/test_rlinf_new.py installs what rlinf new writes",
-    ("plugins.md", "pytest rlinf-env-gridworld/tests"): "tests/core/test_rlinf_new.py runs the written package's kit",
-    ("plugins.md", "rlinf fit --config gridworld/ppo.yaml"): "tests/core/test_rlinf_new.py trains each written kind",
-    ("plugins.md", "pip install ./rlinf-slide"): "tests/core/test_plugin_tutorial.py installs the tutorial package",
-    ("plugins.md", "rlinf plugins"): [],
-    ("plugins.md", "pytest rlinf-slide/tests"): "tests/core/test_plugin_tutorial.py runs the package's tests",
-    ("plugins.md", "rlinf configs | grep slide"): "tests/core/test_plugin_tutorial.py lists the package's configs",
-    ("plugins.md", "rlinf fit --config slide/grpo.yaml"): "tests/core/test_plugin_tutorial.py trains it",
+    (
+        "plugin_tutorial.md",
+        "pytest rlinf-env-gridworld/tests",
+    ): "tests/core/test_rlinf_new.py runs the written package's kit",
+    (
+        "plugin_tutorial.md",
+        "rlinf fit --config gridworld/ppo.yaml",
+    ): "tests/core/test_rlinf_new.py trains each written kind",
+    (
+        "plugin_tutorial.md",
+        "pip install ./rlinf-slide",
+    ): "tests/core/test_plugin_tutorial.py installs the tutorial package",
+    ("plugin_tutorial.md", "rlinf plugins"): [],
+    ("plugin_tutorial.md", "pytest rlinf-slide/tests"): "tests/core/test_plugin_tutorial.py runs the package's tests",
+    (
+        "plugin_tutorial.md",
+        "rlinf configs | grep slide",
+    ): "tests/core/test_plugin_tutorial.py lists the package's configs",
+    ("plugin_tutorial.md", "rlinf fit --config slide/grpo.yaml"): "tests/core/test_plugin_tutorial.py trains it",
     (
         "scaling.md",
         'torchrun --nnodes 2 --nproc-per-node 8 --node-rank "$NODE_RANK" --rdzv-backend c10d '
@@ -257,7 +269,7 @@ def run_doc(doc: str, tmp_path: Path, monkeypatch, capsys) -> list[str]:
 
 
 def test_cheap_doc_commands_run(tmp_path, monkeypatch, capsys):
-    for doc in ("imagination.md", "plugins.md"):
+    for doc in ("imagination.md", "plugin_tutorial.md"):
         (tmp_path / doc).mkdir()
         outputs = run_doc(doc, tmp_path / doc, monkeypatch, capsys)
         assert outputs and all(outputs)

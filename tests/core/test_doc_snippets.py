@@ -1,6 +1,6 @@
 """Docs that show a config show the file: a YAML block marked ``<!-- file: PATH -->`` is PATH verbatim, and a
 whole config (top-level ``seed_everything:``) shown anywhere in the docs must carry that mark, unless it is a file of
-docs/plugins.md's tutorial (first line ``# file: ...``), which tests/core/test_plugin_tutorial.py writes out and
+docs/plugin_tutorial.md's tutorial (first line ``# file: ...``), which tests/core/test_plugin_tutorial.py writes out and
 runs."""
 
 from __future__ import annotations

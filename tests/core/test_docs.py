@@ -1,11 +1,11 @@
-"""Every hook has a documented heading with its exact signature (docs/plugins.md)."""
+"""Every hook has a documented heading with its exact signature (docs/plugin_reference.md)."""
 
 import inspect
 from pathlib import Path
 
 from rlinf_core.plugins import hookspecs
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugin_reference.md"
 
 
 def test_every_hook_is_documented_with_its_signature():
@@ -62,3 +62,21 @@ def test_algorithm_equations_link_to_the_functions_that_implement_them():
             assert hasattr(obj, part), f"docs/algorithms.md links {name} to {path}, which has no {part}"
             owner, obj = obj, getattr(obj, part)
         assert callable(obj) or isinstance(inspect.getattr_static(owner, part), property), name
+
+
+def test_the_readme_counts_the_hooks_and_lists_every_core_folder_and_doc():
+    import re
+
+    readme = (DOC.parents[1] / "README.md").read_text()
+    number = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}[len(hookspecs.HOOK_NAMES)]
+    hooks = re.search(rf"{number} hooks \(([^)]*)\)", readme)
+    assert hooks, f"the README does not say '{number} hooks (...)'"
+    assert re.findall(r"`(\w+)`", hooks.group(1)) == list(hookspecs.HOOK_NAMES)
+    layout = readme.split("## Repository layout", 1)[1]
+    listed = re.search(r"src/rlinf_core/\{([^}]*)\}", layout).group(1)
+    package = DOC.parents[1] / "core" / "src" / "rlinf_core"
+    folders = {p.name for p in package.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    assert sorted(re.sub(r"\s", "", listed).split(",")) == sorted(folders)
+    docs_row = layout.split("\ndocs/", 1)[1].split("\nscripts/", 1)[0]
+    missing = [p.name for p in sorted(DOC.parent.glob("*.md")) if p.name not in docs_row]
+    assert not missing, f"the README's layout does not list docs {missing}"

@@ -11,6 +11,9 @@ folders of two modules that import each other's folder (``rlinf_core.rl.module``
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,16 +220,21 @@ def test_layers_import_only_what_docs_architecture_allows():
     assert not bad, "imports between layers that docs/architecture.md does not allow:\n" + "\n".join(bad)
 
 
-#: where plugin source code may import the core from (docs/plugins.md, "Where plugins import from")
-PLUGIN_IMPORT_PLACES = (
-    "rlinf_core",
-    "rlinf_core.contracts",
-    "rlinf_core.envs",
-    "rlinf_core.world_models",
-    "rlinf_core.supervised",
-    "rlinf_core.models.*",
-    "rlinf_core.testing.*",
-)
+PLUGIN_REFERENCE = ROOT / "docs" / "plugin_reference.md"
+
+
+def plugin_import_table() -> dict[str, str]:
+    """docs/plugin_reference.md's "Where plugins import from" table, the rule itself: place -> what it holds.
+
+    A place ``pkg.<module>`` means any module of ``pkg`` (``rlinf_core.models.<module>``: ``rlinf_core.models.lora``).
+    """
+    section = PLUGIN_REFERENCE.read_text().split("## Where plugins import from", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(rlinf_core[\w.<>]*)` \| (.*) \|$", section, re.M)
+    return dict(rows)
+
+
+#: where plugin source code may import the core from, as the reference's table says (``pkg.*``: any module of pkg)
+PLUGIN_IMPORT_PLACES = tuple(place.replace(".<module>", ".*") for place in plugin_import_table())
 
 
 def _allowed_for_plugins(module: str) -> bool:
@@ -242,6 +250,56 @@ def test_plugin_sources_import_the_core_only_from_the_documented_places():
                 if base.split(".")[0] == "rlinf_core" and not _allowed_for_plugins(base):
                     bad.append(f"{path.relative_to(ROOT)}: from {base} import {', '.join(names)}")
     assert not bad, "plugins must import the core from " + ", ".join(PLUGIN_IMPORT_PLACES) + ":\n" + "\n".join(bad)
-    documented = (ROOT / "docs" / "plugins.md").read_text().split("## Where plugins import from", 1)[1]
-    for place in PLUGIN_IMPORT_PLACES:
-        assert f"`{place.removesuffix('.*')}" in documented, f"{place} is not documented in docs/plugins.md"
+
+
+def _public_modules(package: str) -> set[str]:
+    folder = ROOT / "core" / "src" / Path(*package.split("."))
+    return {p.stem for p in folder.glob("[a-z]*.py")} | {
+        p.name for p in folder.iterdir() if (p / "__init__.py").is_file()
+    }
+
+
+def test_the_plugin_import_table_names_what_each_place_holds():
+    """Each name in the table's second column is there: an attribute of a package place; for a ``<module>`` place, a
+    module of the package (all of them listed) or a name one of its modules defines."""
+    table = plugin_import_table()
+    assert {"rlinf_core", "rlinf_core.contracts", "rlinf_core.models.<module>"} <= set(table), sorted(table)
+    missing = []
+    for place, what in table.items():
+        names = [n for n in re.findall(r"`(\w+)`", what) if not n.startswith("__")]
+        if place.endswith(".<module>"):
+            package = place.removesuffix(".<module>")
+            modules = _public_modules(package)
+            listed = {n for n in names if n in modules}
+            missing += [f"{package}.{m} (not listed)" for m in sorted(modules - listed)]
+            loaded = [importlib.import_module(f"{package}.{m}") for m in sorted(listed)]
+            missing += [f"{place}: {n}" for n in names if n not in modules and not any(hasattr(m, n) for m in loaded)]
+        else:
+            module = importlib.import_module(place)
+            missing += [f"{place}: {n}" for n in names if not hasattr(module, n)]
+    assert not missing, "docs/plugin_reference.md's import table names what is not there:\n" + "\n".join(missing)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name inside a module, not a module
+        return False
+
+
+#: core modules the plugin pages name although plugins do not import them: sources to read, and the command's entry
+NAMED_NOT_IMPORTED = ("rlinf_core.builtin", "rlinf_core.cli.main")
+
+
+def test_the_plugin_pages_name_the_core_only_at_the_documented_places():
+    """A dotted ``rlinf_core....`` in the plugin pages' prose is an import place (or a name in one)."""
+    bad = []
+    for page in sorted((ROOT / "docs").glob("plugin_*.md")):
+        for dotted in sorted(set(re.findall(r"`(rlinf_core(?:\.\w+)*)", page.read_text()))):
+            parts = dotted.split(".")
+            candidates = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            module = next(c for c in candidates if _is_module(c))
+            package_of_a_place = f"{module}.*" in PLUGIN_IMPORT_PLACES  # "the modules of rlinf_core.models"
+            if not (_allowed_for_plugins(module) or package_of_a_place or module.startswith(NAMED_NOT_IMPORTED)):
+                bad.append(f"{page.name}: {dotted}")
+    assert not bad, "the plugin pages name core modules that are not import places:\n" + "\n".join(bad)

@@ -1,4 +1,4 @@
-"""docs/plugins.md's tutorial, run: its files are written out, the package is pip-installed (not editable),
+"""docs/plugin_tutorial.md's tutorial, run: its files are written out, the package is pip-installed (not editable),
 its conformance tests pass and its shipped config trains through ``rlinf fit --config slide/grpo.yaml``."""
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "plugins.md"
+DOC = ROOT / "docs" / "plugin_tutorial.md"
 
 
 def tutorial_files() -> dict[str, str]:

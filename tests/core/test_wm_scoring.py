@@ -182,7 +182,7 @@ def test_window_labels_stay_positive_after_the_first_success():
 
 def test_the_readme_command_runs_with_its_defaults_on_short_episodes(tmp_path, capsys):
     """``rlinf wm-score actions --world_model ToyWorldModel --episodes DIR`` (the README's line, no --horizon) on
-    episodes shorter than 24 steps: the horizon defaults to what the episodes hold (issue 39)."""
+    episodes shorter than 24 steps: the horizon defaults to what the episodes hold."""
     from rlinf_core.cli.main import main
 
     for i, e in enumerate(simulated_episodes(steps=13)):

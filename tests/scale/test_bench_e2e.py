@@ -16,6 +16,8 @@ import bench_e2e  # noqa: E402
 from rlinf_env_metaworld.env import MetaWorldEnv  # noqa: E402
 from rlinf_env_metaworld.settings import MetaWorldRenderConfig  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 TASKS = ["button-press-topdown-v3", "drawer-close-v3"]
 
 

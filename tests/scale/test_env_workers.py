@@ -21,6 +21,8 @@ from rlinf_core.rl.config import RolloutConfig
 from rlinf_core.rl.module import RLModule
 from rlinf_core.testing.conformance import EnvPluginTests
 
+pytestmark = pytest.mark.slow
+
 
 class FailingReachEnv(ReachEnv):
     """ReachEnv whose simulator raises once its total step count passes ``fail_after``."""

@@ -17,6 +17,8 @@ from rlinf_core.testing.multirank import PARITY_OPTIM, assert_trains_like, check
 
 pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 TRIALS = 4  # ReachEnv: 3 tasks x 4 trials = 12 initial states
 TINY_VLA = {"class_path": "TinyVLAPolicy", "init_args": {"action_dim": 2, "num_action_chunks": 2, "hidden_size": 32}}

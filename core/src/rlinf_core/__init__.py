@@ -1,6 +1,6 @@
 """rlinf: reinforcement-learning fine-tuning of Vision-Language-Action policies on Lightning.
 
-The names below are what plugins import (see docs/plugins.md, "Where plugins import from"). Only
+The names below are what plugins import (see docs/plugin_reference.md, "Where plugins import from"). Only
 ``hookimpl`` is imported eagerly: every other name loads its module (torch, Lightning) on first use, so
 that ``rlinf --help`` / ``plugins`` / ``configs`` and a plugin's entry-point module stay fast.
 """
@@ -17,6 +17,7 @@ _LAZY = {
     "Observation": "rlinf_core.contracts.observation",
     "Policy": "rlinf_core.contracts.policy",
     "RewardModel": "rlinf_core.contracts.world_model",
+    "StepResult": "rlinf_core.contracts.observation",
     "VideoConfig": "rlinf_core.contracts.env",
     "WorldModel": "rlinf_core.contracts.world_model",
     "RLModule": "rlinf_core.rl.module",

@@ -1,4 +1,4 @@
-"""The seeds' LIBERO-130 eval-only configs run through the real ``rlinf validate`` CLI (tiny OFT, CPU, one task)."""
+"""RLinf's LIBERO-130 eval-only configs run through the real ``rlinf validate`` CLI (tiny OFT, CPU, one task)."""
 
 import json
 import os

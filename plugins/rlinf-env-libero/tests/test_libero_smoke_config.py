@@ -4,6 +4,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("LIBERO_CONFIG_PATH", tempfile.mkdtemp(prefix="libero-config-"))  # no user config.yaml
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -11,6 +13,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from rlinf_core.cli.main import main  # noqa: E402
 from rlinf_env_libero import clear_sim_cache  # noqa: E402
 from rlinf_policy_openvla.make_tiny import make_tiny  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "libero" / "spatial_cpu_smoke.yaml"
 

@@ -12,6 +12,8 @@ from rlinf_core.envs.vector import EnvWorkerError, vectorize  # noqa: E402
 from rlinf_env_libero import LiberoEnv  # noqa: E402
 from rlinf_env_libero.settings import LiberoRenderConfig, LiberoSimConfig  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 def test_runs_in_worker_processes_and_reports_simulator_errors():
     env = vectorize(

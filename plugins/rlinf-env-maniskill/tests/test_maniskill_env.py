@@ -363,7 +363,7 @@ def test_reset_with_episode_id_places_every_group_member_in_the_id_s_scene(monke
 
 def test_images_come_through_the_task_s_own_observation_path(monkeypatch):
     """A task that edits its pixels in ``_get_obs_sensor_data`` (RL4VLA's green screen) is seen edited: background
-    pixels show the task's overlay, robot pixels the render (issue 25: the env used to capture cameras directly)."""
+    pixels show the task's overlay, robot pixels the render (the env used to capture cameras directly)."""
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))

@@ -12,6 +12,8 @@ import pytest
 
 from rlinf_env_maniskill import lavapipe
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install_lavapipe.sh"
 INSTALLED = lavapipe.is_installed()
 needs_install = pytest.mark.skipif(not INSTALLED, reason=f"lavapipe is not installed: run {lavapipe.INSTALL_HINT}")

@@ -1,4 +1,4 @@
-"""The seeds' combined OOD eval config runs through the real ``rlinf validate`` CLI on synthetic assets (tiny
+"""RLinf's combined OOD eval config runs through the real ``rlinf validate`` CLI on synthetic assets (tiny
 OpenVLA-OFT, CPU physics, lavapipe; one task per column) and writes the seed's table layout."""
 
 from __future__ import annotations

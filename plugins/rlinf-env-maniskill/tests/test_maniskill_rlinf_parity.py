@@ -1,4 +1,4 @@
-"""What RLinf v0.3 sends to ManiSkill and how it renders: the gripper command and the camera shader (issue 24)."""
+"""What RLinf v0.3 sends to ManiSkill and how it renders: the gripper command and the camera shader."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ import pytest
 
 from rlinf_env_maniskill import lavapipe
 
+pytestmark = pytest.mark.slow
+
 if not (lavapipe.is_installed() or lavapipe.nvidia_present() or os.environ.get("VK_ICD_FILENAMES")):
     pytest.skip(f"lavapipe is not installed (and no GPU): run {lavapipe.INSTALL_HINT}", allow_module_level=True)
 

@@ -75,7 +75,7 @@ def test_task_set_selection_and_errors():
 
 
 def test_a_task_typo_gets_a_did_you_mean_before_the_list():
-    """Issue 39 item 8: the closest task name comes first, not buried after the 50 valid ones."""
+    """The closest task name comes first, not buried after the 50 valid ones."""
     from rlinf_env_metaworld.tasks import resolve_tasks
 
     for kwargs, expected in (

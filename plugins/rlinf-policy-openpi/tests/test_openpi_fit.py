@@ -12,6 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from rlinf_core.cli.main import main  # noqa: E402
 from rlinf_policy_openpi.make_tiny import make_tiny  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "metaworld" / "mt50_ppo_openpi_cpu_smoke.yaml"
 
 

@@ -2,7 +2,7 @@
 critic of RLinf's metaworld_50_ppo_openpi (detached, on the expert) or _pi05 (after the VLM), and GRPO), as the
 built-in tiny policies do in tests/core/test_rl_loop.py.
 
-As in the seeds' recipe (SFT checkpoint, then RL with PaliGemma frozen), the policy first imitates a *weak* scripted
+As in RLinf's recipe (SFT checkpoint, then RL with PaliGemma frozen), the policy first imitates a *weak* scripted
 expert (it heads for the target at 30 % of the needed speed, so episodes often time out): a random flow maps its
 N(0, I) noise to near-random actions, so RL from scratch mostly learns noise, while a flow fitted to demonstrations
 is concentrated and the one noise-injected denoise step explores around it. RL must then speed the motion up.

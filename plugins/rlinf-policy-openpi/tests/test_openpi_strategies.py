@@ -48,6 +48,8 @@ from rlinf_core.testing.multirank import PARITY_OPTIM, assert_trains_like, check
 
 pytestmark = pytest.mark.numeric  # scripts/test_cpu_kernels.sh: float results depend on the CPU's kernels
 
+pytestmark = pytest.mark.slow
+
 VARIANTS = {
     "pi05_vlm_critic": ({"pi05": True}, {"critic": {"after_vlm": True}, "train_expert_only": False}),
     "pi0_lora": ({"pi05": False}, {"lora": {"rank": 4}, "critic": {"detach_input": False}}),

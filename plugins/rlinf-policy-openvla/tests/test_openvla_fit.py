@@ -3,6 +3,7 @@
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -10,6 +11,8 @@ from rlinf_core.cli.main import main
 from rlinf_policy_openvla import OpenVLAOFTPolicy, OpenVLAPolicy
 from rlinf_policy_openvla.settings import ActionConfig
 from rlinf_policy_openvla.testing import tiny_checkpoint
+
+pytestmark = pytest.mark.slow
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "openvla"
 

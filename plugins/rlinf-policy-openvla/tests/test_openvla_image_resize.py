@@ -142,7 +142,7 @@ def test_unknown_resize_strategy_is_refused_in_one_line(tmp_path):
 def test_default_image_resize_follows_the_files_never_the_name(tmp_path):
     from rlinf_policy_openvla.released import default_image_resize, write_released_dir
 
-    # openvla-7b as `huggingface-cli download openvla/openvla-7b --local-dir ckpt/base` leaves it (issue 33)
+    # openvla-7b as `huggingface-cli download openvla/openvla-7b --local-dir ckpt/base` leaves it
     assert default_image_resize(write_released_dir(tmp_path / "ckpt" / "base", "openvla-7b"))[0] == "pil"
     hub = tmp_path / "hub" / "models--openvla--openvla-7b" / "snapshots" / "abc"
     assert default_image_resize(write_released_dir(hub, "openvla-7b"))[0] == "pil"

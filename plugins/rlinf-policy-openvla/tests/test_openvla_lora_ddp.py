@@ -14,6 +14,8 @@ from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.released import RLINF_LORA_TARGETS
 from rlinf_policy_openvla.settings import ActionConfig
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parent
 
 

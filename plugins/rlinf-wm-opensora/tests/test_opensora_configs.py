@@ -28,7 +28,7 @@ def test_gpu_config_world_model_settings(suite):
     assert env["reward_model"] == rm
     assert env["init_data_path"] == f"{root}/dataset"
     assert env["success_threshold"] == UPSTREAM_SUCCESS_THRESHOLD and env["success_frames"] == 1
-    assert cfg["eval_env"]["class_path"] == "LiberoEnv"  # evaluation in the real simulator, as the seeds
+    assert cfg["eval_env"]["class_path"] == "LiberoEnv"  # evaluation in the real simulator, as RLinf's guides do
     assert cfg["eval_env"]["init_args"]["task_suite_name"] == f"libero_{suite}"
     policy = cfg["policy"]["init_args"]
     assert (

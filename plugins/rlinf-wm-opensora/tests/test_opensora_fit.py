@@ -5,6 +5,7 @@ rollouts are recorded and the world model is then fine-tuned on them (the data l
 import math
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -14,6 +15,8 @@ from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
 from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+pytestmark = pytest.mark.slow
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "opensora"
 CONFIG = CONFIGS / "cpu_smoke.yaml"

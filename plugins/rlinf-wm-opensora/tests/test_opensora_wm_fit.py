@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -12,6 +13,8 @@ from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_core.world_models.reward_models import ResnetRewardModel
 from rlinf_wm_opensora.testing import tiny_world_model
 from rlinf_wm_opensora.world_model import OpenSoraWorldModel
+
+pytestmark = pytest.mark.slow
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "opensora"
 QUIET = [

@@ -3,12 +3,15 @@
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlinf_core.cli.main import main
 from rlinf_policy_openvla import OpenVLAOFTPolicy
 from rlinf_policy_openvla.testing import tiny_checkpoint
+
+pytestmark = pytest.mark.slow
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "wan" / "wan_cpu_smoke.yaml"
 

@@ -11,6 +11,8 @@ from rlinf_core.cli.main import main
 from rlinf_core.world_models.init_data import save_init_trajectory
 from rlinf_wm_wan import WanWorldModel
 
+pytestmark = pytest.mark.slow
+
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "wan"
 
 

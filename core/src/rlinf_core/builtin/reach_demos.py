@@ -27,8 +27,9 @@ def collect_reach_demos(
     image_size: int = 32,
 ) -> None:
     """Record ``episodes`` expert episodes (cycling over the trials) into a demo dataset at ``root``."""
-    env = ReachEnv(num_envs=1, image_size=image_size, max_episode_steps=max_episode_steps,
-                   trials_per_task=trials_per_task)  # fmt: skip
+    env = ReachEnv(
+        num_envs=1, image_size=image_size, max_episode_steps=max_episode_steps, trials_per_task=trials_per_task
+    )
     writer = DemoWriter(root, action_dim=2, num_action_chunks=num_action_chunks, meta={"env": "ReachEnv"})
     for k in range(episodes):
         obs = env.reset(np.array([k % env.num_reset_states]))
@@ -42,6 +43,12 @@ def collect_reach_demos(
             obs = out.obs
             if out.dones.any():
                 break
-        writer.add(np.stack(images), np.stack(actions), obs.task_descriptions[0], bool(out.success.any()),
-                   task="reach", states=np.stack(states))  # fmt: skip
+        writer.add(
+            np.stack(images),
+            np.stack(actions),
+            obs.task_descriptions[0],
+            bool(out.success.any()),
+            task="reach",
+            states=np.stack(states),
+        )
     writer.close()

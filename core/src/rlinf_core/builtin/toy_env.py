@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from rlinf_core.contracts.env import Env
-from rlinf_core.contracts.observation import Observation
+from rlinf_core.contracts.observation import Observation, StepResult
 from rlinf_core.foundation.checks import check_number
 
 COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230)}
@@ -74,13 +74,13 @@ class ReachEnv(Env):
             self.targets[e] = rng.uniform(0.15, 0.85, size=(3, 2))
             self.pos[e] = rng.uniform(0.1, 0.9, size=2)
 
-    def _step(self, actions: np.ndarray, live: np.ndarray):
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> StepResult:
         self.num_steps_taken += int(live.sum())
         move = np.clip(actions, -1, 1) * self.step_size
         self.pos[live] = np.clip(self.pos[live] + move[live], 0.0, 1.0)
         dist = np.linalg.norm(self.pos - self.targets[np.arange(self.num_envs), self.task], axis=1)
         success = dist < self.radius
-        return success.astype(np.float32), success, success
+        return StepResult(rewards=success.astype(np.float32), terminated=success, success=success)
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         S = self.image_size

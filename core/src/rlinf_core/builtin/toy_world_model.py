@@ -20,6 +20,7 @@ from torch import nn
 from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
 from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
 from rlinf_core.run.checkpoint_files import load_safetensors
+from rlinf_core.world_models.init_data import save_init_trajectory
 
 
 class ToyWorldModel(SavedSettings, WorldModel):
@@ -144,8 +145,6 @@ def write_toy_init_states(root: str | Path, image_size: int = 16) -> list[Path]:
     Four tasks (:data:`TOY_DIRECTIONS`), eight files each (distances 3-6, off the axis by 0 or 1 pixel), written
     as ``root/traj<task><trial>.npy`` with zero 2-D actions; returns the files.
     """
-    from rlinf_core.world_models.init_data import save_init_trajectory
-
     S, side = image_size, 4
     centre = S // 2 - side // 2  # the square's top-left corner when it covers the reward model's centre patch
     out = []

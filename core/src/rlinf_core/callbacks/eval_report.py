@@ -34,8 +34,10 @@ def eval_table(last_eval: dict[str, Any], max_tasks: int = 12, worst: int = 8, m
         ranked = sorted(per_task.items(), key=lambda kv: (kv[1]["success_once"], kv[0]))[:worst]
         rows.append((f"worst {len(ranked)} of {len(per_task)} tasks:", {}))
         rows += ranked
-    total = {"success_once": metrics.get("eval/success_once", float("nan")),
-             "num_trajectories": int(metrics.get("eval/num_trajectories", 0))}  # fmt: skip
+    total = {
+        "success_once": metrics.get("eval/success_once", float("nan")),
+        "num_trajectories": int(metrics.get("eval/num_trajectories", 0)),
+    }
     rows.append(("all", total))
     rows = [(_short(name, max_name) if row else name, row) for name, row in rows]
     width = max(24, *(len(name) for name, row in rows if row))
@@ -62,7 +64,7 @@ def eval_headline(last_eval: dict[str, Any], step: int | None) -> str:
 
 
 def suite_columns(per_suite: dict[str, dict[str, float]]) -> list[str]:
-    """With two or more suites, the seeds' one-row layout: a column per suite, then their unweighted Average
+    """With two or more suites, RLinf's published one-row layout: a column per suite, then their unweighted Average
     (e.g. ``| Vision | Semantic | Position | Average |`` or LIBERO's ``| Spatial | ... | Average |``)."""
     if len(per_suite) < 2:
         return []

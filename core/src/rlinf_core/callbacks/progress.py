@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 from rlinf_core.callbacks.startup import release_startup_lines
 from rlinf_core.contracts.rl_loop import RLLoop
@@ -312,7 +313,6 @@ class RLProgressBar(ProgressBar):
 
 def _what(pl_module: pl.LightningModule, trainable_only: bool) -> str:
     """``"RLModule (TinyVLAPolicy, 17.3 K trainable parameters)"``: the module and the model it trains."""
-    from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
     inner = pl_module.policy if isinstance(pl_module, RLLoop) else None
     if inner is None and callable(getattr(pl_module, "trained_module", None)):  # SFT, world / reward model trainers

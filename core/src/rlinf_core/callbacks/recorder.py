@@ -36,6 +36,8 @@ from lightning.pytorch.callbacks import Callback
 
 from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.rl_loop import RLLoop
+from rlinf_core.lerobot.recording import LeRobotEpisodeSink
+from rlinf_core.lerobot.writer import dataset_state
 from rlinf_core.world_models.datasets import resize_frames
 from rlinf_core.world_models.init_data import save_init_trajectory
 
@@ -267,18 +269,18 @@ class RolloutRecorder(Callback):
                     sink = self._lerobot_sink(split)
                     sink.add(frames, actions, success, buf.instruction)
                     if sink.resume and sink.count == 1:
-                        print(f"rlinf: RolloutRecorder: {sink.root} was cut short by an earlier run (killed before it "
-                              f"was finished); appending after its {sink.resumed_from} finished episodes (the "
-                              "piece being written when it stopped is lost)", file=sys.stderr)  # fmt: skip
+                        print(
+                            f"rlinf: RolloutRecorder: {sink.root} was cut short by an earlier run (killed before it "
+                            f"was finished); appending after its {sink.resumed_from} finished episodes (the "
+                            "piece being written when it stopped is lost)",
+                            file=sys.stderr,
+                        )
                     self.written[split][self.written[split].index(path)] = sink.root  # one entry per episode
             else:
                 save_init_trajectory(path, frames, buf.instruction, actions, success)
 
     def _lerobot_sink(self, split: str):
         if split not in self._sinks:
-            from rlinf_core.lerobot.recording import LeRobotEpisodeSink
-            from rlinf_core.lerobot.writer import dataset_state
-
             base, n = self.root / split / f"lerobot_rank{self.rank}", 0
             while True:  # never write into an earlier run's finished dataset, nor one another process writes
                 root = base.with_name(f"{base.name}_{n}") if n else base
@@ -297,8 +299,11 @@ class RolloutRecorder(Callback):
             if len(written) >= self.max_files:
                 if split not in self._full_notice:
                     self._full_notice.add(split)
-                    print(f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes "
-                          "are not written", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"rlinf: RolloutRecorder reached max_files={self.max_files} for {split}; later episodes "
+                        "are not written",
+                        file=sys.stderr,
+                    )
                 return None
             if split not in self._next_index:  # never overwrite the files of an earlier run in the same out_dir
                 old = [p.stem.rsplit("_", 1)[1] for p in (self.root / split).glob(f"traj_rank{self.rank}_*.npy")]

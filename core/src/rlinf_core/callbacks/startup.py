@@ -9,8 +9,12 @@ from __future__ import annotations
 import logging
 
 # the loggers Lightning's informational start-up lines come from (seeding, device summary, CUDA flags, restore)
-STARTUP_LOGGERS = ("lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
-                   "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda")  # fmt: skip
+STARTUP_LOGGERS = (
+    "lightning.fabric.utilities.seed",
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.accelerators.cuda",
+)
 
 
 class _Hold(logging.Filter):

@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from rlinf_core.callbacks.eval_report import EvalReport
 from rlinf_core.callbacks.progress import console_lines, fmt_duration
 from rlinf_core.contracts.rl_loop import RLLoop
+from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
 
 def _rel(path: str | Path) -> str:
@@ -31,8 +32,10 @@ def best_and_last(history: list[tuple[int | None, dict[str, float]]], key: str =
         return []
     best = max(points, key=lambda p: p[1])
     last = points[-1]
-    return [f"eval {key.split('/')[-1]}: best {100 * best[1]:.1f}% (step {best[0]}), "
-            f"last {100 * last[1]:.1f}% (step {last[0]})"]  # fmt: skip
+    return [
+        f"eval {key.split('/')[-1]}: best {100 * best[1]:.1f}% (step {best[0]}), "
+        f"last {100 * last[1]:.1f}% (step {last[0]})"
+    ]
 
 
 class RunSummary(Callback):
@@ -119,7 +122,6 @@ class RunSummary(Callback):
 
     @staticmethod
     def _plot(log_dir: str) -> str:
-        from rlinf_core.run.learning_curves import PlotError, plot_learning_curve
 
         try:
             return _rel(plot_learning_curve(log_dir))

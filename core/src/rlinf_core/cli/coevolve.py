@@ -289,8 +289,14 @@ def run_loop(
         for rnd, stage in plan:
             stage_dir = out / f"round_{rnd}" / stage.name
             where = f"round {rnd} stage {stage.name}"
-            ctx = {**values, "out_dir": str(out), "round": rnd, "stage_dir": str(stage_dir),
-                   "run_dir": str(stage_dir / "run" / "version_0"), "python": sys.executable}  # fmt: skip
+            ctx = {
+                **values,
+                "out_dir": str(out),
+                "round": rnd,
+                "stage_dir": str(stage_dir),
+                "run_dir": str(stage_dir / "run" / "version_0"),
+                "python": sys.executable,
+            }
             argv = stage_argv(stage, ctx, where)
             marker = stage_dir / "stage.json"
             if marker.is_file():
@@ -313,8 +319,10 @@ def run_loop(
             code = launch(argv, stage_dir / "log.txt")
             if code != 0:
                 tail = (stage_dir / "log.txt").read_text().strip().splitlines()[-1:] or [""]
-                raise LoopError(f"{where} failed (exit {code}): {tail[0][:300]} (log: {stage_dir / 'log.txt'}); "
-                                "run the same command again to retry from this stage")  # fmt: skip
+                raise LoopError(
+                    f"{where} failed (exit {code}): {tail[0][:300]} (log: {stage_dir / 'log.txt'}); "
+                    "run the same command again to retry from this stage"
+                )
             outputs = {k: substitute(v, ctx, f"{where} outputs.{k}") for k, v in stage.outputs.items()}
             missing = [f"{k}={v}" for k, v in outputs.items() if not Path(v).exists()]
             if missing:
@@ -322,9 +330,15 @@ def run_loop(
                     f"{where} finished but did not write its output {missing[0]} (log: {stage_dir / 'log.txt'})"
                 )
             result = last_eval(Path(ctx["run_dir"])) if stage.run != "exec" else None
-            rec = {"round": rnd, "stage": stage.name, "argv": argv, "outputs": outputs,
-                   "seconds": time.perf_counter() - t, "eval": result["metrics"] if result else None,
-                   "per_task": result.get("per_task") if result else None}  # fmt: skip
+            rec = {
+                "round": rnd,
+                "stage": stage.name,
+                "argv": argv,
+                "outputs": outputs,
+                "seconds": time.perf_counter() - t,
+                "eval": result["metrics"] if result else None,
+                "per_task": result.get("per_task") if result else None,
+            }
             _write_json(marker, rec)
             values.update(outputs)
             records.append(rec)

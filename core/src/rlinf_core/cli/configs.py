@@ -175,8 +175,15 @@ def configs_command(argv: list[str]) -> int:
     opts = parser.parse_args(argv)
     found = shipped_configs()
     if opts.json:
-        print(json.dumps([{"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
-                          for c in found], indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                [
+                    {"name": c.name, "package": c.package, "path": str(c.path), "description": c.description}
+                    for c in found
+                ],
+                indent=2,
+            )
+        )
         return 0
     for package in dict.fromkeys(c.package for c in found):
         print(f"{package}:")

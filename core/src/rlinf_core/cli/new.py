@@ -49,17 +49,41 @@ run by an episode or two). When you replace the toy parts, a run like this one i
 learns.
 """
 EXPECT_ENV = _EXPECT.format_map(
-    {"cpu": 16, "episodes": 16, "first": "47.4%", "mid": "87.5%", "last": "93.8%", "before": "31.2 %",
-     "name": "{name}", "config": "{config}"}
-)  # fmt: skip
+    {
+        "cpu": 16,
+        "episodes": 16,
+        "first": "47.4%",
+        "mid": "87.5%",
+        "last": "93.8%",
+        "before": "31.2 %",
+        "name": "{name}",
+        "config": "{config}",
+    }
+)
 EXPECT_POLICY = _EXPECT.format_map(
-    {"cpu": 13, "episodes": 24, "first": "18.2%", "mid": "100.0%", "last": "100.0%", "before": "12.5 %",
-     "name": "{name}", "config": "{config}"}
-)  # fmt: skip
+    {
+        "cpu": 13,
+        "episodes": 24,
+        "first": "18.2%",
+        "mid": "100.0%",
+        "last": "100.0%",
+        "before": "12.5 %",
+        "name": "{name}",
+        "config": "{config}",
+    }
+)
 EXPECT_WORLD_MODEL = _EXPECT.format_map(
-    {"cpu": 13, "episodes": 16, "first": "21.9%", "mid": "75.0%", "last": "100.0%", "before": "25.0 %",
-     "name": "{name}", "config": "{config}"}
-)  # fmt: skip
+    {
+        "cpu": 13,
+        "episodes": 16,
+        "first": "21.9%",
+        "mid": "75.0%",
+        "last": "100.0%",
+        "before": "25.0 %",
+        "name": "{name}",
+        "config": "{config}",
+    }
+)
 
 KINDS = {
     "env": Kind(

@@ -7,8 +7,9 @@ import sys
 
 
 def plot_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf plot", description="Write a run's learning-curve PNG from its "
-                                     "TensorBoard events.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="rlinf plot", description="Write a run's learning-curve PNG from its TensorBoard events."
+    )
     parser.add_argument("run_dir", help="the run's log dir (e.g. runs/reach_grpo/version_0)")
     parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/learning_curve.png)")
     parser.add_argument("--title", default=None, help="figure title (default <name>/<version> of RUN_DIR)")

@@ -11,11 +11,17 @@ from rlinf_core.plugins.manager import BUILTIN_PLUGINS, KINDS, PluginError, load
 
 
 def plugins_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf plugins", description="List installed rlinf plugins and what they "
-                                     "register (classes are not imported; --check imports them).")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="rlinf plugins",
+        description="List installed rlinf plugins and what they "
+        "register (classes are not imported; --check imports them).",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--check", action="store_true", help="also import every registered class; exit with status "
-                        "1 if a plugin or class failed to load")  # fmt: skip
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also import every registered class; exit with status 1 if a plugin or class failed to load",
+    )
     opts = parser.parse_args(argv)
     try:
         registry = load_plugins(warn=False)

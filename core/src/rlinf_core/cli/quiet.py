@@ -17,9 +17,22 @@ KNOWN_WARNINGS = [
     r"It is recommended to use `self.log\(.*sync_dist=True\)",  # RLModule all-reduces its metrics itself
 ]
 # deprecation warnings raised inside these libraries (not in the user's code)
-LIBRARY_MODULES = ["lightning", "torch", "jsonargparse", "transformers", "timm", "tensorboard", "google.protobuf",
-                   "pkg_resources", "setuptools", "mujoco", "gymnasium", "robosuite", "libero",
-                   "mani_skill"]  # fmt: skip
+LIBRARY_MODULES = [
+    "lightning",
+    "torch",
+    "jsonargparse",
+    "transformers",
+    "timm",
+    "tensorboard",
+    "google.protobuf",
+    "pkg_resources",
+    "setuptools",
+    "mujoco",
+    "gymnasium",
+    "robosuite",
+    "libero",
+    "mani_skill",
+]
 # adverts; the run summary says why fit ended; SFT's step count is not news
 DROPPED_PREFIXES = ("💡 Tip", "`Trainer.fit` stopped", "Loading `train_dataloader` to estimate")
 LIGHTNING_LOGGERS = ["lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"]

@@ -22,7 +22,7 @@ __all__ = ["BatchedEnv", "VideoConfig"]
 
 @dataclass
 class VideoConfig:
-    """Video recording of rollouts (the seeds' ``video_cfg``).
+    """Video recording of rollouts (RLinf v0.3's ``video_cfg``).
 
     Args:
         save_video: record videos of this env's episodes.

@@ -12,8 +12,8 @@ frame capture for videos. A simulator plugin implements five small methods:
     put sub-envs ``env_ids`` (``int64 [n]``) into initial states ``reset_state_ids`` (``int64 [n]``).
 ``_step(actions, live)``
     advance every sub-env by one step with ``actions`` (``float32 [B, D]``, env scale); ``live``
-    (``bool [B]``) marks sub-envs whose result is used (others may be skipped). Returns
-    ``(rewards float [B], terminated bool [B], success bool [B])``.
+    (``bool [B]``) marks sub-envs whose result is used (others may be skipped). Returns a
+    :class:`StepResult` ``(rewards float [B], terminated bool [B], success bool [B])``.
 ``_observe(env_ids)``
     render an :class:`Observation` for those sub-envs. Called only at chunk boundaries (and every
     sub-step while a video is being recorded), never on every physics step.
@@ -48,9 +48,9 @@ import torch
 
 from rlinf_core.contracts.batched_env import VideoConfig
 from rlinf_core.contracts.env_runtime import EnvRuntime, observed
-from rlinf_core.contracts.observation import ChunkStepResult, Observation
+from rlinf_core.contracts.observation import ChunkStepResult, Observation, StepResult
 
-__all__ = ["ChunkStepResult", "Env", "VideoConfig", "observed"]
+__all__ = ["ChunkStepResult", "Env", "StepResult", "VideoConfig", "observed"]
 
 
 class Env(EnvRuntime):
@@ -155,7 +155,7 @@ class Env(EnvRuntime):
     def _reset_envs(self, env_ids: np.ndarray, reset_state_ids: np.ndarray) -> None:
         raise NotImplementedError
 
-    def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> StepResult:
         raise NotImplementedError
 
     def _observe(self, env_ids: np.ndarray) -> Observation:

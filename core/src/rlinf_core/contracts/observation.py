@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 
@@ -68,6 +70,20 @@ class Observation:
     def nbytes(self) -> int:
         """Bytes held by the tensors (what a stored rollout sample costs)."""
         return sum(v.numel() * v.element_size() for v in self._tensors().values() if v is not None)
+
+
+class StepResult(NamedTuple):
+    """What :meth:`Env._step` returns: one sub-step of every sub-env, B rows (rows not ``live`` are ignored).
+
+    Attributes:
+        rewards: ``float [B]`` the sub-step's rewards.
+        terminated: ``bool [B]`` the episode ended in a terminal state (success, or a failure that ends it).
+        success: ``bool [B]`` the task is solved at this sub-step.
+    """
+
+    rewards: np.ndarray
+    terminated: np.ndarray
+    success: np.ndarray
 
 
 @dataclass

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from rlinf_core.memory.meta_peak import world_model_memory
+
 
 @dataclass(frozen=True)
 class ConditionSpec:
@@ -137,7 +139,6 @@ class WorldModel(nn.Module):
         device. Override it when a forward cannot run on meta, or to add terms; return a
         :class:`rlinf_core.memory.meta_peak.WorldModelMemory`.
         """
-        from rlinf_core.memory.meta_peak import world_model_memory
 
         return world_model_memory(self, batch, chunk, device_type, image_size=self.image_size or 256)
 

@@ -65,8 +65,13 @@ class DemoWriter:
         for old in (self.root / "episodes").glob("episode_*.npz"):
             old.unlink()
         self.action_dim = action_dim
-        self.meta = {"format": FORMAT, "version": VERSION, "action_dim": action_dim,
-                     "num_action_chunks": num_action_chunks, **(meta or {})}  # fmt: skip
+        self.meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "action_dim": action_dim,
+            "num_action_chunks": num_action_chunks,
+            **(meta or {}),
+        }
         self.episodes: list[dict[str, Any]] = []
 
     def add(
@@ -87,8 +92,13 @@ class DemoWriter:
             raise ValueError(f"images must be uint8 [T={T}, H, W, 3], got {images.dtype} {images.shape}")
         if actions.shape != (T, self.action_dim) or T == 0:
             raise ValueError(f"actions must be float [T, {self.action_dim}] with T >= 1, got {actions.shape}")
-        arrays = {"images": images, "actions": actions, "instruction": np.array(instruction),
-                  "task": np.array(task), "success": np.array(bool(success))}  # fmt: skip
+        arrays = {
+            "images": images,
+            "actions": actions,
+            "instruction": np.array(instruction),
+            "task": np.array(task),
+            "success": np.array(bool(success)),
+        }
         if states is not None:
             arrays["states"] = np.asarray(states, np.float32).reshape(T, -1)
         if wrist_images is not None:

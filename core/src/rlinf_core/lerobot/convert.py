@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_core.datasets.demos import read_meta
 from rlinf_core.lerobot.writer import LeRobotWriter
 
 __all__ = ["LeRobotDemoWriter", "demos_to_lerobot"]
@@ -64,11 +65,15 @@ class LeRobotDemoWriter:
         T = len(images)
         if self.writer is None:
             self.writer = LeRobotWriter(
-                self.root, self.fps, self.action_dim,
+                self.root,
+                self.fps,
+                self.action_dim,
                 None if states is None else np.asarray(states).reshape(T, -1).shape[1],
-                image_shape=images.shape[1:3], wrist_camera=wrist_images is not None, video=self.video,
+                image_shape=images.shape[1:3],
+                wrist_camera=wrist_images is not None,
+                video=self.video,
                 overwrite=self.overwrite,
-            )  # fmt: skip
+            )
         flags = np.zeros(T, bool)
         flags[-1] = bool(success)
         e = self.writer.add(images, actions, instruction, states=states, success=flags, wrist_images=wrist_images)
@@ -80,8 +85,12 @@ class LeRobotDemoWriter:
         if self.writer is None:
             raise ValueError(f"{self.root}: no episode was added")
         self.writer.close()
-        extra = {**self.meta, "episodes": self.episodes, "num_episodes": len(self.episodes),
-                 "num_successful": sum(e["success"] for e in self.episodes)}  # fmt: skip
+        extra = {
+            **self.meta,
+            "episodes": self.episodes,
+            "num_episodes": len(self.episodes),
+            "num_successful": sum(e["success"] for e in self.episodes),
+        }
         (self.root / "meta" / "rlinf_episodes.json").write_text(json.dumps(extra, indent=1))
         return self.root / "meta" / "info.json"
 
@@ -90,15 +99,26 @@ def demos_to_lerobot(
     src: str | Path, dst: str | Path, fps: int = 10, video: bool = True, overwrite: bool = False
 ) -> Path:
     """Copy an ``rlinf-demos`` dataset to a LeRobot dataset (every episode, in order); returns ``dst``."""
-    from rlinf_core.datasets.demos import read_meta
 
     meta = read_meta(src)
-    writer = LeRobotDemoWriter(dst, meta["action_dim"], fps=fps, video=video, overwrite=overwrite,
-                               num_action_chunks=meta.get("num_action_chunks", 1))  # fmt: skip
+    writer = LeRobotDemoWriter(
+        dst,
+        meta["action_dim"],
+        fps=fps,
+        video=video,
+        overwrite=overwrite,
+        num_action_chunks=meta.get("num_action_chunks", 1),
+    )
     for entry in meta["episodes"]:
         with np.load(Path(src) / entry["file"]) as z:
-            writer.add(z["images"], z["actions"], str(z["instruction"]), bool(z["success"]), task=str(z["task"]),
-                       states=z["states"] if "states" in z.files else None,
-                       wrist_images=z["wrist_images"] if "wrist_images" in z.files else None)  # fmt: skip
+            writer.add(
+                z["images"],
+                z["actions"],
+                str(z["instruction"]),
+                bool(z["success"]),
+                task=str(z["task"]),
+                states=z["states"] if "states" in z.files else None,
+                wrist_images=z["wrist_images"] if "wrist_images" in z.files else None,
+            )
     writer.close()
     return Path(dst)

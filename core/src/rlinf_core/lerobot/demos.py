@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlinf_core.datasets.demos import DemoDataset
 from rlinf_core.lerobot.mapping import FeatureMap, resolve_mapping
@@ -57,7 +58,7 @@ class LeRobotDemos:
             ("state", self.mapping.state_key),
             ("action", self.mapping.action_key),
             ("success", self.mapping.success_key),
-        ]:  # fmt: skip
+        ]:
             if key:
                 self.reader.require(key, role)
         shape = self.reader.features[self.mapping.action_key].get("shape") or ()
@@ -153,7 +154,6 @@ def resize_square(frames: np.ndarray, size: int | None) -> np.ndarray:
     """``uint8 [T, H, W, 3]`` → ``[T, size, size, 3]`` (bilinear, antialiased, as the world-model datasets resize)."""
     if size is None or frames.shape[1:3] == (size, size):
         return frames
-    import torch
 
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
@@ -164,9 +164,12 @@ class LeRobotDemoDataset(DemoDataset):
     """:class:`DemoDataset` over a LeRobot dataset: same samples, same collate and split; episodes decoded lazily."""
 
     def __init__(
-        self, source: LeRobotDemos, num_action_chunks: int = 1, only_success: bool = True,
+        self,
+        source: LeRobotDemos,
+        num_action_chunks: int = 1,
+        only_success: bool = True,
         episodes: Sequence[int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if num_action_chunks < 1:
             raise ValueError(f"num_action_chunks must be >= 1, got {num_action_chunks}")
         self.source, self.root, self.num_action_chunks = source, Path(source.root), int(num_action_chunks)

@@ -23,8 +23,12 @@ class FeatureMap:
     success_key: str | None = "next.success"
 
     def keys(self) -> list[str]:
-        return [*self.camera_keys, *([self.state_key] if self.state_key else []), self.action_key,
-                *([self.success_key] if self.success_key else [])]  # fmt: skip
+        return [
+            *self.camera_keys,
+            *([self.state_key] if self.state_key else []),
+            self.action_key,
+            *([self.success_key] if self.success_key else []),
+        ]
 
 
 PRESETS: dict[str, FeatureMap] = {
@@ -38,7 +42,7 @@ PRESETS: dict[str, FeatureMap] = {
     # lerobot/metaworld_mt50: lerobot's MetaWorld layout (one 480x480 camera, state 4 = hand xyz + gripper, action 4)
     "metaworld": FeatureMap(
         camera_keys=("observation.image",), state_key="observation.state", action_key="action", success_key=None
-    ),  # fmt: skip
+    ),
 }
 
 

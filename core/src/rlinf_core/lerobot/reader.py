@@ -120,8 +120,13 @@ class LeRobotReader:
             means, stds = np.stack([e["mean"] for e in eps]), np.stack([e["std"] for e in eps])
             mean = (w * means).sum(0)
             var = (w * (stds**2 + means**2)).sum(0) - mean**2
-            out[key] = {"mean": mean, "std": np.sqrt(np.maximum(var, 0)), "min": np.min([e["min"] for e in eps], 0),
-                        "max": np.max([e["max"] for e in eps], 0), "count": np.array([n.sum()])}  # fmt: skip
+            out[key] = {
+                "mean": mean,
+                "std": np.sqrt(np.maximum(var, 0)),
+                "min": np.min([e["min"] for e in eps], 0),
+                "max": np.max([e["max"] for e in eps], 0),
+                "count": np.array([n.sum()]),
+            }
             out[key] = {s: v.astype(np.float32) for s, v in out[key].items()}
         return out
 

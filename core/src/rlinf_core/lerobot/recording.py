@@ -43,9 +43,15 @@ class LeRobotEpisodeSink:
         delta_actions = np.asarray(delta_actions, np.float32)
         success = np.asarray(success, bool).reshape(-1)
         if self.writer is None:
-            self.writer = LeRobotWriter(self.root, self.fps, action_dim=delta_actions.shape[1],
-                                        image_shape=frames.shape[1:3], video=self.video,
-                                        episodes_per_file=self.episodes_per_file, resume=self.resume)  # fmt: skip
+            self.writer = LeRobotWriter(
+                self.root,
+                self.fps,
+                action_dim=delta_actions.shape[1],
+                image_shape=frames.shape[1:3],
+                video=self.video,
+                episodes_per_file=self.episodes_per_file,
+                resume=self.resume,
+            )
             self.resumed_from = self.writer.num_episodes
         actions = np.zeros_like(delta_actions)
         actions[:-1] = delta_actions[1:]

@@ -180,8 +180,10 @@ class LeRobotWriter:
         for key, frames in cams.items():
             frames = np.asarray(frames)
             if frames.dtype != np.uint8 or frames.shape != (T, *self.image_shape, 3):
-                raise ValueError(f"{key} frames must be uint8 [{T}, {self.image_shape[0]}, {self.image_shape[1]}, 3], "
-                                 f"got {frames.dtype} {frames.shape}")  # fmt: skip
+                raise ValueError(
+                    f"{key} frames must be uint8 [{T}, {self.image_shape[0]}, {self.image_shape[1]}, 3], "
+                    f"got {frames.dtype} {frames.shape}"
+                )
             cams[key] = frames
         if self.state_dim is not None:
             states = np.asarray(states, np.float32).reshape(T, -1)
@@ -209,15 +211,26 @@ class LeRobotWriter:
         for key, values in columns.items():
             self._rows[key].extend(values)
         chunk, file = self._piece // CHUNKS_SIZE, self._piece % CHUNKS_SIZE
-        entry: dict[str, Any] = {"episode_index": e, "tasks": [task], "length": T, "data/chunk_index": chunk,
-                                 "data/file_index": file, "dataset_from_index": start,
-                                 "dataset_to_index": start + T}  # fmt: skip
+        entry: dict[str, Any] = {
+            "episode_index": e,
+            "tasks": [task],
+            "length": T,
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": start,
+            "dataset_to_index": start + T,
+        }
         if self.video:
             t0 = self._frames_in_video / self.fps
             for key in self.cameras:
-                entry.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file,
-                              f"videos/{key}/from_timestamp": t0,
-                              f"videos/{key}/to_timestamp": t0 + T / self.fps})  # fmt: skip
+                entry.update(
+                    {
+                        f"videos/{key}/chunk_index": chunk,
+                        f"videos/{key}/file_index": file,
+                        f"videos/{key}/from_timestamp": t0,
+                        f"videos/{key}/to_timestamp": t0 + T / self.fps,
+                    }
+                )
             self._frames_in_video += T
         for key, frames in cams.items():
             entry.update(_flat_stats(key, _image_stats(frames)))
@@ -263,8 +276,9 @@ class LeRobotWriter:
         for container, stream in self._encoders.values():
             container.mux(stream.encode(None))
             container.close()
-        moves = [(self._work / f"{key}.mp4", self.root / VIDEO_PATH.format(video_key=key, **where))
-                 for key in self._encoders]  # fmt: skip
+        moves = [
+            (self._work / f"{key}.mp4", self.root / VIDEO_PATH.format(video_key=key, **where)) for key in self._encoders
+        ]
         data = self._work / "data.parquet"
         pq.write_table(pa.table(self._columns(pa)), data)
         episodes = self._work / "episodes.parquet"
@@ -315,19 +329,33 @@ class LeRobotWriter:
     # ------------------------------------------------------------------ metadata
     def _write_meta(self) -> None:
         pa, pq = _pyarrow()
-        tasks = pa.table({"task_index": pa.array(list(self.tasks.values()), pa.int64()),
-                          "__index_level_0__": pa.array(list(self.tasks), pa.string())})  # fmt: skip
+        tasks = pa.table(
+            {
+                "task_index": pa.array(list(self.tasks.values()), pa.int64()),
+                "__index_level_0__": pa.array(list(self.tasks), pa.string()),
+            }
+        )
         tmp = self._work / "tasks.parquet"
         pq.write_table(tasks.replace_schema_metadata({"pandas": json.dumps(_PANDAS_TASKS_META)}), tmp)
         (self.root / "meta").mkdir(parents=True, exist_ok=True)
         os.replace(tmp, self.root / "meta" / "tasks.parquet")
         n = sum(int(e["length"]) for e in self.episodes)
         _write_json(self.root / "meta" / "stats.json", self._stats(n), self._work, indent=1)
-        info = {"codebase_version": "v3.0", "robot_type": self.robot_type, "total_episodes": len(self.episodes),
-                "total_frames": n, "total_tasks": len(self.tasks), "chunks_size": CHUNKS_SIZE,
-                "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": self.fps,
-                "splits": {"train": f"0:{len(self.episodes)}"}, "data_path": DATA_PATH,
-                "video_path": VIDEO_PATH if self.video else None, "features": self.features}  # fmt: skip
+        info = {
+            "codebase_version": "v3.0",
+            "robot_type": self.robot_type,
+            "total_episodes": len(self.episodes),
+            "total_frames": n,
+            "total_tasks": len(self.tasks),
+            "chunks_size": CHUNKS_SIZE,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 200,
+            "fps": self.fps,
+            "splits": {"train": f"0:{len(self.episodes)}"},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if self.video else None,
+            "features": self.features,
+        }
         _write_json(self.root / "meta" / "info.json", info, self._work, indent=4)
 
     def _vector_keys(self) -> list[str]:
@@ -344,9 +372,16 @@ class LeRobotWriter:
                 "names": ["height", "width", "channels"],
             }
             if self.video:
-                f[key]["info"] = {"video.height": H, "video.width": W, "video.codec": "h264",
-                                  "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": self.fps,
-                                  "video.channels": 3, "has_audio": False}  # fmt: skip
+                f[key]["info"] = {
+                    "video.height": H,
+                    "video.width": W,
+                    "video.codec": "h264",
+                    "video.pix_fmt": "yuv420p",
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": 3,
+                    "has_audio": False,
+                }
         if self.state_dim is not None:
             f["observation.state"] = {"dtype": "float32", "shape": [self.state_dim], "names": None}
         f["action"] = {"dtype": "float32", "shape": [self.action_dim], "names": None}
@@ -383,11 +418,19 @@ class LeRobotWriter:
         episodes: list[dict[str, Any]] = []
         for path in pieces:
             rows = pq.read_table(path).to_pylist()
-            data = self.root / DATA_PATH.format(chunk_index=rows[0]["data/chunk_index"],
-                                                file_index=rows[0]["data/file_index"])  # fmt: skip
-            videos = [self.root / VIDEO_PATH.format(video_key=k, chunk_index=rows[0][f"videos/{k}/chunk_index"],
-                                                    file_index=rows[0][f"videos/{k}/file_index"])
-                      for k in self.cameras if self.video]  # fmt: skip
+            data = self.root / DATA_PATH.format(
+                chunk_index=rows[0]["data/chunk_index"], file_index=rows[0]["data/file_index"]
+            )
+            videos = [
+                self.root
+                / VIDEO_PATH.format(
+                    video_key=k,
+                    chunk_index=rows[0][f"videos/{k}/chunk_index"],
+                    file_index=rows[0][f"videos/{k}/file_index"],
+                )
+                for k in self.cameras
+                if self.video
+            ]
             if not data.is_file() or not all(v.is_file() for v in videos):
                 break  # a piece whose files are gone ends the finished ones
             episodes.extend(rows)
@@ -401,8 +444,9 @@ class LeRobotWriter:
         order = sorted(kept)
         for number, (chunk, file) in enumerate(order):
             if (chunk, file) != (number // CHUNKS_SIZE, number % CHUNKS_SIZE):
-                raise ValueError(f"{self.root}: its files are not numbered as this writer numbers them; write to "
-                                 "another directory")  # fmt: skip
+                raise ValueError(
+                    f"{self.root}: its files are not numbered as this writer numbers them; write to another directory"
+                )
         for chunk, file in order:
             table = pq.read_table(self.root / DATA_PATH.format(chunk_index=chunk, file_index=file))
             for key in self._vector_keys():
@@ -416,8 +460,9 @@ class LeRobotWriter:
             for e in (e for e in episodes if (e["data/chunk_index"], e["data/file_index"]) == (chunk, file)):
                 self.tasks.setdefault(str(e["tasks"][0]), int(firsts[e["episode_index"]]))
         if sorted(self.tasks.values()) != list(range(len(self.tasks))):
-            raise ValueError(f"{self.root}: its task indices are not 0..{len(self.tasks) - 1}; write to another "
-                             "directory")  # fmt: skip
+            raise ValueError(
+                f"{self.root}: its task indices are not 0..{len(self.tasks) - 1}; write to another directory"
+            )
         self.episodes = episodes
         self._piece = len(order)
         if episodes:
@@ -452,8 +497,12 @@ def _image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     mean = hist @ levels / n
     var = np.maximum(hist @ levels**2 / n - mean**2, 0.0)
     nonzero = hist > 0
-    out = {"min": levels[nonzero.argmax(1)], "max": 255 - levels[nonzero[:, ::-1].argmax(1)], "mean": mean,
-           "std": np.sqrt(var)}  # fmt: skip
+    out = {
+        "min": levels[nonzero.argmax(1)],
+        "max": 255 - levels[nonzero[:, ::-1].argmax(1)],
+        "mean": mean,
+        "std": np.sqrt(var),
+    }
     out = {k: (v / 255.0).reshape(3, 1, 1) for k, v in out.items()}
     out["count"] = np.array([len(frames)])
     for name, q in zip(_Q_NAMES, QUANTILES):
@@ -477,8 +526,13 @@ def _aggregate_image_stats(parts: list[dict[str, np.ndarray]]) -> dict[str, Any]
     total = counts.sum()
     mean = (means * counts).sum(0) / total
     var = ((stds**2 + (means - mean) ** 2) * counts).sum(0) / total
-    out = {"min": np.min([p["min"] for p in parts], 0), "max": np.max([p["max"] for p in parts], 0), "mean": mean,
-           "std": np.sqrt(var), "count": np.array([int(total)])}  # fmt: skip
+    out = {
+        "min": np.min([p["min"] for p in parts], 0),
+        "max": np.max([p["max"] for p in parts], 0),
+        "mean": mean,
+        "std": np.sqrt(var),
+        "count": np.array([int(total)]),
+    }
     for name in _Q_NAMES:
         out[name] = (np.stack([p[name] for p in parts]) * counts).sum(0) / total
     return _jsonable(out)
@@ -542,7 +596,7 @@ _PANDAS_TASKS_META = {
             "numpy_type": "object",
             "metadata": {"encoding": "UTF-8"},
         }
-    ],  # fmt: skip
+    ],
     "columns": [
         {
             "name": "task_index",

@@ -34,7 +34,7 @@ def moved_package_cause(exc: BaseException) -> str | None:
         return None
     return (
         "it imports the package `rlinf`, which is now `rlinf_core`: change "
-        '`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugins.md, "Migrating from `rlinf`", '
+        '`import rlinf...` / `from rlinf...` to `rlinf_core...`; docs/plugin_migration.md, "Migrating from `rlinf`", '
         "maps every old module to its new place"
     )
 

@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, entry_points, version
 from types import ModuleType
 from typing import Any
 
@@ -324,8 +324,6 @@ def _misspelled_hooks(module: ModuleType) -> list[str]:
 
 def _core_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version(CORE_DISTRIBUTION)
     except Exception:  # noqa: BLE001 - running from a source tree
         return "0+unknown"

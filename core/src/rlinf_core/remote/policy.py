@@ -11,11 +11,13 @@ import torch
 from rlinf_core.contracts.interruption import EpisodesInterrupted
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.contracts.policy import ActOutput, EvaluateOutput, Policy
+from rlinf_core.foundation.checks import check_number
 from rlinf_core.remote.client import RemoteClient
 from rlinf_core.remote.errors import RemoteServerError
 from rlinf_core.remote.requests import RequestBuilder
 from rlinf_core.remote.transport import ConnectionLost, Endpoint, ServerRefused, check_url
 from rlinf_core.serve.errors import ServeError
+from rlinf_core.serve.mapping import load_mapping
 
 API_KEY_ENV = "RLINF_REMOTE_API_KEY"
 DEFAULT_MAPPING = {"openpi": "libero", "openvla": "openvla"}
@@ -83,7 +85,6 @@ class RemotePolicy(Policy):
         max_message_mb: int = 64,
     ) -> None:
         super().__init__()
-        from rlinf_core.foundation.checks import check_number
 
         self.url = check_url(url)
         for key, value, low in (
@@ -291,7 +292,6 @@ class RemotePolicy(Policy):
 
 
 def _load_mapping(spec: str):
-    from rlinf_core.serve.mapping import load_mapping
 
     try:
         return load_mapping(spec)

@@ -56,8 +56,10 @@ class RequestBuilder:
         if obs.states is not None and m.state:
             dim = obs.states.shape[1]
             if m.state_sizes and sum(m.state_sizes) != dim:
-                out.append(f"the mapping's state_sizes {list(m.state_sizes)} add up to {sum(m.state_sizes)}, the env's "
-                           f"state has {dim} values")  # fmt: skip
+                out.append(
+                    f"the mapping's state_sizes {list(m.state_sizes)} add up to {sum(m.state_sizes)}, the env's "
+                    f"state has {dim} values"
+                )
             elif len(m.state) > 1 and not m.state_sizes:
                 out.append(f"the mapping splits the state over {list(m.state)}: give its state_sizes")
             if m.state_dim is not None and m.state_dim != dim:

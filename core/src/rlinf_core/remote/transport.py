@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rlinf_core.remote.errors import remote_dependency
+from rlinf_core.serve.codecs import json_numpy_dumps, json_numpy_loads, msgpack_dumps, msgpack_loads
 from rlinf_core.serve.errors import BadRequest
 from rlinf_core.serve.security import clip
 
@@ -87,7 +88,6 @@ def _server_error_line(text: str) -> str:
 
 
 def _decode_msgpack(data: bytes) -> Any:
-    from rlinf_core.serve.codecs import msgpack_loads
 
     try:
         return msgpack_loads(data)
@@ -135,7 +135,6 @@ class WebsocketConnection:
         return metadata
 
     async def infer(self, payload: dict) -> Any:
-        from rlinf_core.serve.codecs import msgpack_dumps
 
         websockets = remote_dependency("websockets")
         try:
@@ -184,7 +183,6 @@ class RestConnection:
         return {}
 
     async def infer(self, payload: dict) -> Any:
-        from rlinf_core.serve.codecs import json_numpy_dumps
 
         body = json_numpy_dumps(payload).encode("utf-8")
         if self._writer is None:
@@ -273,7 +271,6 @@ class RestConnection:
 
 
 def _decode_json_numpy(text: str) -> Any:
-    from rlinf_core.serve.codecs import json_numpy_loads
 
     try:
         return json_numpy_loads(text)

@@ -3,6 +3,8 @@ their classes (:func:`rlinf_core.foundation.checks.check_number`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlinf_core.foundation.checks import ConfigValueError
 
 
@@ -48,7 +50,6 @@ def check_reset_filters(env, eval_env=None) -> None:
 
 
 def _check_filters(env, key: str) -> None:
-    import numpy as np
 
     tasks_wanted, states_wanted = getattr(env, "task_id_filter", None), getattr(env, "reset_state_id_filter", None)
     if tasks_wanted is None and states_wanted is None:

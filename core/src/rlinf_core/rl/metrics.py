@@ -78,8 +78,10 @@ class MetricSums:
         out: dict[str, float] = {}
         keys = sorted(self.sums)
         if keys:
-            rows = [torch.stack([torch.as_tensor(total), torch.tensor(float(count))])
-                    for total, count in (self.sums[k] for k in keys)]  # fmt: skip
+            rows = [
+                torch.stack([torch.as_tensor(total), torch.tensor(float(count))])
+                for total, count in (self.sums[k] for k in keys)
+            ]
             sums = reducer.sum(torch.stack(rows).double())
             for key, (total, count) in zip(keys, sums.tolist()):
                 if count > 0 and math.isfinite(total / count):

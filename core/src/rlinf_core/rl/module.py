@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from rlinf_core.callbacks.progress import phase_reporter
+from rlinf_core.callbacks.video import RolloutVideoRecorder
 from rlinf_core.contracts.batched_env import BatchedEnv
 from rlinf_core.contracts.env import Env
 from rlinf_core.contracts.policy import Policy
@@ -201,8 +202,6 @@ class RLModule(pl.LightningModule):
     def configure_callbacks(self):
         envs = [self.env, self.eval_env]
         if any(e is not None and e.video_cfg.save_video for e in envs):
-            from rlinf_core.callbacks.video import RolloutVideoRecorder
-
             return [RolloutVideoRecorder()]
         return []
 

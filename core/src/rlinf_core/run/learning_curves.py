@@ -16,11 +16,22 @@ from pathlib import Path
 PANELS = [
     ("success rate (%)", [("env/success_once", "training rollouts"), ("eval/success_once", "eval")], 100.0),
     ("episode return", [("env/return", "training rollouts"), ("eval/return", "eval")], 1.0),
-    ("loss", [("train/actor/policy_loss", "policy loss"), ("train/critic/value_loss", "value loss"),
-              ("train/loss_epoch", "train loss"), ("val/loss", "val loss")], 1.0),
-    ("approx KL / clip fraction", [("train/actor/approx_kl", "approx_kl"),
-                                   ("train/actor/clip_fraction", "clip_fraction")], 1.0),
-]  # fmt: skip
+    (
+        "loss",
+        [
+            ("train/actor/policy_loss", "policy loss"),
+            ("train/critic/value_loss", "value loss"),
+            ("train/loss_epoch", "train loss"),
+            ("val/loss", "val loss"),
+        ],
+        1.0,
+    ),
+    (
+        "approx KL / clip fraction",
+        [("train/actor/approx_kl", "approx_kl"), ("train/actor/clip_fraction", "clip_fraction")],
+        1.0,
+    ),
+]
 SMOOTH_FROM = 20  # series with more points get a 5-step mean over faint raw values; shorter ones are drawn raw
 
 
@@ -67,8 +78,10 @@ def default_title(run_dir: str | Path) -> str:
 
 
 def _smooth(values: list[float], window: int = 5) -> list[float]:
-    return [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-            for i in range(len(values))]  # fmt: skip
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
 
 
 def _pyplot():
@@ -82,8 +95,12 @@ def _pyplot():
     return plt
 
 
-def learning_curve_figure(run_dir: str | Path, title: str | None = None, baseline: dict[str, float] | None = None,
-                          baseline_label: str = "before training"):  # fmt: skip
+def learning_curve_figure(
+    run_dir: str | Path,
+    title: str | None = None,
+    baseline: dict[str, float] | None = None,
+    baseline_label: str = "before training",
+):
     """The matplotlib figure :func:`plot_learning_curve` writes (arguments as there)."""
     scalars = read_scalars(run_dir)
     plt = _pyplot()

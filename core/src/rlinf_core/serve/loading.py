@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from rlinf_core.contracts.policy import Policy
 from rlinf_core.foundation.signatures import constructor_parameters
 from rlinf_core.models.settings import read_record, writer_class
+from rlinf_core.plugins.manager import PluginError, load_plugins
 from rlinf_core.serve.errors import ServeError
 
 
@@ -74,7 +76,6 @@ class LoadedPolicy:
 
 
 def _registry():
-    from rlinf_core.plugins.manager import PluginError, load_plugins
 
     try:
         return load_plugins(warn=False)
@@ -83,7 +84,6 @@ def _registry():
 
 
 def _resolve_class(name: str) -> type:
-    from rlinf_core.plugins.manager import PluginError
 
     try:
         cls = _registry().resolve("policy", name)
@@ -160,7 +160,6 @@ def _load_export(path: Path, opts: LoadOptions) -> Policy:
 
 
 def _run_config(ckpt: Path, given: str | None) -> dict:
-    import yaml
 
     candidates = [Path(given)] if given else [ckpt.parent / "config.yaml", ckpt.parent.parent / "config.yaml"]
     for cfg in candidates:

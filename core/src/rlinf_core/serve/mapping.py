@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from rlinf_core.contracts.observation import Observation
 from rlinf_core.serve.errors import BadRequest, ServeError
@@ -107,7 +108,6 @@ def load_mapping(spec: str) -> ObsMapping:
     path = Path(spec)
     if not path.is_file():
         raise ServeError(f"--mapping {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file")
-    import yaml
 
     try:
         raw = yaml.safe_load(path.read_text())

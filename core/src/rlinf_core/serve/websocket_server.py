@@ -21,6 +21,8 @@ import logging
 import threading
 import time
 
+import torch
+
 from rlinf_core.serve.codecs import msgpack_dumps, msgpack_loads, msgpack_packer
 from rlinf_core.serve.errors import BadRequest, serve_dependency
 from rlinf_core.serve.mapping import to_observations
@@ -134,7 +136,6 @@ class OpenPIWebsocketServer:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:
-        import torch
 
         with torch.no_grad():  # the loop's thread may run a fast model inline (PolicyRunner.run_inline)
             await self._start()
@@ -147,7 +148,6 @@ class OpenPIWebsocketServer:
         errors: list[BaseException] = []
 
         def run() -> None:
-            import torch
 
             torch.set_grad_enabled(False)  # this thread's only: it may run a fast model inline
             self._loop = asyncio.new_event_loop()

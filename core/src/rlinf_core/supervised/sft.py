@@ -1,6 +1,6 @@
 """Supervised fine-tuning (behaviour cloning) of a policy on a demo dataset.
 
-The SFT → RL flow of the seeds: ``rlinf fit --config sft.yaml`` writes the policy in Hugging
+The SFT → RL flow of RLinf's guides: ``rlinf fit --config sft.yaml`` writes the policy in Hugging
 Face layout (``<log_dir>/policy`` or ``export_dir``), and the RL config starts from it through
 the policy's ``model_path``.
 """

@@ -11,7 +11,7 @@ third-party, is then checked the same way::
 
 Do not override the ``test_*`` methods (a subclass that does fails at class creation); tune the
 class attributes and factory methods instead, and add your own tests under other names. The attributes each kit
-reads are the ones documented with ``#:`` in its class body (docs/plugins.md lists them, generated from here).
+reads are the ones documented with ``#:`` in its class body (docs/plugin_reference.md lists them, generated from here).
 
 The policy tests are neutral about the action distribution: token policies, Gaussians and
 noise-injected (SDE) flow samplers pass the same checks. Log-probs must be finite but may be
@@ -433,7 +433,7 @@ class PolicyPluginTests(_KitTests):
         assert got == value, (
             f"{cls.__name__}.from_pretrained(path, {name}={value!r}) gave {name}={got!r}: an override must win over "
             "the settings saved with the checkpoint (rlinf_core.models.settings.SavedSettings does this; "
-            "docs/plugins.md, 'A policy')"
+            "docs/plugin_tutorial.md, 'A policy')"
         )
 
     @_explain_empty_inputs

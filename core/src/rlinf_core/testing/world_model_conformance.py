@@ -27,6 +27,7 @@ import torch
 
 from rlinf_core.builtin.toy_world_model import ToyRewardModel
 from rlinf_core.contracts.world_model import ConditionSpec, RewardModel, WorldModel
+from rlinf_core.envs.world_model_env import WorldModelEnv
 from rlinf_core.plugins.manager import Registry
 from rlinf_core.world_models.init_data import save_init_trajectory
 
@@ -169,7 +170,6 @@ class WorldModelPluginTests:
         assert torch.equal(a[1], b[1]) and torch.equal(a[0], c[0]) and torch.equal(a[2], c[2])
 
     def test_runs_as_an_env_from_released_format_init_files(self):
-        from rlinf_core.envs.world_model_env import WorldModelEnv
 
         model = self.make_model()
         root = Path(tempfile.mkdtemp()) / "dataset"

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from rlinf_core.lerobot.episodes import LeRobotEpisodes
 from rlinf_core.world_models.init_data import instruction_of, load_init_trajectory
 
 __all__ = ["ClipDataset", "Episode", "FrameDataset", "find_trajectories", "load_episode", "split_episodes"]
@@ -59,8 +60,6 @@ def find_trajectories(root: str | Path) -> list[Path]:
     """The ``traj*.npy`` episode files under ``root`` (recursively, sorted; ``*_kir.npy`` key-frame files excluded)."""
     root = Path(root)
     if (root / "meta" / "info.json").is_file():  # a LeRobot dataset: one name per episode (rlinf_core.lerobot)
-        from rlinf_core.lerobot.episodes import LeRobotEpisodes
-
         return LeRobotEpisodes(root).names
     if not root.is_dir():
         raise FileNotFoundError(f"data_path {root} is not a directory of traj*.npy episode files")
@@ -114,8 +113,6 @@ class _EpisodeFiles(Dataset):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.lerobot = None
         if (self.data_path / "meta" / "info.json").is_file():  # a LeRobot dataset (rlinf_core.lerobot.episodes)
-            from rlinf_core.lerobot.episodes import LeRobotEpisodes
-
             self.lerobot = LeRobotEpisodes(self.data_path)
         self.files = self.lerobot.names if self.lerobot is not None else find_trajectories(data_path)
         self._load = functools.lru_cache(maxsize=self.cache_episodes)(self._read)

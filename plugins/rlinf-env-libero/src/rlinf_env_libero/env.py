@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf_core.contracts import Env, Observation
+from rlinf_core.contracts import Env, Observation, StepResult
 from rlinf_env_libero.settings import FLAT_KEYS, LiberoRenderConfig, LiberoRewardConfig, LiberoSimConfig
 from rlinf_env_libero.suites import MAX_EPISODE_STEPS, check_suite, load_init_states, load_tasks, num_init_states
 
@@ -213,7 +213,7 @@ class LiberoEnv(Env):
             self._slot_task[e] = t
             self._prev_success[e] = False
 
-    def _step(self, actions: np.ndarray, live: np.ndarray):
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> StepResult:
         B = self.num_envs
         rewards = np.zeros(B, np.float32)
         success = np.zeros(B, bool)
@@ -237,7 +237,7 @@ class LiberoEnv(Env):
             else:
                 rewards[e] = self.reward.coef * float(success[e])
             self._prev_success[e] = success[e]
-        return rewards, success.copy(), success
+        return StepResult(rewards=rewards, terminated=success.copy(), success=success)
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         env_ids = [int(e) for e in env_ids]

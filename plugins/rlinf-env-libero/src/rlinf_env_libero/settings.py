@@ -14,7 +14,7 @@ class LiberoRenderConfig:
     """What the cameras render (YAML group ``render:``).
 
     Args:
-        image_size: side of the square camera images, pixels (the seeds render 256; OpenVLA-OFT resizes to 224
+        image_size: side of the square camera images, pixels (RLinf's guides render 256; OpenVLA-OFT resizes to 224
             itself).
         use_wrist_image: also render the wrist camera as ``wrist_images``.
         obs_mode: ``rgb`` (cameras rendered) or ``state`` (no renderer is built: cheaper simulators for state-based

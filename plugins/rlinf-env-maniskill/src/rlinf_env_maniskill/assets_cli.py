@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rlinf_env_maniskill.assets import AssetError, listing, resolve
+from rlinf_env_maniskill.synthetic_assets import write_synthetic_assets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("dir")
     args = parser.parse_args(argv)
     if args.command == "synthesize":
-        from rlinf_env_maniskill.synthetic_assets import write_synthetic_assets
-
         out = write_synthetic_assets(Path(args.dir))
         print(f"synthetic assets in {out.asset_dir} (MANISKILL_ASSET_DIR) and {out.bridge_dir} (bridge_dir)")
         return 0

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from rlinf_core import check_choice
-from rlinf_core.contracts import Env, Observation
+from rlinf_core.contracts import Env, Observation, StepResult
 from rlinf_env_maniskill import lavapipe
 from rlinf_env_maniskill.settings import FLAT_KEYS, ManiSkillRenderConfig, ManiSkillRewardConfig, ManiSkillSimConfig
 from rlinf_env_maniskill.tasks import OFFLINE_TASKS, default_max_episode_steps
@@ -45,7 +45,7 @@ class ManiSkillEnv(Env):
 
     Args:
         tasks: ManiSkill env ids (task id = position in this list); ``Group/<env id>`` puts the task in an
-            eval-table group (the seeds' OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
+            eval-table group (RLinf's published OOD columns: ``Vision/...``, ``Semantic/...``, ``Position/...``).
             Offline ones:
             PickCube-v1, PushCube-v1, PullCube-v1, StackCube-v1, StackPyramid-v1,
             PegInsertionSide-v1, PokeCube-v1, LiftPegUpright-v1, PlaceSphere-v1, PlugCharger-v1,
@@ -245,7 +245,7 @@ class ManiSkillEnv(Env):
             sim.reset_rows([row], [int(seed)], [int(trial)] if by_id else None)
             self._prev_reward[slot] = 0.0
 
-    def _step(self, actions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> StepResult:
         B = self.num_envs
         rewards = np.zeros(B, np.float32)
         success = np.zeros(B, bool)
@@ -263,7 +263,7 @@ class ManiSkillEnv(Env):
             raw = rewards.copy()
             rewards = np.where(live, raw - self._prev_reward, 0.0).astype(np.float32)
             self._prev_reward = np.where(live, raw, self._prev_reward).astype(np.float32)
-        return rewards, success | fail, success
+        return StepResult(rewards=rewards, terminated=success | fail, success=success)
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         H, W = self.image_size

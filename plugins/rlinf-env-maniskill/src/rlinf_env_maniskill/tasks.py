@@ -33,8 +33,8 @@ OFFLINE_TASKS: dict[str, TaskInfo] = {
     "PullCubeTool-v1": TaskInfo("use the red L-shaped tool to pull the blue cube closer", 100),
 }
 
-#: The seeds' RL4VLA tasks: not part of mani-skill 3.0.1; ours are in ``rlinf_env_maniskill.rl4vla`` (after
-#: RLinf v0.3's task code), built on the Bridge real2sim assets. The OOD splits of the seeds' evaluation.
+#: RLinf's RL4VLA tasks: not part of mani-skill 3.0.1; ours are in ``rlinf_env_maniskill.rl4vla`` (after
+#: RLinf v0.3's task code), built on the Bridge real2sim assets. The OOD splits of RLinf's evaluation.
 RL4VLA_TRAIN_TASK = "PutOnPlateInScene25Main-v3"
 RL4VLA_OOD_SPLITS: dict[str, list[str]] = {
     "vision": [

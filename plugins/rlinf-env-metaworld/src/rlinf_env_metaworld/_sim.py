@@ -218,8 +218,13 @@ class TaskSim:
                 return first[None]
             mj, env = self._mujoco, self.env
             mj.mj_getState(env.model, env.data, self._state, self._state_spec)
-            saved = (env.curr_path_length, env._prev_obs.copy(), env._last_stable_obs,
-                     env._did_see_sim_exception, self.obs)  # fmt: skip
+            saved = (
+                env.curr_path_length,
+                env._prev_obs.copy(),
+                env._last_stable_obs,
+                env._did_see_sim_exception,
+                self.obs,
+            )
             actions = [first]
             try:
                 for _ in range(n - 1):
@@ -228,8 +233,9 @@ class TaskSim:
             finally:
                 mj.mj_setState(env.model, env.data, self._state, self._state_spec)
                 mj.mj_forward(env.model, env.data)
-                (env.curr_path_length, env._prev_obs, env._last_stable_obs,
-                 env._did_see_sim_exception, self.obs) = saved  # fmt: skip
+                (env.curr_path_length, env._prev_obs, env._last_stable_obs, env._did_see_sim_exception, self.obs) = (
+                    saved
+                )
         return np.stack(actions)
 
     def close(self) -> None:

@@ -67,20 +67,34 @@ def collect(args: argparse.Namespace) -> dict:
         fast_render=not args.no_fast_render,
     )
     env_kwargs = dict(
-        tasks=args.tasks, task_set=args.task_set, split=args.split, trials_per_task=args.episodes_per_task,
-        trial_seed=args.trial_seed, state_type=args.state_type, render=render, max_episode_steps=args.max_episode_steps,
-    )  # fmt: skip
+        tasks=args.tasks,
+        task_set=args.task_set,
+        split=args.split,
+        trials_per_task=args.episodes_per_task,
+        trial_seed=args.trial_seed,
+        state_type=args.state_type,
+        render=render,
+        max_episode_steps=args.max_episode_steps,
+    )
     probe = MetaWorldEnv(**env_kwargs)
     total = probe.num_reset_states
     env = MetaWorldEnv(**env_kwargs, num_envs=min(args.num_envs, total), is_eval=True, auto_reset=True)
     recorded = {k: asdict(v) if k == "render" else v for k, v in env_kwargs.items() if k != "max_episode_steps"}
     lerobot = getattr(args, "format", "rlinf") == "lerobot"
     writer = (functools.partial(LeRobotDemoWriter, fps=args.fps) if lerobot else DemoWriter)(
-        args.out, action_dim=env.action_dim, num_action_chunks=args.num_action_chunks, overwrite=args.overwrite,
-        meta={"env": "MetaWorldEnv", "env_args": recorded,
-              "max_episode_steps": args.max_episode_steps, "tasks": env.task_names, "image_size": args.image_size,
-              "collector": "metaworld scripted experts (rlinf_env_metaworld.collect)"},
-    )  # fmt: skip
+        args.out,
+        action_dim=env.action_dim,
+        num_action_chunks=args.num_action_chunks,
+        overwrite=args.overwrite,
+        meta={
+            "env": "MetaWorldEnv",
+            "env_args": recorded,
+            "max_episode_steps": args.max_episode_steps,
+            "tasks": env.task_names,
+            "image_size": args.image_size,
+            "collector": "metaworld scripted experts (rlinf_env_metaworld.collect)",
+        },
+    )
     t0 = time.perf_counter()
     B = env.num_envs
     buffers: list[dict[str, list]] = [{"images": [], "wrist": [], "states": [], "actions": []} for _ in range(B)]
@@ -107,11 +121,17 @@ def collect(args: argparse.Namespace) -> dict:
                 rec, buf = records[int(ids[b])], buffers[b]
                 task_id = int(rec["task_id"])
                 writer.add(
-                    np.stack(buf["images"]), np.stack(buf["actions"]), descriptions[b], bool(rec["success_once"]),
-                    task=env.task_names[task_id], states=np.stack(buf["states"]) if buf["states"] else None,
+                    np.stack(buf["images"]),
+                    np.stack(buf["actions"]),
+                    descriptions[b],
+                    bool(rec["success_once"]),
+                    task=env.task_names[task_id],
+                    states=np.stack(buf["states"]) if buf["states"] else None,
                     wrist_images=np.stack(buf["wrist"]) if buf["wrist"] else None,
-                    task_id=task_id, trial_id=int(ids[b]) % env.trials_per_task, reset_state_id=int(ids[b]),
-                )  # fmt: skip
+                    task_id=task_id,
+                    trial_id=int(ids[b]) % env.trials_per_task,
+                    reset_state_id=int(ids[b]),
+                )
                 written += 1
                 successes += int(rec["success_once"])
                 buffers[b] = {"images": [], "wrist": [], "states": [], "actions": []}
@@ -129,8 +149,11 @@ def collect(args: argparse.Namespace) -> dict:
     writer.meta["collect_seconds"] = round(seconds, 2)
     writer.close()
     if not args.quiet:
-        print(f"\ncollect: wrote {written} episodes ({successes} successful, {steps} steps, {seconds:.1f} s, "
-              f"{steps / max(seconds, 1e-9):.1f} steps/s) to {Path(args.out)}", file=sys.stderr)  # fmt: skip
+        print(
+            f"\ncollect: wrote {written} episodes ({successes} successful, {steps} steps, {seconds:.1f} s, "
+            f"{steps / max(seconds, 1e-9):.1f} steps/s) to {Path(args.out)}",
+            file=sys.stderr,
+        )
     return {
         "episodes": written,
         "successful": successes,

@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from rlinf_core.contracts import Env, Observation
+from rlinf_core.contracts import Env, Observation, StepResult
 from rlinf_env_metaworld.settings import FLAT_KEYS, MetaWorldRenderConfig, MetaWorldRewardConfig, MetaWorldSimConfig
 from rlinf_env_metaworld.tasks import INSTRUCTIONS, MT50, difficulty_of, resolve_tasks
 
@@ -106,7 +106,7 @@ class MetaWorldEnv(Env):
 
     @property
     def task_difficulties(self) -> list[str]:
-        """``easy`` / ``medium`` / ``hard`` / ``very_hard`` per task id (for the seeds' results table)."""
+        """``easy`` / ``medium`` / ``hard`` / ``very_hard`` per task id (for RLinf's published results table)."""
         return [difficulty_of(t) for t in self._task_list]
 
     @property
@@ -162,7 +162,7 @@ class MetaWorldEnv(Env):
                 sim.step(_ZERO_ACTION)
             self._stale[e] = True
 
-    def _step(self, actions: np.ndarray, live: np.ndarray):
+    def _step(self, actions: np.ndarray, live: np.ndarray) -> StepResult:
         B = self.num_envs
         rewards = np.zeros(B, np.float32)
         success = np.zeros(B, bool)
@@ -170,7 +170,7 @@ class MetaWorldEnv(Env):
         for e in np.nonzero(live)[0]:
             shaped, success[e] = self._slots[e].step(actions[e, XYZ_GRIPPER] if self.action_dim == 7 else actions[e])
             rewards[e] = float(success[e]) if self.reward.mode == "sparse" else shaped / 10.0
-        return rewards * self.reward.coef, success.copy(), success
+        return StepResult(rewards=rewards * self.reward.coef, terminated=success.copy(), success=success)
 
     def _observe(self, env_ids: np.ndarray) -> Observation:
         n, S = len(env_ids), self.render.image_size

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError
+from rlinf_core.models.meta import is_meta_init
+from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError, load_safetensors
 from rlinf_policy_openpi.config import (
     EMBED_KEY,
     LM_HEAD_KEY,
@@ -158,7 +159,6 @@ def _torch_load(f: Path, mmap: bool = False) -> dict[str, torch.Tensor]:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint's weight files."""
-    from rlinf_core.models.weights import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(path):
@@ -258,7 +258,6 @@ def load_model(model_path: str | Path, **overrides):
     Inside :func:`rlinf_core.models.meta.meta_init` only key names and configs are read (no tensors). Returns
     ``(model, checkpoint)``; ``checkpoint.heads`` holds the value / noise head weights if present.
     """
-    from rlinf_core.models.meta import is_meta_init
     from rlinf_policy_openpi._modeling import OpenPIModel
 
     meta = is_meta_init()
@@ -347,7 +346,6 @@ def _read_openpi_stats(f: Path) -> dict[str, NormStats]:
 
 
 def _read_lerobot_stats(f: Path) -> dict[str, NormStats]:
-    from rlinf_core.models.weights import load_safetensors
 
     nested: dict[str, dict] = {}
     for key, value in load_safetensors(str(f)).items():

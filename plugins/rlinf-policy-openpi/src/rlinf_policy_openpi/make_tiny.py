@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from rlinf_policy_openpi.checkpoint import NormStats, write_norm_stats
+from rlinf_core.models.weights import save_weights
+from rlinf_policy_openpi.checkpoint import UNUSED_KEYS, NormStats, write_norm_stats
 from rlinf_policy_openpi.config import GemmaDims, OpenPIConfig, SiglipDims, variant_dims
 from rlinf_policy_openpi.transforms import TOKENIZER_FILE
 
@@ -193,10 +194,8 @@ def make_tiny(
         seed: seed of weights and statistics.
     """
 
-    from rlinf_core.models.weights import save_weights
     from rlinf_policy_openpi._gemma_layers import AdaRMSNorm
     from rlinf_policy_openpi._modeling import OpenPIModel
-    from rlinf_policy_openpi.checkpoint import UNUSED_KEYS
 
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")

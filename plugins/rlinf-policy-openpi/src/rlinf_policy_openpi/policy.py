@@ -15,13 +15,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlinf_core.contracts import ActOutput, EvaluateOutput, Observation, Policy
-from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.contracts import ActOutput, EvaluateOutput, MemoryProfile, Observation, Policy, Stack
+from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.precision import apply_precision, resolve_precision
 from rlinf_core.models.settings import SETTINGS_KEY, SavedSettings
-from rlinf_core.models.weights import CheckpointError
+from rlinf_core.models.weights import CheckpointError, save_weights
 from rlinf_policy_openpi import flow
+from rlinf_policy_openpi.checkpoint import EMBED_KEY, load_model, read_norm_stats, write_norm_stats
 from rlinf_policy_openpi.heads import (
     DEFAULT_VALUE_HIDDEN,
     ExploreNoiseNet,
@@ -30,8 +31,10 @@ from rlinf_policy_openpi.heads import (
     value_hidden_sizes_from,
 )
 from rlinf_policy_openpi.inputs import ObservationInputs
+from rlinf_policy_openpi.released import write_released_standin
 from rlinf_policy_openpi.sampler import FlowSampler
 from rlinf_policy_openpi.settings import FLAT_KEYS, CriticConfig, InputConfig, NoiseConfig
+from rlinf_policy_openpi.transforms import TOKENIZER_FILE, default_image_resize, find_tokenizer, normalize, pad_to_dim
 
 VLM_PREFIX = "paligemma_with_expert.paligemma."
 GREEDY_SEED = 0  #: the fixed initial noise of do_sample=False (deterministic ODE)
@@ -73,7 +76,6 @@ class OpenPIPolicy(SavedSettings, Policy):
     def released_standin(model_path: str, directory: str) -> str | None:
         """For ``rlinf memory``: a weightless released-form directory of the checkpoint a placeholder
         ``model_path`` names (:func:`rlinf_policy_openpi.released.write_released_standin`), else None."""
-        from rlinf_policy_openpi.released import write_released_standin
 
         path = write_released_standin(model_path, directory)
         return None if path is None else str(path)
@@ -94,7 +96,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
-        from rlinf_policy_openpi.checkpoint import load_model
 
         prec = resolve_precision(precision)
         path = Path(model_path)
@@ -139,8 +140,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         self.record_settings(inputs={"image_resize": self.image_resize})
 
     def _set_inputs(self, path: Path, inputs: InputConfig, layout: str) -> None:
-        from rlinf_policy_openpi.checkpoint import read_norm_stats
-        from rlinf_policy_openpi.transforms import default_image_resize, find_tokenizer
 
         if not 1 <= inputs.num_images_in_input <= self.config.num_images:
             raise ValueError(
@@ -190,7 +189,6 @@ class OpenPIPolicy(SavedSettings, Policy):
                 p.requires_grad_(False)  # frozen, or never reached by a gradient (DDP would wait for it)
         if self.lora is None:
             return model
-        from rlinf_core.models.lora import apply_lora
 
         wrapped = apply_lora(model, self.lora, default_targets=default_lora_targets())
         for name, p in model.named_parameters():  # RLinf wraps only PaliGemma: the rest trains in full
@@ -357,7 +355,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         """openpi's flow-matching loss for expert ``actions [B, C, D]`` (env scale): ``‖v(x_t, t) − (ε − a)‖²`` with
         ``x_t = t·ε + (1 − t)·a``, ``t ~ 0.999·Beta(1.5, 1) + 0.001``, ``a`` the normalised actions zero-padded to 32
         (as openpi pads them); mean over the C given action tokens (the other H − C are not supervised)."""
-        from rlinf_policy_openpi.transforms import normalize, pad_to_dim
 
         B, C, D = actions.shape
         if C > self.config.action_horizon or D != self.action_dim:
@@ -379,7 +376,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         when PaliGemma trains (frozen: no activations kept), the expert over the suffix once per pass (step k, the
         critic pass unless detached; N with ``joint_logprob``), the prefix keys / values each pass's attention keeps,
         and the rollout's prefix KV cache."""
-        from rlinf_core.contracts import MemoryProfile, Stack
 
         cfg, ckpt = self.config, self.gradient_checkpointing
         rank = (self.lora.rank if self.lora.path is None else 32) if self.is_lora else 0
@@ -426,11 +422,8 @@ class OpenPIPolicy(SavedSettings, Policy):
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """openpi-named weights without the tied ``embed_tokens`` (as openpi saves them), the heads as
         ``value_head.*`` / ``noise_head.*`` (RLinf's names); LoRA deltas merged in."""
-        from rlinf_policy_openpi.checkpoint import EMBED_KEY
 
         if self.is_lora:
-            from rlinf_core.models.lora import merged_state_dict
-
             state = merged_state_dict(self.model)
         else:
             state = {k: v.detach() for k, v in self.model.state_dict().items()}
@@ -440,10 +433,6 @@ class OpenPIPolicy(SavedSettings, Policy):
         """An RLinf-Pi0-style directory that :meth:`from_pretrained` (and RLinf) load: ``model.safetensors``,
         ``config.json`` (openpi form + the policy settings under ``rlinf``), ``assets/<asset_id>/norm_stats.json``
         and the tokenizer."""
-
-        from rlinf_core.models.weights import save_weights
-        from rlinf_policy_openpi.checkpoint import write_norm_stats
-        from rlinf_policy_openpi.transforms import TOKENIZER_FILE
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)

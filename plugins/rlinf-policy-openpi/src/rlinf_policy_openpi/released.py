@@ -2,7 +2,7 @@
 
 :data:`RELEASED` names each checkpoint family a user downloads: openpi's PyTorch conversions of ``pi0_base`` /
 ``pi05_base`` (``examples/convert_jax_model_to_pytorch.py``), lerobot's ``lerobot/pi0_base`` /
-``lerobot/pi05_base`` and RLinf's SFT checkpoints used by the seeds' MetaWorld / LIBERO recipes, with the
+``lerobot/pi05_base`` and RLinf's SFT checkpoints used by RLinf's MetaWorld / LIBERO recipes, with the
 openpi train config RLinf pairs them with (``rlinf/models/embodiment/openpi/dataconfig``: action horizon,
 asset id of the statistics, ``discrete_state_input``).
 
@@ -32,8 +32,12 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from rlinf_policy_openpi.checkpoint import NormStats, write_norm_stats
 from rlinf_policy_openpi.config import PALIGEMMA_VOCAB
+from rlinf_policy_openpi.make_tiny import build_tokenizer
+from rlinf_policy_openpi.transforms import TOKENIZER_FILE
 
 PI0_PARAMETERS = 3_238_048_528
 PI05_PARAMETERS = 3_353_433_872
@@ -252,9 +256,6 @@ def write_released_dir(path: str | Path, name: str, tokenizer: bool = True) -> P
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if tokenizer:
-        from rlinf_policy_openpi.make_tiny import build_tokenizer
-        from rlinf_policy_openpi.transforms import TOKENIZER_FILE
-
         if not _TOKENIZER:  # ~1 s to build: once per process
             build_tokenizer(path, pad_to=PALIGEMMA_VOCAB)
             _TOKENIZER.append((path / TOKENIZER_FILE).read_bytes())
@@ -263,7 +264,6 @@ def write_released_dir(path: str | Path, name: str, tokenizer: bool = True) -> P
     shapes = released_tensor_shapes(spec.pi05, spec.layout)
     write_sparse_safetensors(path / "model.safetensors", shapes, "F32" if spec.layout == "lerobot" else "BF16")
     if spec.asset_id is not None:
-        import torch
 
         def placeholder(d: int) -> NormStats:
             return NormStats(mean=torch.zeros(d), std=torch.ones(d), q01=-torch.ones(d), q99=torch.ones(d))

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from rlinf_core.testing.cache import cached_dir
+from rlinf_policy_openpi.make_tiny import make_tiny
 
 #: ``(n, depth)`` of the tiny checkpoints' float32 passes, for :mod:`rlinf_core.testing.numerics`: the longest sum
 #: has n = 588 terms (a 14 x 14 x 3 SigLIP patch; attention over at most 212 prefix keys, MLPs of 128), and the
@@ -23,7 +24,6 @@ FLOAT32_SUMS = (588, 60)
 
 def tiny_checkpoint(**kwargs) -> Path:
     """A tiny checkpoint written once per process by :func:`rlinf_policy_openpi.make_tiny.make_tiny`."""
-    from rlinf_policy_openpi.make_tiny import make_tiny
 
     return cached_dir(make_tiny, "openpi-tiny", **kwargs)
 

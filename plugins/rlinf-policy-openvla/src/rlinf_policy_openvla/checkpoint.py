@@ -19,6 +19,7 @@ import torch
 
 from rlinf_core.models.norm_stats import read_norm_stats
 from rlinf_core.models.weights import CheckpointError, read_json
+from rlinf_policy_openvla.processing import RESIZE_STRATEGIES
 from rlinf_policy_openvla.vit import ACTIVATIONS, TIMM_PRESETS, ViTSpec
 
 TINY_HINT = "create a tiny test checkpoint with `python -m rlinf_policy_openvla.make_tiny DIR`"
@@ -162,7 +163,6 @@ def _resize_strategy(path: Path, cfg: dict, means: list) -> tuple[str, tuple[int
     Prismatic fills the letterbox border with ``int(255 · mean)`` of the last tower's normalisation mean
     (openvla/openvla:prismatic/extern/hf/processing_prismatic.py:118-119); a saved ``tvf_letterbox_fill`` wins.
     """
-    from rlinf_policy_openvla.processing import RESIZE_STRATEGIES
 
     pre = path / "preprocessor_config.json"
     p = read_json(pre) if pre.is_file() else {}

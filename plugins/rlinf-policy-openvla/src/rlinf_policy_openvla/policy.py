@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from rlinf_core.contracts import ActOutput, EvaluateOutput, Observation, Policy
 from rlinf_core.models.conventions import open_fraction_to_signed_gripper, signed_gripper_to_open_fraction
-from rlinf_core.models.lora import LoRAConfig
+from rlinf_core.models.lora import LoRAConfig, apply_lora, merged_state_dict, save_adapter
 from rlinf_core.models.meta import is_meta_init
 from rlinf_core.models.norm_stats import bounds, normalize_bounds, resolve_unnorm_key
 from rlinf_core.models.precision import apply_precision, resolve_precision
@@ -32,8 +32,10 @@ from rlinf_policy_openvla.checkpoint import (
     read_spec,
     saved_value_head_outputs,
 )
+from rlinf_policy_openvla.lora import default_target_modules
+from rlinf_policy_openvla.memory import prismatic_profile
 from rlinf_policy_openvla.processing import IMAGE_RESIZES, PromptEncoder, pixel_values
-from rlinf_policy_openvla.released import announce_image_resize, default_image_resize
+from rlinf_policy_openvla.released import announce_image_resize, default_image_resize, write_released_standin
 from rlinf_policy_openvla.settings import FLAT_KEYS, ActionConfig, InputConfig
 
 ValueType = Literal["chunk_level", "action_level"]
@@ -81,7 +83,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
     def released_standin(model_path: str, directory: str) -> str | None:
         """For ``rlinf memory``: a weightless released-form directory of the checkpoint a placeholder
         ``model_path`` names (:func:`rlinf_policy_openvla.released.write_released_standin`), else None."""
-        from rlinf_policy_openvla.released import write_released_standin
 
         path = write_released_standin(model_path, directory)
         return None if path is None else str(path)
@@ -196,9 +197,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
 
         self.lora = lora
         if lora is not None:
-            from rlinf_core.models.lora import apply_lora
-            from rlinf_policy_openvla.lora import default_target_modules
-
             save = ["value_head"] if self.has_value_head else None
             self.model = apply_lora(vla, lora, default_targets=default_target_modules(vla), modules_to_save=save)
         else:
@@ -436,7 +434,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
 
     def memory_profile(self):
         """Transformer stacks and KV cache of one sample, for ``rlinf memory`` (:mod:`rlinf_core.memory.estimate`)."""
-        from rlinf_policy_openvla.memory import prismatic_profile
 
         return prismatic_profile(self)
 
@@ -444,8 +441,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Checkpoint-named weights; LoRA deltas merged in (the live model keeps its adapter)."""
         if self.is_lora:
-            from rlinf_core.models.lora import merged_state_dict
-
             return merged_state_dict(self.model)
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
@@ -465,7 +460,6 @@ class _PrismaticPolicy(SavedSettings, Policy):
         """Write the peft adapter (``adapter_config.json`` + ``adapter_model.safetensors``, value head included)."""
         if not self.is_lora:
             raise ValueError(f"{type(self).__name__} has no LoRA adapter (lora is null); use save_pretrained")
-        from rlinf_core.models.lora import save_adapter
 
         save_adapter(self.model, path)
 

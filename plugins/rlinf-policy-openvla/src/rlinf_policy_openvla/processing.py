@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -55,7 +56,6 @@ def _resize_tensor(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
 def _resize_pil(images: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     """Each image through ``PIL.Image.resize(BICUBIC)``, as torchvision's ``resize`` of a PIL image runs it in
     openvla/openvla's Hugging Face processor (two separable passes, 8-bit rounding between)."""
-    import numpy as np
     from PIL import Image
 
     frames = images.to("cpu", torch.uint8).numpy()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlinf_core.models.weights import INDEX_NAME
+from rlinf_policy_openvla.make_tiny import build_tokenizer, write_side_files
 
 OPENVLA_7B_PARAMETERS = 7_541_237_184
 OPENVLA_7B_INDEX_BYTES = 15_082_474_368  # "total_size" of openvla/openvla-7b's model.safetensors.index.json (bf16)
@@ -311,7 +312,6 @@ def write_released_dir(path: str | Path, kind: str, tokenizer_from: str | Path |
     ``tokenizer_from``: copy the tokenizer files of an earlier released-form directory instead of
     building them again (all kinds share Llama-2's vocabulary).
     """
-    from rlinf_policy_openvla.make_tiny import build_tokenizer, write_side_files
 
     spec = _kind(kind)
     path = Path(path)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlinf_core.testing.cache import cached_dir
+from rlinf_core.testing.numerics import assert_close_reordered
+from rlinf_policy_openvla.make_tiny import make_tiny
 
 #: ``(n, depth)`` of the tiny checkpoints' float32 passes, for :mod:`rlinf_core.testing.numerics`: the longest sum
 #: has n <= 700 terms (the log-softmax over a vocabulary of ~700 ids; a 14 x 14 x 3 patch has 588), and the longest
@@ -20,7 +22,6 @@ FLOAT32_SUMS = (700, 41)
 
 def tiny_checkpoint(**kwargs) -> Path:
     """A tiny checkpoint written once per process by :func:`rlinf_policy_openvla.make_tiny.make_tiny`."""
-    from rlinf_policy_openvla.make_tiny import make_tiny
 
     return cached_dir(make_tiny, "openvla-tiny", **kwargs)
 
@@ -30,6 +31,4 @@ def assert_logprobs_close(actual, expected, temperature: float = 1.0) -> None:
     and adapter weights): their logits differ by reordered sums (:data:`FLOAT32_SUMS`), and a log-softmax at
     temperature T moves by at most 2/T per unit of logit. The tiny models' logits are below 1 in size, under the
     log-probs' own (>= log 3 in magnitude), which serve as the scale."""
-    from rlinf_core.testing.numerics import assert_close_reordered
-
     assert_close_reordered(actual, expected, *FLOAT32_SUMS, gain=2 / temperature)

@@ -23,7 +23,14 @@ from typing import Any
 
 import torch
 
-from rlinf_core.models.weights import INDEX_NAME, SINGLE_NAME, CheckpointError, load_weights
+from rlinf_core.models.weights import (
+    INDEX_NAME,
+    SINGLE_NAME,
+    CheckpointError,
+    load_pth_state_dict,
+    load_safetensors,
+    load_weights,
+)
 from rlinf_wm_opensora._modeling import STDiT3Config
 from rlinf_wm_opensora.released import RELEASED_CONFIG
 
@@ -80,7 +87,6 @@ def load_dit_state(root: Path, hint: str, dit_weights: str = "ema") -> tuple[dic
     shards = sorted(p for p in root.iterdir() if SHARD_PATTERN.fullmatch(p.name))
     if not shards:
         return load_weights(root, hint=hint), ""  # raises the one-line "no weights" error
-    from rlinf_core.models.weights import load_safetensors
 
     state: dict[str, torch.Tensor] = {}
     for shard in shards:
@@ -95,7 +101,6 @@ def load_dit_state(root: Path, hint: str, dit_weights: str = "ema") -> tuple[dic
 def load_training_checkpoint(root: Path, hint: str, dit_weights: str) -> tuple[dict[str, torch.Tensor], str]:
     """The DiT of a fork training checkpoint: ``ema.pt`` or ``model/`` (see the module docstring); ``dit_weights``
     (one of :data:`DIT_WEIGHTS`) is checked where it is configured, :class:`OpenSoraWorldModel`."""
-    from rlinf_core.models.weights import load_pth_state_dict
 
     where = f"{root} (an RLinf/opensora training checkpoint)"
     if dit_weights == "ema":

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlinf_core.world_models import ResnetRewardModel, condition_inputs, load_init_trajectory, save_init_trajectory
 from rlinf_wm_opensora._modeling import STDiT3, STDiT3Config
+from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
 TINY_CONFIG = dict(hidden_size=32, depth=2, num_heads=2, caption_channels=8, model_max_length=4)
 TINY_VAE = dict(
@@ -78,8 +80,6 @@ def write_tiny(
     """
     from diffusers import AutoencoderKL
 
-    from rlinf_core.world_models import save_init_trajectory
-
     if image_size % 16:
         raise ValueError(f"image_size must be a multiple of 16 (8x VAE, 2x2 patches), got {image_size}")
     path = Path(path)
@@ -120,8 +120,6 @@ def calibrated_reward_model(path: Path, seed: int):
     """A random ResNet-18 reward classifier calibrated on frames the tiny world model generates from random
     actions: its bias puts their 95th-percentile logit at 0, so a few frames count as success and GRPO groups
     of 32-step episodes get mixed outcomes."""
-    from rlinf_core.world_models import ResnetRewardModel, condition_inputs, load_init_trajectory
-    from rlinf_wm_opensora.world_model import OpenSoraWorldModel
 
     torch.manual_seed(seed)
     rm = ResnetRewardModel().eval()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
+
 SCALING_FACTOR = 0.13025
 WEIGHT_NAMES = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
 
@@ -39,7 +41,6 @@ def load_vae(vae_dir: str | Path, load_weights: bool = True):
     weights = next((vae_dir / n for n in WEIGHT_NAMES if (vae_dir / n).is_file()), None)
     if weights is None:
         raise FileNotFoundError(f"no VAE weights in {vae_dir}: expected {' or '.join(WEIGHT_NAMES)}")
-    from rlinf_core.models.weights import load_pth_state_dict, load_safetensors
 
     state = load_safetensors(str(weights)) if weights.suffix == ".safetensors" else load_pth_state_dict(weights, "VAE")
     state = rename_legacy_attention(state)

@@ -18,10 +18,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlinf_core.world_models import LIBERO_TASKS, ResnetRewardModel, TaskEmbedResnetRewardModel, save_init_trajectory
+from rlinf_core.world_models import (
+    LIBERO_TASKS,
+    ResnetRewardModel,
+    TaskEmbedResnetRewardModel,
+    condition_inputs,
+    instruction_of,
+    load_init_trajectory,
+    save_init_trajectory,
+)
 from rlinf_wm_wan._modeling import WanActionTransformer, diffusers_to_diffsynth_key
 from rlinf_wm_wan.vae import build_vae, to_original_state_dict
-from rlinf_wm_wan.world_model import CONFIG_NAME, DIT_NAME, VAE_NAME
+from rlinf_wm_wan.world_model import CONFIG_NAME, DIT_NAME, VAE_NAME, WanWorldModel
 
 TINY_CONFIG = {
     "dit": {"dim": 24, "ffn_dim": 48, "num_heads": 2, "num_layers": 2, "freq_dim": 32},
@@ -81,8 +89,6 @@ def calibrate(rm: ResnetRewardModel | TaskEmbedResnetRewardModel, root: Path, se
     predicts (random actions and noise, 3 chunks from each key-frame init) contain a frame above 0.5, with
     logits spread to about N(0, 2): a random ResNet otherwise scores every frame alike (all success or none),
     and GRPO groups would never have mixed outcomes."""
-    from rlinf_core.world_models import condition_inputs, instruction_of, load_init_trajectory
-    from rlinf_wm_wan.world_model import WanWorldModel
 
     model = WanWorldModel(model_path=str(root), num_inference_steps=2, noise_seed=None)
     trajs = [load_init_trajectory(p) for p in sorted((root / "dataset").glob("*_kir.npy"))]

@@ -6,6 +6,7 @@ import sys
 from typing import Literal
 
 import torch
+import torch.distributed as dist
 
 from rlinf_core.distributed.reduce import Reducer
 from rlinf_core.foundation.checks import ConfigValueError
@@ -147,8 +148,6 @@ def _scores(traj: Trajectory) -> torch.Tensor:
 
 def _warn_once_per_run(line: str) -> None:
     """``line`` on stderr from the first rank only."""
-
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         print(line, file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""The registered PutOnPlateInScene25 tasks: the training task and the OOD variants of the seeds' table.
+"""The registered PutOnPlateInScene25 tasks: the training task and the OOD variants of RLinf's published table.
 
 Each variant changes one thing relative to ``PutOnPlateInScene25Main-v3`` (RLinf v0.3
 ``rlinf/envs/maniskill/tasks/variants/*.py``); ``obj_set: test`` selects the out-of-distribution range:

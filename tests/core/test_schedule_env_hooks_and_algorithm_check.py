@@ -1,4 +1,4 @@
-"""The pieces split out of the RL module and the env base: schedule, episode_info, _close, Algorithm.check."""
+"""The update schedule, the env base's hooks (episode_info, _close, the reset-state sampler) and Algorithm.check."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_eval_grid_visits_every_state_once_and_training_draws_wrap():
     assert sorted(train.draw(4).tolist()) == [1, 1, 3, 3]
 
 
-def test_algorithm_check_replaces_class_name_tests():
+def test_each_algorithm_refuses_an_env_or_policy_it_cannot_train():
     policy = TinyVLAPolicy(action_dim=2, num_action_chunks=2, add_value_head=False)
     with pytest.raises(ValueError, match="group_size > 1"):
         GRPO().check(ReachEnv(num_envs=2), policy)
