@@ -127,7 +127,9 @@ def _openpi_client_request(env, env_id: int) -> dict:
 
 
 def test_a_remote_libero_eval_against_openpis_server_sends_what_openpis_libero_client_sends():
-    rids = [_env([0]).reset_state_id(0, 0), _env([0]).reset_state_id(1, 0)]
+    probe = _env([0])
+    rids = [probe.reset_state_id(0, 0), probe.reset_state_id(1, 0)]
+    probe.close()
     recorder = RecordingPolicy()
     server = OpenPIServer(recorder)
     env = _env(rids)
@@ -140,6 +142,7 @@ def test_a_remote_libero_eval_against_openpis_server_sends_what_openpis_libero_c
     finally:
         server.stop()
         env.close()
+        libero.clear_sim_cache()
     assert sorted(r["reset_state_id"] for r in records) == sorted(rids)
     assert all(r["episode_len"] == 10 for r in records)
     assert len(recorder.requests) == 2 * 2  # 2 envs x 2 chunks of 5 actions over 10 steps
