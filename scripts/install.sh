@@ -68,29 +68,6 @@ pip_install "${args[@]}"
 # (openpi-client, websockets) are installed already. Both at the lock's versions.
 say "openpi-client (the serve tests' websocket client, the openpi resize reference), openpi-server and pip check"
 pip_install --no-deps -c "$LOCK" openpi-client openpi-server
-# A venv made before the lock changed keeps packages no requirement above asked pip to touch (setuptools' helpers,
-# say) at their old versions: bring every installed package the lock names to its locked version.
-stale="$("$VENV/bin/python" - "$LOCK" <<'PY'
-import importlib.metadata
-import re
-import sys
-
-pins = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)", line.strip())
-    if m:
-        pins[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
-for dist in importlib.metadata.distributions():
-    name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
-    if name in pins and dist.version.split("+")[0] != pins[name]:
-        print(f"{name}=={pins[name]}")
-PY
-)"
-mapfile -t stale_pins < <(grep -E '^[a-z0-9][a-z0-9-]*==[^[:space:]]+$' <<<"$stale" || true)
-if [ "${#stale_pins[@]}" -gt 0 ]; then
-  say "packages of an earlier install, to the lock's versions: ${stale_pins[*]}"
-  pip_install --no-deps -c "$LOCK" "${stale_pins[@]}"
-fi
 pip_problems="$("$VENV/bin/python" -m pip check 2>&1 | grep -v '^openpi-client ' | grep -v '^No broken requirements' || true)"
 [ -z "$pip_problems" ] || { echo "$pip_problems"; exit 1; }
 
