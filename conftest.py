@@ -110,6 +110,7 @@ def _release_native_memory():
     (``malloc_trim``: simulators free their memory to malloc, which keeps it, so a worker would otherwise stay at
     the high-water mark of every file it ran: +1.5 GB after the RL4VLA ManiSkill file)."""
     yield
+    gc.collect()  # envs a test dropped without closing them hold their simulators until a full collection
     libero = sys.modules.get("rlinf_env_libero")
     if libero is not None:
         libero.clear_sim_cache()

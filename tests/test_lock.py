@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,10 @@ def test_this_environment_runs_the_locked_versions():
     """What scripts/install.sh installed is what the lock says (re-run it after pulling a new lock)."""
     pins = read_lock()
     differ = []
-    for dist in importlib.metadata.distributions():
+    # the venv's own site-packages: once something imports setuptools, sys.path also holds setuptools/_vendor,
+    # whose vendored copies (packaging, zipp, ...) are not installed packages
+    site_packages = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    for dist in importlib.metadata.distributions(path=site_packages):
         name = canonicalize_name(dist.metadata["Name"])
         if name in pins and Version(Version(dist.version).public) != pins[name]:
             differ.append(f"{name} {dist.version} (the lock: {pins[name]})")
