@@ -172,6 +172,10 @@ class OpenSoraWorldModel(SavedSettings, WorldModel):
         self.register_buffer("action_q01", torch.from_numpy(q01), persistent=False)
         self.register_buffer("action_q99", torch.from_numpy(q99), persistent=False)
 
+        if not meta:  # the checkpoint is checked against the sizes before gigabytes of parameters are allocated
+            with torch.device("meta"):
+                sizes = STDiT3(self.config)
+            dit_state, weights_source = checked_dit_state(sizes, root, dit_weights)
         self.dit = STDiT3(self.config)
         self.dit.gradient_checkpointing = gradient_checkpointing
         vae = build_vae(SDXL_VAE_CONFIG) if released else load_vae(self.vae_path, load_weights=not meta)
@@ -182,7 +186,7 @@ class OpenSoraWorldModel(SavedSettings, WorldModel):
                 f"config.json's in_channels is {self.config.in_channels}"
             )
         if not meta:
-            weights_source = load_dit_weights(self.dit, root, dit_weights)
+            self.dit.load_state_dict(dit_state, strict=False)
             log.info("OpenSora world model %s: sizes from %s; weights from %s", root, config_source, weights_source)
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -398,9 +402,9 @@ def read_action_bounds(path: Path, action_dim: int) -> tuple[np.ndarray, np.ndar
     return q01, q99
 
 
-def load_dit_weights(dit: STDiT3, root: Path, dit_weights: str = "ema") -> str:
-    """Strict load of the released STDiT3 weights (keys of the unused text pathway / RoPE may be absent); returns
-    which files were read."""
+def checked_dit_state(dit: STDiT3, root: Path, dit_weights: str = "ema") -> tuple[dict[str, torch.Tensor], str]:
+    """The released STDiT3 weights under ``root``, checked key by key and shape by shape against ``dit`` (which may
+    live on the meta device; keys of the unused text pathway / RoPE may be absent), and which files were read."""
     state, source = load_dit_state(root, hint=TINY_HINT, dit_weights=dit_weights)
     expected = dit.state_dict()
     missing = sorted(k for k in expected if k not in state and not is_optional_key(k))
@@ -420,5 +424,4 @@ def load_dit_weights(dit: STDiT3, root: Path, dit_weights: str = "ema") -> str:
                 f"{root}: tensor {k!r} has shape {list(v.shape)}, the model's sizes (depth {dit.config.depth}, hidden "
                 f"{dit.config.hidden_size}) build {list(expected[k].shape)}; without config.json, pass dit_config"
             )
-    dit.load_state_dict(state, strict=False)
-    return source
+    return state, source
