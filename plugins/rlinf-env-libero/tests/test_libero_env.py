@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import gc
 import os
 import tempfile
 
@@ -21,8 +22,17 @@ SMALL = {"render": Render(image_size=64, fast_render=True)}
 HOLD = [0, 0, 0, 0, 0, 0, -1]  # no motion, gripper open (robosuite convention)
 
 
-@pytest.fixture(scope="module")
-def env():
+@pytest.fixture(autouse=True)
+def _idle_simulators_closed_after_each_test():
+    """A test's own envs are closed or dropped when it ends; their simulators would otherwise wait in LIBERO's
+    process-wide pool (up to four, about 0.75 GB each) for a later test that builds its own."""
+    yield
+    gc.collect()
+    clear_sim_cache()
+
+
+@pytest.fixture
+def env():  # per test: beside a module-wide env's simulators, the tests that build their own passed 6 GB in the suite
     env = LiberoEnv(task_suite_name="libero_spatial", num_envs=2, sim=Sim(settle_steps=2), **SMALL)
     yield env
     env.close()
