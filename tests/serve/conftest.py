@@ -7,7 +7,9 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from rlinf_core.builtin.toy_policy import TinyVLAPolicy
 from rlinf_core.contracts.observation import Observation
 
 
@@ -57,3 +59,18 @@ def toy_export(tmp_path_factory):
     path = tmp_path_factory.mktemp("toy") / "policy"
     TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=8).save_pretrained(path)
     return path
+
+
+REACH_MAPPING = {"image": "observation/image", "state": ["observation/state"], "prompt": "prompt"}
+
+
+@pytest.fixture(scope="module")
+def reach(tmp_path_factory):
+    """TinyVLAPolicy exports for ReachEnv (chunks of 4, 4-D state; 2-D actions in ``policy``, 3-D in
+    ``policy_3d``) and a mapping file for them."""
+    root = tmp_path_factory.mktemp("reach")
+    torch.manual_seed(0)
+    TinyVLAPolicy(action_dim=2, num_action_chunks=4, state_dim=4).save_pretrained(root / "policy")
+    TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=4).save_pretrained(root / "policy_3d")
+    (root / "mapping.yaml").write_text(yaml.safe_dump(REACH_MAPPING))
+    return root

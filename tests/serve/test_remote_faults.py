@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
-from tests.serve.conftest import serving
+from tests.serve.conftest import REACH_MAPPING, serving
 
 from rlinf_core.builtin.toy_env import ReachEnv
 from rlinf_core.builtin.toy_policy import TinyVLAPolicy
@@ -29,18 +28,6 @@ from rlinf_core.serve.loading import LoadedPolicy
 from rlinf_core.serve.mapping import load_mapping
 from rlinf_core.serve.runner import InferenceSettings, PolicyRunner
 from rlinf_core.serve.websocket_server import OpenPIWebsocketServer
-
-REACH_MAPPING = {"image": "observation/image", "state": ["observation/state"], "prompt": "prompt"}
-
-
-@pytest.fixture(scope="module")
-def reach(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reach")
-    torch.manual_seed(0)
-    TinyVLAPolicy(action_dim=2, num_action_chunks=4, state_dim=4).save_pretrained(root / "policy")
-    TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=4).save_pretrained(root / "policy_3d")
-    (root / "mapping.yaml").write_text(yaml.safe_dump(REACH_MAPPING))
-    return root
 
 
 def _env() -> ReachEnv:

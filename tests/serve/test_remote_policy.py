@@ -10,7 +10,6 @@ from pathlib import Path
 import lightning.pytorch  # noqa: F401 - binds its log handler to sys.stderr now, not to one test's capsys
 import numpy as np
 import pytest
-import torch
 import yaml
 from tests.serve.conftest import serving
 
@@ -21,17 +20,6 @@ from rlinf_core.remote.policy import RemotePolicy
 from rlinf_core.rl.evaluation import eval_passes
 
 ROOT = Path(__file__).resolve().parents[2]
-REACH_MAPPING = {"image": "observation/image", "state": ["observation/state"], "prompt": "prompt"}
-
-
-@pytest.fixture(scope="module")
-def reach(tmp_path_factory):
-    """A TinyVLAPolicy export for ReachEnv (2-D actions, chunks of 4, 4-D state) and a mapping file for it."""
-    root = tmp_path_factory.mktemp("reach")
-    torch.manual_seed(0)
-    TinyVLAPolicy(action_dim=2, num_action_chunks=4, state_dim=4).save_pretrained(root / "policy")
-    (root / "mapping.yaml").write_text(yaml.safe_dump(REACH_MAPPING))
-    return root
 
 
 def _env(**kw) -> ReachEnv:
