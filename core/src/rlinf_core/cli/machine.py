@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlinf_core.cli.signatures import import_config_class, init_parameters
+from rlinf_core.cli.signatures import import_config_class
+from rlinf_core.foundation.signatures import constructor_parameters
 
 TORCHRUN = (
     "torchrun --nnodes N --nproc-per-node D --node-rank $NODE_RANK --rdzv-backend c10d "
@@ -197,7 +198,7 @@ def check_lightning_optimizer(cfg: dict) -> None:
     if getattr(cls, "configure_optimizers", None) is not LightningModule.configure_optimizers:
         optim = (
             "model.init_args.optim (lr, weight_decay, lr_warmup_steps, ...)"
-            if "optim" in init_parameters(cls)
+            if "optim" in constructor_parameters(cls)
             else "the module's own settings"
         )
         raise ValueError(

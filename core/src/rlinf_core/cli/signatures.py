@@ -9,6 +9,8 @@ import math
 import typing
 from typing import Any
 
+from rlinf_core.foundation.signatures import constructor_parameters
+
 
 def import_config_class(class_path: str) -> type | None:
     module, _, name = class_path.rpartition(".")
@@ -16,26 +18,6 @@ def import_config_class(class_path: str) -> type | None:
         return getattr(importlib.import_module(module), name)
     except Exception:  # noqa: BLE001 - jsonargparse already reported unknown classes
         return None
-
-
-def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """``__init__`` parameters of ``cls``, following ``**kwargs`` into its bases."""
-    found: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        try:
-            sig = inspect.signature(init)
-            hints = typing.get_type_hints(init)
-        except Exception:  # noqa: BLE001 - unannotated or unresolvable: nothing to check
-            return found
-        for name, p in sig.parameters.items():
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name not in found:
-                found[name] = p.replace(annotation=hints.get(name, p.annotation))
-        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-            break
-    return found
 
 
 def _allows(annotation: Any, kind: type) -> tuple[bool, bool]:
@@ -54,7 +36,7 @@ def check_signature_values(node: Any, path: str = "") -> None:
         return
     cls = import_config_class(node["class_path"]) if isinstance(node.get("class_path"), str) else None
     args = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
-    params = init_parameters(cls) if cls is not None else {}
+    params = constructor_parameters(cls, resolve_annotations=True) if cls is not None else {}
     for key, value in args.items():
         p = params.get(key)
         where = f"{path}.init_args.{key}" if path else f"init_args.{key}"
