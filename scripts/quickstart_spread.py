@@ -82,6 +82,7 @@ def run_one(args: argparse.Namespace, rest: list[str], kernels: str, seed: int) 
            "--seed", str(seed), "--eval-trials", str(args.eval_trials), *rest]  # fmt: skip
     log = out.parent / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    (out.parent / f"{name}.options.json").write_text(json.dumps(rest))  # what the summary reports
     t0 = time.perf_counter()
     print(f"{time.strftime('%H:%M:%S')} {name}: running (log: {log})", flush=True)
     with open(log, "w") as f:
@@ -99,6 +100,16 @@ def load_runs(variant: Path) -> list[dict]:
         result["run"] = path.parent.name
         runs.append(result)
     return sorted(runs, key=lambda r: (r["run"].split("-seed")[0], r["seed"]))
+
+
+def run_options(variant: Path, runs: list[dict], rest: list[str]) -> str:
+    """The quickstart options the runs were made with, as each recorded them (``rest``, this command line's, for a
+    run that recorded none); several sets are listed when the runs differ."""
+    found = set()
+    for r in runs:
+        path = variant / f"{r['run']}.options.json"
+        found.add(" ".join(json.loads(path.read_text()) if path.is_file() else rest))
+    return "; ".join(f"`{options or '(none)'}`" for options in sorted(found))
 
 
 def se_points(p: float, n: int) -> float:
@@ -208,7 +219,7 @@ def summarise(args: argparse.Namespace, rest: list[str]) -> str:
         f"{len(runs)} runs (seeds {', '.join(str(s) for s in sorted({r['seed'] for r in runs}))}) on "
         f"{', '.join(cpus)} with torch {', '.join(torch_versions)}; kernels {'; '.join(kernels)}; commit "
         f"{', '.join(commits)}. "
-        f"Quickstart options: `{' '.join(rest) or '(none)'}`; {first['sampled']['episodes'][tasks[0]]} held-out "
+        f"Quickstart options: {run_options(variant, runs, rest)}; {first['sampled']['episodes'][tasks[0]]} held-out "
         "scenes per task. s.e.: the standard error of one run's success rate (at the mean of its two policies' "
         "rates); **↓** marks a task that fell by more than one s.e.",
         "",

@@ -88,3 +88,18 @@ def test_the_sft_key_ignores_rl_options_and_the_greedy_eval():
     assert spread.sft_key(["--rl-arg=--model.init_args.optim.lr=1e-4", "--greedy-eval", "--rl-steps", "8"], 160) == base
     assert spread.sft_key(["--sft-epochs", "80"], 160) != base
     assert spread.sft_key([], 40) != base
+
+
+def test_the_summary_names_the_options_its_runs_were_made_with(tmp_path):
+    """A summary made later (``--report-only``, no options given) still reports the options the runs ran with."""
+    spread = _spread()
+    variant = tmp_path / "v"
+    _write_run(variant, "default", 0, (0.40, 0.80), (0.60, 0.90))
+    _write_run(variant, "avx2", 0, (0.50, 0.70), (0.60, 0.95))
+    kl = ["--rl-arg=--model.init_args.algorithm.init_args.kl_beta=0.05"]
+    for run in ("default-seed0", "avx2-seed0"):
+        (variant / f"{run}.options.json").write_text(json.dumps(kl))
+    args, rest = spread.parse_args(["--out", str(tmp_path), "--name", "v", "--report-only"])
+    assert f"Quickstart options: `{kl[0]}`;" in spread.summarise(args, rest)
+    (variant / "avx2-seed0.options.json").write_text("[]")  # runs made with different options: both sets shown
+    assert f"Quickstart options: `(none)`; `{kl[0]}`;" in spread.summarise(args, rest)
