@@ -53,8 +53,6 @@ def libero_observation(request: dict) -> Observation:
 @pytest.fixture(scope="session")
 def toy_export(tmp_path_factory):
     """An exported TinyVLAPolicy (8-D state, chunks of 4 three-D actions)."""
-    from rlinf_core.builtin.toy_policy import TinyVLAPolicy
-
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("toy") / "policy"
     TinyVLAPolicy(action_dim=3, num_action_chunks=4, state_dim=8).save_pretrained(path)
