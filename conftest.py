@@ -132,11 +132,7 @@ COLLECT_AFTER_GROWTH = 256 * 2**20
 
 
 def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    return memory_watch._proc_status("self").get("VmRSS")  # None where there is no /proc
 
 
 def _malloc_trim() -> None:
